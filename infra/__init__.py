@@ -1,0 +1,1 @@
+"""Infrastructure: the embedded broker, Kafka clients and topic provisioning."""

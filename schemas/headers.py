@@ -1,0 +1,57 @@
+"""Kafka header names carried by inferbus events, and helpers to read them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+CONTENT_TYPE = "content-type"
+SCHEMA = "inferbus-schema"
+TIER = "inferbus-tier"
+DEADLINE = "inferbus-deadline"
+"""Absolute deadline, epoch milliseconds."""
+PRODUCED_AT = "inferbus-produced-ms"
+"""When the request first reached inferbus (the ingest record's timestamp), epoch ms."""
+INGEST_MS = "inferbus-ingest-ms"
+"""How long ingest took for this request, milliseconds."""
+ERROR_CODE = "inferbus-error"
+ERROR_MESSAGE = "inferbus-error-message"
+SOURCE_TOPIC = "inferbus-source-topic"
+SOURCE_PARTITION = "inferbus-source-partition"
+SOURCE_OFFSET = "inferbus-source-offset"
+
+JSON = b"application/json"
+REQUEST_SCHEMA_V1 = b"inferbus.InferenceRequest.v1"
+RESULT_SCHEMA_V1 = b"inferbus.InferenceResult.v1"
+
+Headers = list[tuple[str, bytes]]
+
+
+def header(headers: Sequence[tuple[str, bytes]] | None, name: str) -> str | None:
+    """The last value of a header as text, or None."""
+    value: str | None = None
+    for key, raw in headers or ():
+        if key == name and raw is not None:
+            value = raw.decode("utf-8", "replace")
+    return value
+
+
+def header_float(headers: Sequence[tuple[str, bytes]] | None, name: str) -> float | None:
+    """A numeric header, or None when it is absent or not a number."""
+    text = header(headers, name)
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def encode(pairs: Iterable[tuple[str, str | bytes | float | int]]) -> Headers:
+    """Headers as Kafka wants them: (str, bytes)."""
+    out: Headers = []
+    for key, value in pairs:
+        raw = value if isinstance(value, bytes) else str(value).encode()
+        out.append((key, raw))
+    return out

@@ -1,0 +1,59 @@
+"""The request event that upstream producers send, in any language (wire format v1)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from schemas.tensors import Tensor, TextInput
+from schemas.topics import RESULTS, Tier, is_legal_topic
+
+RequestId = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/-]+$")
+]
+
+
+class InferenceRequest(BaseModel):
+    """One inference request; `inputs` maps input names to tensors or text."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: Literal[1] = 1
+    request_id: RequestId
+    model: str = Field(min_length=1, max_length=63)
+    model_version: str | None = Field(default=None, description="Pin a version; else latest.")
+    tier: Tier = "interactive"
+    inputs: dict[str, Tensor | TextInput] = Field(min_length=1)
+    deadline: datetime | None = Field(default=None, description="Absolute, ISO 8601 with zone.")
+    timeout_ms: int | None = Field(default=None, gt=0, description="Relative to `created_at`.")
+    reply_to: str = RESULTS
+    tenant: str | None = Field(default=None, max_length=128)
+    created_at: datetime | None = Field(default=None, description="When the producer made it.")
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("reply_to")
+    @classmethod
+    def _legal_reply_topic(cls, value: str) -> str:
+        if not is_legal_topic(value):
+            raise ValueError(
+                f"reply_to {value!r} is not a legal Kafka topic name (1-249 of [A-Za-z0-9._-])"
+            )
+        return value
+
+    @field_validator("deadline", "created_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+    def effective_deadline(self, received_at: datetime) -> datetime | None:
+        """The absolute deadline: `deadline`, else `timeout_ms` after creation or receipt."""
+        if self.deadline is not None:
+            return self.deadline
+        if self.timeout_ms is None:
+            return None
+        start = self.created_at or received_at
+        return start + timedelta(milliseconds=self.timeout_ms)

@@ -1,0 +1,78 @@
+"""The terminal result of one request, as published on its reply topic."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.tensors import Tensor
+
+Status = Literal[
+    "ok",
+    "invalid_input",
+    "model_not_found",
+    "unauthorized",
+    "deadline_exceeded",
+    "rejected_overload",
+    "internal_error",
+]
+STATUSES: tuple[Status, ...] = (
+    "ok",
+    "invalid_input",
+    "model_not_found",
+    "unauthorized",
+    "deadline_exceeded",
+    "rejected_overload",
+    "internal_error",
+)
+
+
+class ErrorInfo(BaseModel):
+    """Why a request did not succeed, in words a person can act on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: Status
+    message: str
+
+
+class Timings(BaseModel):
+    """Stage durations of one request, in milliseconds; a stage it never reached is null."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ingest_ms: float | None = None
+    queue_ms: float | None = None
+    batch_wait_ms: float | None = None
+    preprocess_ms: float | None = None
+    infer_ms: float | None = None
+    postprocess_ms: float | None = None
+    publish_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+class InferenceResult(BaseModel):
+    """Exactly one terminal result per request id: `ok` with outputs, or a named error."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: Literal[1] = 1
+    request_id: str
+    model: str
+    model_version: str | None = None
+    status: Status
+    error: ErrorInfo | None = None
+    outputs: dict[str, Tensor] = Field(default_factory=dict)
+    timings: Timings = Field(default_factory=Timings)
+    batch_size: int | None = None
+    worker_id: str | None = None
+    provider: str | None = Field(default=None, description="Engine provider that ran the batch.")
+    simulated: bool = Field(default=False, description="True when a `sim` engine produced it.")
+    tenant: str | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"

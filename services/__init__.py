@@ -1,0 +1,1 @@
+"""inferbus services: ingest, worker, client and the command line."""

@@ -1,0 +1,204 @@
+"""`model.yaml`: a model's inputs, outputs, batching, SLOs, replicas and engine, validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schemas.errors import InferbusError
+from schemas.tensors import DType
+from schemas.topics import TIERS, Tier, is_legal_model_name
+
+
+class ModelConfigError(InferbusError):
+    """model.yaml is missing, unreadable or invalid; the message names the field."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TensorSpec(_Frozen):
+    """A declared input or output; `-1` marks a dynamic dimension, the first is the batch."""
+
+    name: str
+    dtype: DType
+    shape: list[int] = Field(min_length=1)
+    allow_nan: bool = Field(default=False, description="Accept NaN/inf in float inputs.")
+
+    def matches_shape(self, shape: list[int]) -> bool:
+        """True when `shape` fits this spec, dynamic dimensions matching anything."""
+        if len(shape) != len(self.shape):
+            return False
+        return all(want in (-1, got) for want, got in zip(self.shape, shape, strict=True))
+
+
+class TokenizerConfig(_Frozen):
+    """A `tokenizers` JSON file that turns `text` inputs into ids and a mask."""
+
+    file: str = "tokenizer.json"
+    max_length: int = Field(default=512, gt=0)
+    input_ids: str = "input_ids"
+    attention_mask: str | None = "attention_mask"
+    token_type_ids: str | None = None
+
+
+class BatchingConfig(_Frozen):
+    """Dynamic batching: whichever of size or delay is reached first closes a batch."""
+
+    max_batch_size: int = Field(default=32, gt=0)
+    max_queue_delay_ms: float = Field(default=5.0, ge=0)
+    preferred_batch_sizes: list[int] = Field(default_factory=list)
+    sequence_input: str | None = Field(
+        default=None, description="Input whose axis 1 is the sequence length (for buckets)."
+    )
+    length_buckets: list[int] = Field(
+        default_factory=list, description="Upper bounds of sequence-length buckets, ascending."
+    )
+    pad_token_id: int = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BatchingConfig:
+        if self.length_buckets != sorted(set(self.length_buckets)):
+            raise ValueError("length_buckets must be ascending and distinct")
+        if any(size > self.max_batch_size for size in self.preferred_batch_sizes):
+            raise ValueError("preferred_batch_sizes cannot exceed max_batch_size")
+        if self.length_buckets and self.sequence_input is None:
+            raise ValueError("length_buckets need sequence_input (the input to bucket on)")
+        return self
+
+
+class TierSlo(_Frozen):
+    """A tier's latency objective and admission bound."""
+
+    p99_e2e_ms: float = Field(gt=0)
+    max_queue: int = Field(default=10_000, gt=0, description="Lag above which ingest rejects.")
+
+
+def _default_slos() -> dict[Tier, TierSlo]:
+    return {
+        "critical": TierSlo(p99_e2e_ms=200, max_queue=2_000),
+        "interactive": TierSlo(p99_e2e_ms=500, max_queue=5_000),
+        "batch": TierSlo(p99_e2e_ms=60_000, max_queue=100_000),
+    }
+
+
+class ReplicaBounds(_Frozen):
+    """How many workers a group may have; `warm` are kept even when idle."""
+
+    min: int = Field(default=1, ge=0)
+    max: int = Field(default=12, ge=1)
+    warm: int = Field(default=1, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ReplicaBounds:
+        if not self.min <= self.max:
+            raise ValueError(f"replicas.min {self.min} > replicas.max {self.max}")
+        if self.warm > self.max:
+            raise ValueError(f"replicas.warm {self.warm} > replicas.max {self.max}")
+        return self
+
+
+Provider = Literal["tensorrt", "cuda", "cpu"]
+
+
+class SimConfig(_Frozen):
+    """Calibrated latency model of the `sim` engine: time = a + b·units."""
+
+    a_ms: float = Field(default=1.0, ge=0)
+    b_ms: float = Field(default=0.05, ge=0)
+    per: Literal["token", "sample"] = "sample"
+
+
+class EngineConfig(_Frozen):
+    """Which backend runs the model, and how."""
+
+    kind: Literal["onnxruntime", "tensorrt", "sim"] = "onnxruntime"
+    providers: list[Provider] = Field(default_factory=lambda: ["tensorrt", "cuda", "cpu"])
+    fp16: bool = False
+    engine_cache_dir: str = ".inferbus/trt-cache"
+    intra_op_num_threads: int = Field(default=1, ge=0)
+    profile_min: dict[str, list[int]] = Field(default_factory=dict)
+    profile_opt: dict[str, list[int]] = Field(default_factory=dict)
+    profile_max: dict[str, list[int]] = Field(default_factory=dict)
+    sim: SimConfig = Field(default_factory=SimConfig)
+
+
+class WarmupConfig(_Frozen):
+    """Shapes to run before a worker registers ready (every bucket is covered)."""
+
+    batch_sizes: list[int] = Field(default_factory=lambda: [1])
+    sequence_lengths: list[int] = Field(default_factory=list)
+
+
+class ModelConfig(_Frozen):
+    """Everything a worker, ingest and the scaler need to know about one model."""
+
+    name: str
+    description: str = ""
+    inputs: list[TensorSpec] = Field(min_length=1)
+    outputs: list[TensorSpec] = Field(min_length=1)
+    tokenizer: TokenizerConfig | None = None
+    batching: BatchingConfig = Field(default_factory=BatchingConfig)
+    slo: dict[Tier, TierSlo] = Field(default_factory=_default_slos)
+    replicas: ReplicaBounds = Field(default_factory=ReplicaBounds)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+    tiers: list[Tier] = Field(default_factory=lambda: list(TIERS))
+    allowed_tenants: list[str] | None = Field(
+        default=None, description="Tenants allowed to call the model; null allows any."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelConfig:
+        if not is_legal_model_name(self.name):
+            raise ValueError(f"name {self.name!r}: use lower-case letters, digits, '-' or '_'")
+        names = [spec.name for spec in self.inputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"input names repeat: {names}")
+        seq = self.batching.sequence_input
+        if seq is not None and seq not in names:
+            raise ValueError(f"batching.sequence_input {seq!r} is not one of the inputs {names}")
+        if self.tokenizer is not None and self.tokenizer.input_ids not in names:
+            raise ValueError(f"tokenizer.input_ids {self.tokenizer.input_ids!r} is not an input")
+        return self
+
+    def input(self, name: str) -> TensorSpec | None:
+        return next((spec for spec in self.inputs if spec.name == name), None)
+
+    def slo_for(self, tier: Tier) -> TierSlo:
+        return self.slo.get(tier) or _default_slos()[tier]
+
+    @classmethod
+    def load(cls, path: Path) -> ModelConfig:
+        """Read and validate a model.yaml, or raise ModelConfigError naming the problem."""
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ModelConfigError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
+        except yaml.YAMLError as exc:
+            raise ModelConfigError(f"{path} is not valid YAML: {exc}", path=str(path)) from exc
+        if not isinstance(raw, dict):
+            raise ModelConfigError(f"{path} must hold a mapping", path=str(path))
+        raw.setdefault("name", path.parent.name)
+        try:
+            config = cls.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ModelConfigError(f"{path}: {problems}", path=str(path)) from exc
+        if config.name != path.parent.name:
+            raise ModelConfigError(
+                f"{path}: name {config.name!r} differs from its folder {path.parent.name!r}",
+                path=str(path),
+            )
+        return config
+
+    def dump(self, path: Path) -> None:
+        """Write as YAML (used by `inferbus models init` and `calibrate`)."""
+        path.write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))

@@ -1,0 +1,1 @@
+"""Tracing: one TracerProvider per process, Kafka propagation, stage breakdowns."""
