@@ -1,0 +1,68 @@
+"""Events on `inferbus.instances` (registry, compacted) and `inferbus.telemetry` (heartbeats)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.topics import Tier
+
+InstanceState = Literal["loading", "warming", "ready", "draining", "gone"]
+INSTANCE_STATES: tuple[InstanceState, ...] = ("loading", "warming", "ready", "draining", "gone")
+
+
+class InstanceRecord(BaseModel):
+    """One worker's registry entry, keyed by instance id; `gone` is its last word."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: Literal[1] = 1
+    instance_id: str
+    model: str
+    tiers: list[Tier]
+    group: str = Field(description="Consumer group of its first (highest) tier.")
+    state: InstanceState
+    model_version: str | None = None
+    provider: str | None = None
+    simulated: bool = False
+    host: str | None = None
+    pid: int | None = None
+    started_at: datetime
+    updated_at: datetime
+    load_s: float | None = Field(default=None, description="Model load time, seconds.")
+    warmup_s: float | None = Field(default=None, description="Warm-up time, seconds.")
+    time_to_ready_s: float | None = Field(default=None, description="Process start to ready.")
+
+
+class WorkerLoad(BaseModel):
+    """A worker's recent load, over the heartbeat interval."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    busy_fraction: float = Field(ge=0, description="Share of wall time the engine was running.")
+    batches: int = 0
+    samples: int = 0
+    mean_batch_size: float = 0.0
+    queued: int = Field(default=0, description="Requests polled but not yet answered.")
+    samples_per_s: float = 0.0
+
+
+class Heartbeat(BaseModel):
+    """Published to `inferbus.telemetry` every few seconds by every process with spans."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: Literal[1] = 1
+    instance_id: str
+    service: str = Field(description="inferbus-ingest, inferbus-worker, ...")
+    model: str | None = None
+    tiers: list[Tier] = Field(default_factory=list)
+    at: datetime
+    interval_s: float
+    load: WorkerLoad | None = None
+    histograms: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Stage histograms: {model, tier, stage, ...serialized histogram}.",
+    )
