@@ -105,6 +105,10 @@ class ReplicaBounds(_Frozen):
 Provider = Literal["tensorrt", "cuda", "cpu"]
 
 
+def _default_providers() -> list[Provider]:
+    return ["tensorrt", "cuda", "cpu"]
+
+
 class SimConfig(_Frozen):
     """Calibrated latency model of the `sim` engine: time = a + b·units."""
 
@@ -117,7 +121,7 @@ class EngineConfig(_Frozen):
     """Which backend runs the model, and how."""
 
     kind: Literal["onnxruntime", "tensorrt", "sim"] = "onnxruntime"
-    providers: list[Provider] = Field(default_factory=lambda: ["tensorrt", "cuda", "cpu"])
+    providers: list[Provider] = Field(default_factory=_default_providers)
     fp16: bool = False
     engine_cache_dir: str = ".inferbus/trt-cache"
     intra_op_num_threads: int = Field(default=1, ge=0)
