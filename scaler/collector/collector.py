@@ -1,0 +1,291 @@
+"""The collector: every few seconds, one `GroupSignals` per worker group, from broker reads."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from scaler.collector.feeds import TelemetryFeed
+from scaler.collector.lag import EndBranch, PartitionLag, group_lag, summarize
+from scaler.collector.load import group_load
+from scaler.collector.offsets import GroupOffsetReader
+from scaler.collector.rates import OffsetSample, oldest_age_s, rates, window
+from scaler.registry import Registry, ready_time, replicas_by_state
+from scaler.signals import GroupSignals
+from schemas.errors import InferbusError
+from schemas.topics import Tier, request_topic, worker_group
+from services.models.repository import ModelRepository
+
+log = logging.getLogger(__name__)
+
+
+class CollectionError(InferbusError):
+    """One group could not be collected this tick; the policy sees it as stale."""
+
+
+@dataclass(frozen=True)
+class CollectorConfig:
+    """How often and how far back the collector looks; every field carries its unit."""
+
+    interval_s: float = 5.0
+    """Seconds between collections."""
+    timeout_s: float = 5.0
+    """Broker reads of one group give up after this many seconds."""
+    rate_window_s: float = 30.0
+    """Arrival and service rates are averaged over this many seconds of samples."""
+    stuck_after_collections: int = 3
+    """A partition whose commit has not moved for this many collections with lag is stuck."""
+    heartbeat_max_age_s: float = 15.0
+    """Heartbeats older than this do not count towards a group's load."""
+    verify_end_offsets: bool = True
+    """Read the last batch to correct brokers whose end offset is a batch base + 1 (Tansu)."""
+
+
+@dataclass(frozen=True)
+class StageP99:
+    """p99 of the stages the policy weighs, in ms; None when not measured."""
+
+    queue_ms: float | None = None
+    engine_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+class StageLatencies(Protocol):
+    """Merged stage histograms over a sliding window (scaler/telemetry.py provides one)."""
+
+    def p99s(self, model: str, tier: Tier) -> StageP99:
+        """Queue, engine and end-to-end p99 for one model and tier."""
+        ...
+
+
+@dataclass(frozen=True)
+class GroupTarget:
+    """A worker group to collect: one model and tier."""
+
+    model: str
+    tier: Tier
+
+    @property
+    def group(self) -> str:
+        return worker_group(self.model, self.tier)
+
+    @property
+    def topic(self) -> str:
+        return request_topic(self.model, self.tier)
+
+
+@dataclass(frozen=True)
+class GroupCollection:
+    """One tick of one group: the signals (None before the first success) and the details."""
+
+    group: str
+    signals: GroupSignals | None
+    failures: int
+    """Consecutive failed collections; 0 after a success."""
+    error: str | None = None
+    partitions: Mapping[int, PartitionLag] = field(default_factory=dict)
+    end_branches: Mapping[int, EndBranch] = field(default_factory=dict)
+
+
+@dataclass
+class _Memory:
+    """What the collector keeps about one group between ticks."""
+
+    lags: dict[int, PartitionLag] = field(default_factory=dict)
+    samples: tuple[OffsetSample, ...] = ()
+    last: GroupSignals | None = None
+    failures: int = 0
+
+
+class Collector:
+    """Reads offsets, the registry and telemetry, and yields `GroupSignals` per group.
+
+    All I/O of the scaler's measurement side lives here; the arithmetic is in `lag`,
+    `rates` and `load`, which are pure.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        targets: Sequence[GroupTarget],
+        models: ModelRepository,
+        *,
+        registry: Registry,
+        telemetry: TelemetryFeed,
+        latencies: StageLatencies | None = None,
+        config: CollectorConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or CollectorConfig()
+        self._bootstrap = bootstrap
+        self._models = models
+        self._registry = registry
+        self._telemetry = telemetry
+        self._latencies = latencies
+        self._clock = clock
+        self._monotonic = monotonic
+        self._targets = {t.group: t for t in targets}
+        self._readers: dict[str, GroupOffsetReader] = {}
+        self._memory: dict[str, _Memory] = {t.group: _Memory() for t in targets}
+
+    @property
+    def groups(self) -> list[str]:
+        return list(self._targets)
+
+    def failures(self) -> dict[str, int]:
+        """Consecutive failed collections per group."""
+        return {g: m.failures for g, m in self._memory.items()}
+
+    async def start(self) -> None:
+        """Connect one offset reader per group (idempotent)."""
+        for group, target in self._targets.items():
+            if group not in self._readers:
+                reader = GroupOffsetReader(
+                    self._bootstrap,
+                    group,
+                    target.topic,
+                    timeout_s=self.config.timeout_s,
+                    verify_end_offsets=self.config.verify_end_offsets,
+                )
+                await reader.start()
+                self._readers[group] = reader
+
+    async def close(self) -> None:
+        """Disconnect every reader (idempotent)."""
+        readers, self._readers = self._readers, {}
+        for reader in readers.values():
+            await reader.close()
+
+    async def collect_all(self, current: Mapping[str, int] | None = None) -> list[GroupCollection]:
+        """Collect every group at once; `current` is the actuator's replica count per group."""
+        current = current or {}
+        return list(await asyncio.gather(*(self.collect(g, current.get(g)) for g in self._targets)))
+
+    async def collect(self, group: str, current: int | None = None) -> GroupCollection:
+        """Collect one group; a failure is counted, logged and answered with stale signals."""
+        memory = self._memory[group]
+        try:
+            signals, end_branches = await self._collect(self._targets[group], memory, current)
+        except Exception as exc:
+            # Broker errors (aiokafka's KafkaError tree), timeouts and a bad model.yaml all
+            # mean the same to the policy: this tick failed, count it and keep the last values.
+            return self._failed(group, memory, exc)
+        memory.failures, memory.last = 0, signals
+        return GroupCollection(group, signals, 0, None, dict(memory.lags), end_branches)
+
+    def _failed(self, group: str, memory: _Memory, exc: BaseException) -> GroupCollection:
+        memory.failures += 1
+        log.warning(
+            "event=collect_failed group=%s failures=%d error=%r", group, memory.failures, exc
+        )
+        stale = dataclasses.replace(memory.last, stale=True) if memory.last else None
+        return GroupCollection(group, stale, memory.failures, repr(exc), dict(memory.lags))
+
+    async def _collect(
+        self, target: GroupTarget, memory: _Memory, current: int | None
+    ) -> tuple[GroupSignals, dict[int, EndBranch]]:
+        reader = self._readers.get(target.group)
+        if reader is None:
+            raise CollectionError("collector is not started", group=target.group)
+        config = self._models.config(target.model)
+        answer = await reader.read()
+        if not answer.partitions:
+            raise CollectionError(
+                f"topic {target.topic} has no partitions", group=target.group, topic=target.topic
+            )
+        now_mono, now_wall = self._monotonic(), self._clock()
+
+        memory.lags = group_lag(answer.offsets, memory.lags, self.config.stuck_after_collections)
+        summary = summarize(memory.lags)
+        fresh = [p for p in memory.lags.values() if not p.stale]
+        sample = OffsetSample(
+            now_mono,
+            {p.partition: p.end for p in fresh if p.end is not None},
+            {p.partition: p.position for p in fresh if p.position is not None},
+        )
+        memory.samples = window((*memory.samples, sample), self.config.rate_window_s)
+        measured = rates(memory.samples)
+
+        behind = {p.partition: p.position for p in fresh if p.lag > 0 and p.position is not None}
+        heads = await reader.head_timestamps(behind) if behind else {}
+        oldest_s = oldest_age_s(int(now_wall * 1000), heads.values())
+        if not behind:
+            oldest_s = 0.0
+
+        table = self._registry.table
+        states = replicas_by_state(table, target.group)
+        live = states["loading"] + states["warming"] + states["ready"] + states["draining"]
+        spawned = max(0, (current or 0) - live)  # Started by the actuator, not yet registered.
+        ready = ready_time(table, target.group)
+
+        now_dt = datetime.fromtimestamp(now_wall, UTC)
+        load = group_load(
+            self._telemetry.heartbeats.values(),
+            target.group,
+            now_dt,
+            self.config.heartbeat_max_age_s,
+        )
+        p99 = self._latencies.p99s(target.model, target.tier) if self._latencies else StageP99()
+        bounds = config.replicas
+        signals = GroupSignals(
+            group=target.group,
+            model=target.model,
+            tier=target.tier,
+            replicas=live + spawned,
+            ready_replicas=states["ready"],
+            partitions=len(answer.partitions),
+            slo_p99_e2e_ms=config.slo_for(target.tier).p99_e2e_ms,
+            collected_at=now_wall,
+            starting_replicas=states["loading"] + states["warming"] + spawned,
+            arrival_rps=measured.arrival_rps,
+            service_rps_per_replica=load.service_rps_per_replica,
+            achieved_batch_size=load.achieved_batch_size,
+            lag=summary.total,
+            oldest_age_ms=None if oldest_s is None else oldest_s * 1000.0,
+            queue_p99_ms=p99.queue_ms,
+            engine_p99_ms=p99.engine_ms,
+            e2e_p99_ms=p99.e2e_ms,
+            utilization=load.utilization,
+            time_to_ready_s=ready.median_s if ready else None,
+            min_replicas=bounds.min,
+            max_replicas=bounds.max,
+            warm_replicas=bounds.warm,
+            stale=summary.stale > 0,
+        )
+        if summary.stuck or summary.stale:
+            log.info(
+                "event=lag_edge group=%s stuck=%s stale=%d branches=%s",
+                target.group,
+                list(summary.stuck),
+                summary.stale,
+                dict(summary.branches),
+            )
+        return signals, dict(answer.end_branches)
+
+    async def run(
+        self,
+        on_tick: Callable[[list[GroupCollection]], Awaitable[None]],
+        stop: asyncio.Event,
+        current: Callable[[], Awaitable[Mapping[str, int]]] | None = None,
+    ) -> None:
+        """Collect every `interval_s` until `stop` is set, handing each tick to `on_tick`."""
+        while not stop.is_set():
+            started = self._monotonic()
+            counts = await current() if current else None
+            await on_tick(await self.collect_all(counts))
+            self._telemetry.prune(
+                datetime.fromtimestamp(self._clock(), UTC), 10 * self.config.heartbeat_max_age_s
+            )
+            left = self.config.interval_s - (self._monotonic() - started)
+            if left > 0:
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=left)
+                except TimeoutError:
+                    continue

@@ -1,0 +1,105 @@
+"""The registry fold: latest per instance, `gone` removes, time-to-ready measured once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from scaler.registry import (
+    READY_HISTORY,
+    RegistryTable,
+    decode,
+    fold,
+    fold_all,
+    ready_time,
+    replicas_by_state,
+    tombstone,
+)
+from schemas.telemetry import InstanceRecord, InstanceState
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+GROUP = "inferbus.workers.m.interactive"
+
+
+def rec(
+    iid: str,
+    state: InstanceState,
+    at_s: float,
+    group: str = GROUP,
+    ttr: float | None = None,
+) -> InstanceRecord:
+    return InstanceRecord(
+        instance_id=iid,
+        model="m",
+        tiers=["interactive"],
+        group=group,
+        state=state,
+        started_at=T0,
+        updated_at=T0 + timedelta(seconds=at_s),
+        time_to_ready_s=ttr,
+    )
+
+
+@pytest.mark.parametrize(
+    ("records", "states", "ready_times"),
+    [
+        pytest.param([], {}, (), id="empty"),
+        pytest.param(
+            [rec("a", "loading", 1), rec("a", "warming", 2), rec("a", "ready", 5)],
+            {"ready": 1},
+            (5.0,),
+            id="lifecycle-latest-wins-ttr-from-timestamps",
+        ),
+        pytest.param(
+            [rec("a", "ready", 5, ttr=4.5), rec("a", "ready", 9, ttr=4.5)],
+            {"ready": 1},
+            (4.5,),
+            id="ttr-field-preferred-and-counted-once",
+        ),
+        pytest.param(
+            [rec("a", "ready", 5), rec("a", "draining", 8), rec("a", "gone", 9)],
+            {},
+            (5.0,),
+            id="gone-removes-keeps-measurement",
+        ),
+        pytest.param(
+            [rec("a", "draining", 8), rec("a", "ready", 5)],
+            {"draining": 1},
+            (),
+            id="older-update-out-of-order-ignored",
+        ),
+        pytest.param(
+            [rec("a", "ready", 3), rec("b", "loading", 1), rec("c", "ready", 2, group="other")],
+            {"ready": 1, "loading": 1},
+            (3.0,),
+            id="counts-only-own-group",
+        ),
+    ],
+)
+def test_fold(
+    records: list[InstanceRecord], states: dict[str, int], ready_times: tuple[float, ...]
+) -> None:
+    table = fold_all(records)
+    counts = {k: v for k, v in replicas_by_state(table, GROUP).items() if v}
+    assert counts == states
+    assert table.time_to_ready_s.get(GROUP, ()) == ready_times
+
+
+def test_ready_time_summary_and_history_bound() -> None:
+    table = RegistryTable()
+    assert ready_time(table, GROUP) is None
+    for i in range(READY_HISTORY + 5):
+        table = fold(table, rec(f"i{i}", "ready", 1 + i))
+    summary = ready_time(table, GROUP)
+    assert summary is not None
+    assert summary.samples == READY_HISTORY
+    assert summary.max_s == READY_HISTORY + 5
+
+
+def test_tombstone_and_decode() -> None:
+    table = fold_all([rec("a", "ready", 1)])
+    assert tombstone(table, "a").instances == {}
+    assert tombstone(table, "zzz") is table
+    assert decode(None) is None
+    assert decode(rec("a", "ready", 1).model_dump_json().encode()) == rec("a", "ready", 1)
