@@ -1,0 +1,98 @@
+"""Baselines with the policy interface: KEDA's Kafka lag scaler and HPA on utilization.
+
+Both follow the HPA controller's rules: a 10% tolerance around the target ratio and a
+scale-down stabilization window (300 s by default). Not modelled: HPA's default scale-up
+rate limit (100% or 4 pods per 15 s); leaving it out can only help the baselines.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scaler.policy.pipeline import Pipeline
+from scaler.policy.plan import Plan, direction
+from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
+
+_EPS = 1e-9
+
+
+def _hpa_replicas(plan: Plan, ratio: float, config: PolicyConfig, base: int) -> Plan:
+    """HPA's rule: no change within tolerance, else ceil(base * ratio)."""
+    s = plan.signals
+    if abs(ratio - 1.0) <= config.hpa_tolerance:
+        return plan.with_(
+            reason=Reason(
+                "within_tolerance",
+                f"ratio {ratio:.2f} within ±{config.hpa_tolerance:.0%}",
+                {"ratio": ratio},
+            )
+        )
+    desired = math.ceil(base * ratio - _EPS)
+    return plan.with_(desired=desired, diagnosis=direction(desired, s.replicas))
+
+
+def keda_lag(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
+    """KEDA Kafka scaler: desired = ceil(totalLag / lagThreshold) via HPA AverageValue."""
+    plan = Plan(signals=s, state=state, desired=s.replicas, diagnosis="steady")
+    if s.lag is None:
+        return plan.with_(reason=Reason("lag_unknown", "lag not measured: holding", {}))
+    threshold = config.keda_lag_threshold
+    numbers = {"lag": float(s.lag), "lag_threshold": threshold}
+    if s.lag <= config.keda_activation_lag_threshold:
+        # Inactive scaler: KEDA hands the group back to minReplicaCount.
+        return plan.with_(
+            desired=s.min_replicas,
+            diagnosis="idle",
+            reason=Reason(
+                "inactive",
+                f"lag {s.lag} <= activation {config.keda_activation_lag_threshold:.0f}",
+                numbers,
+            ),
+        )
+    if s.replicas == 0:
+        desired = math.ceil(s.lag / threshold - _EPS)
+        return plan.with_(
+            desired=desired,
+            diagnosis="capacity_bound",
+            reason=Reason("lag", f"lag {s.lag} / threshold {threshold:.0f}", numbers),
+        )
+    ratio = s.lag / (threshold * s.replicas)
+    plan = _hpa_replicas(plan, ratio, config, s.replicas)
+    return plan.with_(
+        reason=Reason(
+            "lag",
+            f"lag {s.lag} over {s.replicas} replicas vs threshold {threshold:.0f} per replica",
+            {**numbers, "ratio": ratio},
+        )
+    )
+
+
+def hpa_util(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
+    """HPA on utilization: desired = ceil(ready * utilization / target)."""
+    plan = Plan(signals=s, state=state, desired=s.replicas, diagnosis="steady")
+    if s.utilization is None or s.ready_replicas == 0:
+        return plan.with_(
+            reason=Reason("utilization_unknown", "utilization not measured: holding", {})
+        )
+    ratio = s.utilization / config.target_utilization
+    # Pods still starting count as 0% busy, which is what HPA does on scale-up.
+    plan = _hpa_replicas(plan, ratio, config, s.ready_replicas)
+    return plan.with_(
+        reason=Reason(
+            "utilization",
+            f"utilization {s.utilization:.0%} on {s.ready_replicas} ready vs target "
+            f"{config.target_utilization:.0%}",
+            {"utilization": s.utilization, "ratio": ratio},
+        )
+    )
+
+
+keda_lag_decide = Pipeline(
+    name="keda-lag", size=keda_lag, warm_floor=False, partition_cap=True, global_budget=False
+)
+"""KEDA Kafka scaler semantics, capped at partitions (allowIdleConsumers=false)."""
+
+hpa_util_decide = Pipeline(
+    name="hpa-util", size=hpa_util, warm_floor=False, partition_cap=False, global_budget=False
+)
+"""HPA utilization target; HPA does not know about partitions."""

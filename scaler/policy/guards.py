@@ -1,0 +1,121 @@
+"""Steps every policy shares: stale-signal safety, replica bounds and scale-down stabilization."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from scaler.policy.plan import Plan
+from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
+
+
+def is_stale(signals: GroupSignals, config: PolicyConfig, now: float) -> bool:
+    """True when the collector flagged the snapshot or it is older than `stale_after_s`."""
+    return signals.stale or now - signals.collected_at > config.stale_after_s
+
+
+def blind(signals: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
+    """A group without fresh signals: hold, and after N failures raise to the fallback count."""
+    failed = state.failed_collections + 1
+    age_s = now - signals.collected_at
+    stale = Reason(
+        "stale_signals",
+        f"signals {age_s:.0f} s old or incomplete ({failed} failed collection(s)): "
+        "not scaling down on missing data",
+        {"age_s": age_s, "failed_collections": failed},
+    )
+    plan = Plan(
+        signals=signals,
+        state=state,
+        desired=signals.replicas,
+        diagnosis="stale_signals",
+        reasons=(stale,),
+        fresh=False,
+    )
+    if failed < config.failed_collections_before_fallback:
+        return plan
+    # Raise to the fallback but never lower: a blind scaler must not remove capacity
+    # (KEDA's `currentReplicasIfHigher` fallback behaviour).
+    target = max(signals.replicas, config.fallback_replicas)
+    return plan.with_(
+        desired=target,
+        diagnosis="fallback",
+        reason=Reason(
+            "fallback",
+            f"{failed} failed collections >= {config.failed_collections_before_fallback}: "
+            f"fallback to {config.fallback_replicas}",
+            {"failed_collections": failed, "fallback_replicas": config.fallback_replicas},
+        ),
+    )
+
+
+def apply_bounds(plan: Plan, *, warm_floor: bool, partition_cap: bool) -> Plan:
+    """Clamp to min (and the warm floor), max, and the topic's partitions, saying which bit."""
+    s = plan.signals
+    floor = max(s.min_replicas, s.warm_replicas if warm_floor else 0)
+    desired = plan.desired
+    if desired < floor:
+        plan = plan.with_(
+            desired=floor,
+            reason=Reason(
+                "floor",
+                f"kept at floor {floor} (min {s.min_replicas}, warm {s.warm_replicas})",
+                {"floor": floor, "wanted": desired},
+            ),
+        )
+    if s.max_replicas is not None and plan.desired > s.max_replicas:
+        plan = plan.with_(
+            desired=s.max_replicas,
+            reason=Reason(
+                "max_capped",
+                f"capped at max {s.max_replicas} (wanted {plan.desired})",
+                {"max_replicas": s.max_replicas, "wanted": plan.desired},
+            ),
+        )
+    if partition_cap and plan.desired > s.partitions:
+        # A consumer group cannot use more consumers than partitions: extras would idle.
+        plan = plan.with_(
+            desired=s.partitions,
+            diagnosis="partition_capped",
+            reason=Reason(
+                "partition_capped",
+                f"capped at {s.partitions} partitions (wanted {plan.desired})",
+                {"partitions": s.partitions, "wanted": plan.desired},
+            ),
+        )
+    return plan
+
+
+def stabilize(plan: Plan, config: PolicyConfig, now: float) -> Plan:
+    """HPA-style: scale up at once; scale down only to the max recommendation in the window."""
+    if not plan.fresh:
+        return plan
+    kept = (r for r in plan.state.recommendations if now - r[0] < config.scale_down_window_s)
+    window = (*kept, (now, plan.desired))
+    plan = dataclasses.replace(plan, state=dataclasses.replace(plan.state, recommendations=window))
+    if plan.desired >= plan.current:
+        return plan
+    since = plan.state.observed_since
+    if since is None or now - since < config.scale_down_window_s:
+        # Without a full window of history (a fresh scaler, a restart) a scale-down could
+        # be the first sample of a dip; wait until the window has been observed.
+        return plan.with_(
+            desired=plan.current,
+            reason=Reason(
+                "scale_down_waits_for_history",
+                f"scale-down to {plan.desired} waits for {config.scale_down_window_s:.0f} s "
+                "of history",
+                {"wanted": plan.desired, "window_s": config.scale_down_window_s},
+            ),
+        )
+    held = min(plan.current, max(n for _, n in window))
+    if held == plan.desired:
+        return plan
+    return plan.with_(
+        desired=held,
+        reason=Reason(
+            "scale_down_stabilized",
+            f"scale-down to {plan.desired} held at {held} "
+            f"(highest recommendation in {config.scale_down_window_s:.0f} s)",
+            {"wanted": plan.desired, "held": held, "window_s": config.scale_down_window_s},
+        ),
+    )

@@ -1,0 +1,62 @@
+"""The working record one group's decision is built in, step by step."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from scaler.signals import Diagnosis, GroupDecision, GroupSignals, GroupState, Reason
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A group's decision in the making; each policy step returns an updated copy."""
+
+    signals: GroupSignals
+    state: GroupState
+    desired: int
+    diagnosis: Diagnosis
+    reasons: tuple[Reason, ...] = ()
+    fresh: bool = True
+    """False when the signals were stale or missing: nothing may scale down then."""
+
+    @property
+    def current(self) -> int:
+        """Replicas the group has now, in any state."""
+        return self.signals.replicas
+
+    def with_(
+        self,
+        *,
+        desired: int | None = None,
+        diagnosis: Diagnosis | None = None,
+        reason: Reason | None = None,
+    ) -> Plan:
+        """A copy with a new desired count, diagnosis and/or one more reason."""
+        return dataclasses.replace(
+            self,
+            desired=self.desired if desired is None else desired,
+            diagnosis=self.diagnosis if diagnosis is None else diagnosis,
+            reasons=self.reasons if reason is None else (*self.reasons, reason),
+        )
+
+    def to_decision(self) -> GroupDecision:
+        """The finished decision."""
+        return GroupDecision(
+            group=self.signals.group,
+            model=self.signals.model,
+            tier=self.signals.tier,
+            current=self.current,
+            desired=self.desired,
+            diagnosis=self.diagnosis,
+            reasons=self.reasons,
+        )
+
+
+def direction(desired: int, current: int) -> Diagnosis:
+    """The diagnosis a plain resize implies."""
+    if desired > current:
+        return "capacity_bound"
+    if desired < current:
+        return "over_provisioned"
+    return "steady"

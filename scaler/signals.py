@@ -1,0 +1,436 @@
+"""The scaler's data: what the collector measured, what the policy remembers, what it decided.
+
+Everything here is a frozen dataclass. The collector fills `GroupSignals`; the
+policy is a pure function `(signals, ScalerState, PolicyConfig, now) ->
+(Decision, ScalerState)`; the actuator applies `Decision`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from schemas.errors import InferbusError
+from schemas.topics import TIERS, Tier
+
+
+class SignalsError(InferbusError):
+    """A signals snapshot or a policy config is malformed; the message names the field."""
+
+
+Diagnosis = Literal[
+    "capacity_bound",
+    "backlog",
+    "engine_bound",
+    "idle",
+    "steady",
+    "over_provisioned",
+    "stale_signals",
+    "fallback",
+    "partition_capped",
+    "budget_capped",
+]
+"""Why a group is sized the way it is; one per group decision."""
+
+DIAGNOSES: tuple[str, ...] = get_args(Diagnosis)
+
+
+@dataclass(frozen=True)
+class GroupSignals:
+    """One worker group as the collector saw it at `collected_at` (seconds, any epoch).
+
+    Rates are per second, latencies are p99 over the collector's window in ms.
+    None means "not measured" (no traffic, no telemetry yet): the policy never
+    scales down on a None it needs.
+    """
+
+    group: str
+    """Consumer-group name, e.g. `inferbus.workers.minilm.interactive`."""
+    model: str
+    """Model served by the group."""
+    tier: Tier
+    """Priority tier of the group's topic."""
+    replicas: int
+    """Workers that exist now in any state (starting, ready, draining)."""
+    ready_replicas: int
+    """Workers registered `ready` and consuming."""
+    partitions: int
+    """Partitions of the group's topic: the most consumers that can do work."""
+    slo_p99_e2e_ms: float
+    """The tier's p99 end-to-end latency objective from model.yaml."""
+    collected_at: float
+    """When the collector took the snapshot, in seconds on the policy's clock."""
+    starting_replicas: int = 0
+    """Workers loading or warming up (not yet consuming)."""
+    arrival_rps: float | None = None
+    """Requests produced to the topic per second (end-offset delta over the window)."""
+    service_rps_per_replica: float | None = None
+    """Requests one ready replica completes per busy second, at the achieved batch size."""
+    achieved_batch_size: float | None = None
+    """Mean batch size the workers actually formed over the window."""
+    lag: int | None = None
+    """Sum over partitions of end offset minus committed offset."""
+    oldest_age_ms: float | None = None
+    """Age of the oldest request not yet committed."""
+    queue_p99_ms: float | None = None
+    """p99 of queue wait plus batch wait (what scaling can shrink)."""
+    engine_p99_ms: float | None = None
+    """p99 of preprocess + infer + postprocess (what scaling cannot shrink)."""
+    e2e_p99_ms: float | None = None
+    """p99 of end-to-end latency, produce to result."""
+    utilization: float | None = None
+    """Busy share of the ready replicas' time over the window, 0..1."""
+    time_to_ready_s: float | None = None
+    """Measured seconds from starting a worker to it consuming (registry)."""
+    min_replicas: int = 1
+    """model.yaml `replicas.min`."""
+    max_replicas: int | None = None
+    """model.yaml `replicas.max`; None means only partitions and the budget bound it."""
+    warm_replicas: int = 0
+    """model.yaml `replicas.warm`: kept even when idle."""
+    stale: bool = False
+    """The collector could not refresh this snapshot; values are the last known ones."""
+
+    def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise SignalsError(f"tier {self.tier!r} is not one of {TIERS}", group=self.group)
+        for name in ("replicas", "ready_replicas", "starting_replicas", "min_replicas"):
+            if getattr(self, name) < 0:
+                raise SignalsError(f"{name} must be >= 0", group=self.group)
+        if self.partitions < 1:
+            raise SignalsError("partitions must be >= 1", group=self.group)
+        if self.slo_p99_e2e_ms <= 0:
+            raise SignalsError("slo_p99_e2e_ms must be > 0", group=self.group)
+        if self.ready_replicas > self.replicas:
+            raise SignalsError(
+                f"ready_replicas {self.ready_replicas} > replicas {self.replicas}",
+                group=self.group,
+            )
+        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
+            raise SignalsError(
+                f"max_replicas {self.max_replicas} < min_replicas {self.min_replicas}",
+                group=self.group,
+            )
+        if self.utilization is not None and not 0 <= self.utilization <= 1.0 + 1e-9:
+            raise SignalsError(f"utilization {self.utilization} is outside 0..1", group=self.group)
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """What the policy remembers about one group between ticks."""
+
+    group: str
+    arrival_samples: tuple[tuple[float, float], ...] = ()
+    """Recent (time s, arrival rps) samples for the forecast, oldest first."""
+    recommendations: tuple[tuple[float, int], ...] = ()
+    """Recent (time s, desired before stabilization) for the scale-down window."""
+    failed_collections: int = 0
+    """Consecutive ticks with stale or missing signals."""
+    last_replicas: int | None = None
+    """Replicas at the last good collection (used when the group goes missing)."""
+    last_signals: GroupSignals | None = None
+    """The last good snapshot, to carry a missing group's identity and bounds."""
+    observed_since: float | None = None
+    """First good collection; no scale-down before a full window of history exists."""
+
+
+@dataclass(frozen=True)
+class ScalerState:
+    """Per-group policy memory, immutable: `decide` returns a new one."""
+
+    groups: tuple[GroupState, ...] = ()
+
+    def get(self, group: str) -> GroupState:
+        """The group's state, or an empty one for a group not seen before."""
+        return next((g for g in self.groups if g.group == group), GroupState(group=group))
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Knobs of the policies; every field carries its unit."""
+
+    target_utilization: float = 0.7
+    """Busy share each replica should run at after scaling."""
+    utilization_band: float = 0.1
+    """No change while projected utilization is within target ± band (hysteresis)."""
+    scale_down_window_s: float = 300.0
+    """Scale down only to the highest recommendation over this window (HPA default)."""
+    forecast_horizon_s: float | None = None
+    """How far ahead to forecast arrivals; None uses each group's measured time-to-ready."""
+    default_time_to_ready_s: float = 30.0
+    """Time-to-ready assumed when a group has not measured one yet."""
+    forecast_window_s: float = 120.0
+    """Arrival samples older than this are dropped from the forecast."""
+    forecast_alpha: float = 0.5
+    """Holt level smoothing, 0 < alpha <= 1."""
+    forecast_beta: float = 0.3
+    """Holt trend smoothing, 0 < beta <= 1."""
+    engine_bound_queue_share: float = 0.2
+    """Breach is engine-bound when queue p99 is at most this share of e2e p99."""
+    max_total_replicas: int | None = None
+    """Global replica budget over all groups; None means unbounded."""
+    stale_after_s: float = 30.0
+    """Signals older than this (now - collected_at) count as a failed collection."""
+    failed_collections_before_fallback: int = 3
+    """Consecutive failed collections after which a group goes to `fallback_replicas`."""
+    fallback_replicas: int = 1
+    """Floor a blind group is raised to (never lowered: KEDA's currentReplicasIfHigher)."""
+    hpa_tolerance: float = 0.1
+    """Baselines: ignore metric ratios within 1 ± tolerance (HPA default 10%)."""
+    keda_lag_threshold: float = 50.0
+    """keda-lag: target average lag per replica (KEDA `lagThreshold`)."""
+    keda_activation_lag_threshold: float = 0.0
+    """keda-lag: at or below this total lag the scaler is inactive (scale to min)."""
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if not 0 < self.target_utilization <= 1:
+            problems.append("target_utilization must be in (0, 1]")
+        if not 0 <= self.utilization_band < self.target_utilization:
+            problems.append("utilization_band must be in [0, target_utilization)")
+        if self.target_utilization + self.utilization_band > 1 + 1e-9:
+            problems.append("target_utilization + utilization_band must be <= 1")
+        if self.scale_down_window_s < 0 or self.stale_after_s <= 0:
+            problems.append("scale_down_window_s must be >= 0 and stale_after_s > 0")
+        if self.forecast_horizon_s is not None and self.forecast_horizon_s < 0:
+            problems.append("forecast_horizon_s must be >= 0")
+        if self.forecast_window_s <= 0 or self.default_time_to_ready_s < 0:
+            problems.append("forecast_window_s must be > 0, default_time_to_ready_s >= 0")
+        if not (0 < self.forecast_alpha <= 1 and 0 < self.forecast_beta <= 1):
+            problems.append("forecast_alpha and forecast_beta must be in (0, 1]")
+        if not 0 <= self.engine_bound_queue_share < 1:
+            problems.append("engine_bound_queue_share must be in [0, 1)")
+        if self.max_total_replicas is not None and self.max_total_replicas < 0:
+            problems.append("max_total_replicas must be >= 0")
+        if self.failed_collections_before_fallback < 1 or self.fallback_replicas < 0:
+            problems.append("failed_collections_before_fallback >= 1, fallback_replicas >= 0")
+        if not 0 <= self.hpa_tolerance < 1:
+            problems.append("hpa_tolerance must be in [0, 1)")
+        if self.keda_lag_threshold <= 0 or self.keda_activation_lag_threshold < 0:
+            problems.append("keda_lag_threshold > 0, keda_activation_lag_threshold >= 0")
+        if problems:
+            raise SignalsError("invalid policy config: " + "; ".join(problems))
+
+    def horizon_s(self, signals: GroupSignals) -> float:
+        """Forecast horizon for a group: configured, else its measured time-to-ready."""
+        if self.forecast_horizon_s is not None:
+            return self.forecast_horizon_s
+        if signals.time_to_ready_s is not None:
+            return signals.time_to_ready_s
+        return self.default_time_to_ready_s
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One machine-readable reason behind a decision, with the numbers it used."""
+
+    code: str
+    message: str
+    numbers: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"code": self.code, "message": self.message, "numbers": dict(self.numbers)}
+
+
+@dataclass(frozen=True)
+class GroupDecision:
+    """Desired replicas for one group, with the reasons and a one-word diagnosis."""
+
+    group: str
+    model: str
+    tier: Tier
+    current: int
+    desired: int
+    diagnosis: Diagnosis
+    reasons: tuple[Reason, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object `scaler decide` prints."""
+        return {
+            "group": self.group,
+            "current": self.current,
+            "desired": self.desired,
+            "reasons": [r.to_dict() for r in self.reasons],
+            "diagnosis": self.diagnosis,
+        }
+
+    def line(self) -> str:
+        """One line a person can read, e.g. `interactive 4→6: queue p99 700 ms > budget …`."""
+        arrow = f"{self.current}→{self.desired}" if self.desired != self.current else "hold"
+        text = "; ".join(r.message for r in self.reasons) or self.diagnosis
+        return f"{self.tier} {arrow} ({self.model}, {self.diagnosis}): {text}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One policy tick: a decision per group, in the order the signals came."""
+
+    policy: str
+    at: float
+    groups: tuple[GroupDecision, ...]
+
+    def desired(self) -> dict[str, int]:
+        """Group name to desired replicas."""
+        return {g.group: g.desired for g in self.groups}
+
+
+# --- JSON snapshots -------------------------------------------------------------------
+
+_FIELDS = {f.name: f for f in dataclasses.fields(GroupSignals)}
+_REQUIRED = frozenset(
+    name
+    for name, f in _FIELDS.items()
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+)
+_INT_FIELDS = frozenset(
+    {
+        "replicas",
+        "ready_replicas",
+        "starting_replicas",
+        "partitions",
+        "lag",
+        "min_replicas",
+        "max_replicas",
+        "warm_replicas",
+    }
+)
+_STR_FIELDS = frozenset({"group", "model", "tier"})
+
+
+def _coerce(group: str, name: str, value: Any) -> Any:
+    """Check one snapshot field's JSON type; ints stay ints, numbers become floats."""
+    if value is None:
+        if name in _REQUIRED:
+            raise SignalsError(f"field {name!r} is required and cannot be null", group=group)
+        return None
+    if name in _STR_FIELDS:
+        if not isinstance(value, str):
+            raise SignalsError(f"field {name!r} must be a string", group=group)
+        return value
+    if name == "stale":
+        if not isinstance(value, bool):
+            raise SignalsError("field 'stale' must be true or false", group=group)
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SignalsError(f"field {name!r} must be a number, got {value!r}", group=group)
+    if not math.isfinite(value):
+        raise SignalsError(f"field {name!r} must be finite", group=group)
+    if name in _INT_FIELDS:
+        if value != int(value):
+            raise SignalsError(f"field {name!r} must be a whole number", group=group)
+        return int(value)
+    return float(value)
+
+
+def signals_from_dict(raw: Mapping[str, Any]) -> GroupSignals:
+    """Build GroupSignals from a JSON object; unknown or missing fields raise SignalsError."""
+    group = str(raw.get("group", "<unnamed>"))
+    unknown = sorted(set(raw) - set(_FIELDS))
+    if unknown:
+        raise SignalsError(
+            f"unknown field(s) {unknown}; known fields: {sorted(_FIELDS)}", group=group
+        )
+    missing = sorted(_REQUIRED - set(raw))
+    if missing:
+        raise SignalsError(f"missing required field(s) {missing}", group=group)
+    values = {name: _coerce(group, name, value) for name, value in raw.items()}
+    return GroupSignals(**values)
+
+
+def signals_to_dict(signals: GroupSignals) -> dict[str, Any]:
+    """JSON-ready form of a snapshot (inverse of `signals_from_dict`)."""
+    return dataclasses.asdict(signals)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A `scaler decide` input: the groups, the policy clock, and optional arrival history."""
+
+    signals: tuple[GroupSignals, ...]
+    now: float
+    state: ScalerState
+
+
+def _history(raw: Any, path: Path) -> ScalerState:
+    """`{"group": [[t, rps], ...]}` seeds the forecast, as if those earlier ticks had run."""
+    if not isinstance(raw, dict):
+        raise SignalsError(f"{path}: 'history' must map group names to [[t, rps], ...]")
+    groups = []
+    for group, samples in raw.items():
+        ok = isinstance(samples, list) and all(
+            isinstance(p, list)
+            and len(p) == 2
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in p)
+            for p in samples
+        )
+        if not ok:
+            raise SignalsError(f"{path}: history of {group!r} must be [[t, rps], ...]")
+        points = tuple(sorted((float(t), float(v)) for t, v in samples))
+        since = points[0][0] if points else None
+        groups.append(GroupState(group=group, arrival_samples=points, observed_since=since))
+    return ScalerState(groups=tuple(groups))
+
+
+def load_snapshot(path: Path) -> Snapshot:
+    """Read a snapshot: a group object, a list of them, or `{"now", "groups", "history"}`.
+
+    `now` defaults to the newest `collected_at`, so an old file is not stale by itself.
+    """
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise SignalsError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
+    except json.JSONDecodeError as exc:
+        raise SignalsError(f"{path} is not valid JSON: {exc}", path=str(path)) from exc
+    now: Any = None
+    state = ScalerState()
+    if isinstance(raw, dict) and "groups" in raw:
+        extra = sorted(set(raw) - {"groups", "now", "history", "comment"})
+        if extra:
+            raise SignalsError(f"{path}: unknown top-level field(s) {extra}")
+        now = raw.get("now")
+        if "history" in raw:
+            state = _history(raw["history"], path)
+        raw = raw["groups"]
+    items: Sequence[Any] = raw if isinstance(raw, list) else [raw]
+    if not items or not all(isinstance(item, dict) for item in items):
+        raise SignalsError(f"{path} must hold a group object or a non-empty list of them")
+    signals = tuple(signals_from_dict(item) for item in items)
+    if now is None:
+        now = max(s.collected_at for s in signals)
+    elif isinstance(now, bool) or not isinstance(now, int | float):
+        raise SignalsError(f"{path}: 'now' must be a number of seconds")
+    return Snapshot(signals=signals, now=float(now), state=state)
+
+
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(PolicyConfig)}
+
+
+def config_from_dict(raw: Mapping[str, Any]) -> PolicyConfig:
+    """Build PolicyConfig from a JSON object; unknown fields raise SignalsError."""
+    unknown = sorted(set(raw) - _CONFIG_FIELDS)
+    if unknown:
+        raise SignalsError(f"unknown config field(s) {unknown}; known: {sorted(_CONFIG_FIELDS)}")
+    try:
+        return PolicyConfig(**raw)
+    except TypeError as exc:
+        raise SignalsError(f"invalid policy config: {exc}") from exc
+
+
+def load_config(path: Path) -> PolicyConfig:
+    """Read a PolicyConfig JSON file."""
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise SignalsError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
+    except json.JSONDecodeError as exc:
+        raise SignalsError(f"{path} is not valid JSON: {exc}", path=str(path)) from exc
+    if not isinstance(raw, dict):
+        raise SignalsError(f"{path} must hold a JSON object")
+    return config_from_dict(raw)
