@@ -1,0 +1,206 @@
+"""The collector against a real broker: lag per partition equals the truth after batched produce."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+
+from infra.topics import TopicSpec, ensure_topics
+from scaler.collector import Collector, CollectorConfig, GroupTarget, TelemetryFeed
+from scaler.registry import Registry
+from schemas.telemetry import Heartbeat, InstanceRecord, WorkerLoad
+from schemas.topics import request_topic, worker_group
+from services.models.repository import ModelRepository
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+T0_MS = 1_700_000_000_000
+
+
+class Clock:
+    """A fake clock the test moves by hand."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def write_model(root: Path, name: str) -> ModelRepository:
+    (root / name).mkdir(parents=True)
+    (root / name / "model.yaml").write_text(
+        f"""
+name: {name}
+inputs: [{{name: x, dtype: float32, shape: [-1, 4]}}]
+outputs: [{{name: y, dtype: float32, shape: [-1, 2]}}]
+engine: {{kind: sim}}
+replicas: {{min: 1, max: 8, warm: 1}}
+slo: {{interactive: {{p99_e2e_ms: 450}}}}
+"""
+    )
+    return ModelRepository(root)
+
+
+async def produce_batch(
+    producer: AIOKafkaProducer, topic: str, partition: int, count: int, ts_ms: int
+) -> None:
+    """`count` records sent together so they leave in one record batch."""
+    futures = [
+        await producer.send(topic, b"r", partition=partition, timestamp_ms=ts_ms + i)
+        for i in range(count)
+    ]
+    await asyncio.gather(*futures)
+
+
+async def commit(bootstrap: str, group: str, offsets: dict[int, int], topic: str) -> None:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = {TopicPartition(topic, p): OffsetAndMetadata(o, "") for p, o in offsets.items()}
+        consumer.assign(list(tps))
+        await consumer.commit(tps)
+    finally:
+        await consumer.stop()
+
+
+@pytest.fixture
+async def producer(broker: str) -> AsyncIterator[AIOKafkaProducer]:
+    producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=50, enable_idempotence=False)
+    await producer.start()
+    yield producer
+    await producer.stop()
+
+
+async def test_lag_per_partition_equals_truth(
+    broker: str, unique: str, tmp_path: Path, producer: AIOKafkaProducer
+) -> None:
+    model = f"m{unique}"
+    topic, group = request_topic(model, "interactive"), worker_group(model, "interactive")
+    instances = f"t-instances-{unique}"
+    await ensure_topics(broker, [TopicSpec(topic, PARTITIONS), TopicSpec(instances, 1)])
+    models = write_model(tmp_path, model)
+
+    # Batches of several records: Tansu's end offset would be each last batch's base + 1.
+    await produce_batch(producer, topic, 0, 10, T0_MS)
+    await produce_batch(producer, topic, 0, 7, T0_MS + 100)
+    await produce_batch(producer, topic, 1, 25, T0_MS + 200)
+    await produce_batch(producer, topic, 2, 4, T0_MS + 300)
+    await commit(broker, group, {0: 12, 1: 25}, topic)
+    truth = {0: 17 - 12, 1: 0, 2: 4}
+
+    for state, at in (("loading", 1.0), ("ready", 6.0)):
+        record = InstanceRecord(
+            instance_id="w1",
+            model=model,
+            tiers=["interactive"],
+            group=group,
+            state=state,  # type: ignore[arg-type]
+            started_at=datetime.fromtimestamp(0, UTC),
+            updated_at=datetime.fromtimestamp(at, UTC),
+        )
+        await producer.send_and_wait(instances, record.model_dump_json().encode(), key=b"w1")
+
+    wall, mono = Clock(T0_MS / 1000 + 60.0), Clock(1000.0)
+    registry = Registry(broker, topic=instances, poll_timeout_ms=200)
+    telemetry = TelemetryFeed(broker, topic=f"t-telemetry-{unique}")
+    telemetry.observe(
+        Heartbeat(
+            instance_id="w1",
+            service="inferbus-worker",
+            model=model,
+            tiers=["interactive"],
+            at=datetime.fromtimestamp(wall.now - 1, UTC),
+            interval_s=5.0,
+            load=WorkerLoad(busy_fraction=0.5, samples_per_s=40.0, mean_batch_size=8.0),
+        )
+    )
+    collector = Collector(
+        broker,
+        [GroupTarget(model, "interactive")],
+        models,
+        registry=registry,
+        telemetry=telemetry,
+        config=CollectorConfig(stuck_after_collections=2, timeout_s=10.0),
+        clock=wall,
+        monotonic=mono,
+    )
+    await registry.start()
+    await collector.start()
+    try:
+        await asyncio.wait_for(registry.caught_up.wait(), timeout=10)
+        first = await collector.collect(group)
+        assert first.error is None
+        assert {p: lag.lag for p, lag in first.partitions.items()} == truth
+        assert first.partitions[2].branch == "no_commit_yet"
+        signals = first.signals
+        assert signals is not None
+        assert signals.lag == sum(truth.values())
+        assert signals.partitions == PARTITIONS
+        assert signals.slo_p99_e2e_ms == 450
+        assert (signals.min_replicas, signals.max_replicas, signals.warm_replicas) == (1, 8, 1)
+        # Oldest unconsumed: partition 0's offset 12, the third of its second batch (T0 + 102 ms).
+        assert signals.oldest_age_ms == pytest.approx(wall.now * 1000 - (T0_MS + 102))
+        assert signals.service_rps_per_replica == pytest.approx(80.0)
+        assert signals.achieved_batch_size == pytest.approx(8.0)
+        assert signals.utilization == pytest.approx(0.5)
+        assert (signals.replicas, signals.ready_replicas) == (1, 1)
+        assert signals.time_to_ready_s == pytest.approx(6.0)
+        assert signals.arrival_rps is None  # One sample: no rate yet.
+
+        # Ten seconds later: 30 more records arrived, 10 were served on partition 0.
+        await produce_batch(producer, topic, 1, 30, T0_MS + 400)
+        await commit(broker, group, {0: 17, 1: 25}, topic)
+        mono.now += 10.0
+        second = await collector.collect(group)
+        truth = {0: 0, 1: 30, 2: 4}
+        assert {p: lag.lag for p, lag in second.partitions.items()} == truth
+        assert second.signals is not None
+        assert second.signals.arrival_rps == pytest.approx(3.0)
+        assert second.signals.lag == 34
+
+        # Nothing moves for two more collections: partitions 1 and 2 are stuck.
+        mono.now += 5.0
+        await collector.collect(group)
+        mono.now += 5.0
+        third = await collector.collect(group)
+        assert {p for p, lag in third.partitions.items() if lag.branch == "stuck"} == {1, 2}
+        assert collector.failures() == {group: 0}
+    finally:
+        await collector.close()
+        await registry.close()
+
+
+async def test_failed_collection_is_counted_and_stale(
+    broker: str, unique: str, tmp_path: Path
+) -> None:
+    model = f"m{unique}"
+    group = worker_group(model, "batch")
+    collector = Collector(
+        broker,
+        [GroupTarget(model, "batch")],
+        write_model(tmp_path, model),
+        registry=Registry(broker, topic=f"t-instances-{unique}"),
+        telemetry=TelemetryFeed(broker),
+        config=CollectorConfig(timeout_s=5.0),
+    )
+    await collector.start()
+    try:
+        # The tier topic does not exist: every collection fails and is counted.
+        first = await collector.collect(group)
+        second = await collector.collect(group)
+        assert (first.failures, second.failures) == (1, 2)
+        assert second.signals is None
+        assert second.error is not None
+        assert collector.failures() == {group: 2}
+    finally:
+        await collector.close()
