@@ -30,6 +30,7 @@ from opentelemetry.trace import Link, SpanKind, Tracer
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
+from schemas.errors import InferbusError
 from tracing.attributes import STAGE
 from tracing.breakdown import default_breakdown
 from tracing.metrics import observe_stage
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 TRACER_NAME = "inferbus"
 
 
-class TracingConfigError(ValueError):
+class TracingConfigError(InferbusError):
     """An OTEL_* variable asks for something this process cannot do."""
 
 

@@ -1,0 +1,297 @@
+"""A small client for Jaeger v2's `/api/v3` query API, and request stage breakdowns."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import httpx
+
+from schemas.errors import InferbusError
+from tracing import attributes as attr
+from tracing.attributes import STAGES
+
+DEFAULT_JAEGER_URL = "http://localhost:16686"
+DEFAULT_SERVICE = "inferbus-worker"
+"""Every request that reached a worker has spans there carrying its request id."""
+_ENGINE_STAGES = ("preprocess", "infer", "postprocess")
+
+
+class JaegerUnavailableError(InferbusError):
+    """Jaeger could not be reached or answered with an error."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__("Jaeger unavailable", url=url, reason=reason)
+        self.url = url
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    """One span from an OTLP JSON answer, flattened."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    service: str
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+    links: tuple[tuple[str, str], ...] = ()
+    error: bool = False
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Where one request's time went, per stage in ms."""
+
+    request_id: str
+    source: Literal["jaeger", "result"]
+    stages_ms: Mapping[str, float]
+    e2e_ms: float | None
+    trace_id: str | None = None
+    services: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+
+def _hex_id(raw: str | None) -> str | None:
+    """Jaeger answers with hex ids; OTLP's canonical proto-JSON uses base64: accept both."""
+    if not raw:
+        return None
+    if all(c in "0123456789abcdefABCDEF" for c in raw) and len(raw) in (16, 32):
+        return raw.lower()
+    try:
+        return base64.b64decode(raw, validate=True).hex()
+    except (binascii.Error, ValueError):
+        return raw
+
+
+def _value(value: Mapping[str, Any]) -> Any:
+    for key in ("stringValue", "boolValue", "doubleValue"):
+        if key in value:
+            return value[key]
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "arrayValue" in value:
+        return [_value(v) for v in value["arrayValue"].get("values", [])]
+    return None
+
+
+def _attributes(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    return {item["key"]: _value(item.get("value", {})) for item in items}
+
+
+def parse_otlp(payload: Mapping[str, Any]) -> list[SpanRecord]:
+    """Spans of an `/api/v3/traces` answer (`{"result": {"resourceSpans": [...]}}`)."""
+    result = payload.get("result", payload)
+    spans: list[SpanRecord] = []
+    for resource_spans in result.get("resourceSpans", []):
+        resource = _attributes(resource_spans.get("resource", {}).get("attributes", []))
+        service = str(resource.get("service.name", "?"))
+        for scope_spans in resource_spans.get("scopeSpans", []):
+            for raw in scope_spans.get("spans", []):
+                status = raw.get("status", {}).get("code")
+                spans.append(
+                    SpanRecord(
+                        trace_id=_hex_id(raw["traceId"]) or "",
+                        span_id=_hex_id(raw["spanId"]) or "",
+                        parent_span_id=_hex_id(raw.get("parentSpanId")),
+                        name=raw.get("name", ""),
+                        service=service,
+                        start_ns=int(raw["startTimeUnixNano"]),
+                        end_ns=int(raw["endTimeUnixNano"]),
+                        attributes=_attributes(raw.get("attributes", [])),
+                        links=tuple(
+                            (_hex_id(link["traceId"]) or "", _hex_id(link["spanId"]) or "")
+                            for link in raw.get("links", [])
+                        ),
+                        error=status in (2, "STATUS_CODE_ERROR"),
+                    )
+                )
+    return spans
+
+
+def _by_trace(spans: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
+    traces: dict[str, list[SpanRecord]] = {}
+    for span in spans:
+        traces.setdefault(span.trace_id, []).append(span)
+    return traces
+
+
+def breakdown_from_spans(
+    request_id: str, spans: Sequence[SpanRecord], batch_spans: Sequence[SpanRecord] = ()
+) -> Breakdown:
+    """Stage times from one request's trace, plus its batch's engine spans (another trace)."""
+    stages: dict[str, float] = {}
+    for span in [*spans, *batch_spans]:
+        stage = span.attributes.get(attr.STAGE)
+        if isinstance(stage, str):
+            stages[stage] = stages.get(stage, 0.0) + span.duration_ms
+    e2e = None
+    if spans:
+        e2e = (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e6
+    notes: list[str] = []
+    if spans and not any(stage in stages for stage in _ENGINE_STAGES):
+        notes.append("no engine spans found for this request's batch")
+    return Breakdown(
+        request_id=request_id,
+        source="jaeger",
+        stages_ms={s: stages[s] for s in STAGES if s in stages},
+        e2e_ms=stages.get("e2e", e2e),
+        trace_id=spans[0].trace_id if spans else None,
+        services=tuple(sorted({s.service for s in spans})),
+        notes=tuple(notes),
+    )
+
+
+def breakdown_from_timings(
+    request_id: str, timings: Mapping[str, float | None], *, note: str | None = None
+) -> Breakdown:
+    """Stage times from a result's `timings` (`queue_ms` or `queue` keys), when Jaeger can't."""
+    stages: dict[str, float] = {}
+    for stage in STAGES:
+        value = timings.get(f"{stage}_ms", timings.get(stage))
+        if value is not None:
+            stages[stage] = float(value)
+    return Breakdown(
+        request_id=request_id,
+        source="result",
+        stages_ms=stages,
+        e2e_ms=stages.get("e2e"),
+        notes=(note,) if note else (),
+    )
+
+
+class JaegerClient:
+    """Synchronous (CLI) client of `/api/v3/traces`."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_JAEGER_URL,
+        *,
+        timeout_s: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> JaegerClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _get(self, path: str, params: Mapping[str, str] | None = None) -> list[SpanRecord]:
+        try:
+            response = self._http.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise JaegerUnavailableError(self.base_url, type(exc).__name__) from exc
+        if response.status_code == 404:
+            # Jaeger answers 404 when a search or id matches nothing.
+            return []
+        if response.is_error:
+            raise JaegerUnavailableError(self.base_url, f"HTTP {response.status_code}")
+        try:
+            return parse_otlp(response.json())
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JaegerUnavailableError(self.base_url, f"unreadable answer ({exc})") from exc
+
+    def find_spans(
+        self,
+        *,
+        service: str = DEFAULT_SERVICE,
+        attributes: Mapping[str, str] | None = None,
+        lookback_s: float = 3600.0,
+        limit: int = 20,
+        now: datetime | None = None,
+    ) -> list[SpanRecord]:
+        """Spans of up to `limit` traces with a `service` span matching `attributes`."""
+        end = now or datetime.now(UTC)
+        params = {
+            "query.service_name": service,
+            "query.start_time_min": (end - timedelta(seconds=lookback_s)).isoformat(),
+            "query.start_time_max": end.isoformat(),
+            "query.search_depth": str(limit),
+        }
+        if attributes:
+            params["query.attributes"] = _json_map(attributes)
+        return self._get("/api/v3/traces", params)
+
+    def get_trace(self, trace_id: str) -> list[SpanRecord]:
+        """Every span of one trace."""
+        return self._get(f"/api/v3/traces/{trace_id}")
+
+    def request_breakdown(
+        self, request_id: str, *, service: str = DEFAULT_SERVICE, lookback_s: float = 3600.0
+    ) -> Breakdown | None:
+        """The request's stages, following its batch id to the engine spans; None if unknown."""
+        found = self.find_spans(
+            service=service, attributes={attr.REQUEST_ID: request_id}, lookback_s=lookback_s
+        )
+        if not found:
+            return None
+        # The request's own trace is the one whose spans carry its id.
+        trace_ids = [s.trace_id for s in found if s.attributes.get(attr.REQUEST_ID) == request_id]
+        trace_id = trace_ids[0] if trace_ids else found[0].trace_id
+        spans = _by_trace(found)[trace_id]
+        return breakdown_from_spans(
+            request_id, spans, self._batch_spans(spans, service=service, lookback_s=lookback_s)
+        )
+
+    def _batch_spans(
+        self, spans: Sequence[SpanRecord], *, service: str, lookback_s: float
+    ) -> list[SpanRecord]:
+        stages = {s.attributes.get(attr.STAGE) for s in spans}
+        if any(stage in stages for stage in _ENGINE_STAGES):
+            return []
+        batch_ids = {s.attributes.get(attr.BATCH_ID) for s in spans} - {None}
+        if not batch_ids:
+            return []
+        batch_id = str(sorted(map(str, batch_ids))[0])
+        found = self.find_spans(
+            service=service, attributes={attr.BATCH_ID: batch_id}, lookback_s=lookback_s
+        )
+        return [
+            s
+            for s in found
+            if s.attributes.get(attr.BATCH_ID) == batch_id
+            and s.attributes.get(attr.STAGE) in _ENGINE_STAGES
+        ]
+
+    def slowest(
+        self,
+        n: int,
+        *,
+        service: str = DEFAULT_SERVICE,
+        lookback_s: float = 3600.0,
+        depth: int = 200,
+    ) -> list[Breakdown]:
+        """The `n` slowest request traces among the last `depth` that reached `service`."""
+        traces = _by_trace(self.find_spans(service=service, lookback_s=lookback_s, limit=depth))
+        breakdowns: list[Breakdown] = []
+        for spans in traces.values():
+            ids = [s.attributes.get(attr.REQUEST_ID) for s in spans]
+            request_id = next((str(i) for i in ids if i), None)
+            if request_id is None:
+                continue
+            breakdowns.append(breakdown_from_spans(request_id, spans))
+        breakdowns.sort(key=lambda b: b.e2e_ms or 0.0, reverse=True)
+        return breakdowns[:n]
+
+
+def _json_map(values: Mapping[str, str]) -> str:
+    import json
+
+    return json.dumps(dict(values), separators=(",", ":"))
