@@ -123,12 +123,49 @@ class EngineConfig(_Frozen):
     kind: Literal["onnxruntime", "tensorrt", "sim"] = "onnxruntime"
     providers: list[Provider] = Field(default_factory=_default_providers)
     fp16: bool = False
-    engine_cache_dir: str = ".inferbus/trt-cache"
-    intra_op_num_threads: int = Field(default=1, ge=0)
+    engine_cache_dir: str = Field(
+        default=".inferbus/trt-cache",
+        description="TensorRT engine cache; a relative path is taken from the working directory.",
+    )
+    intra_op_num_threads: int = Field(default=1, ge=0, description="0 lets ONNX Runtime choose.")
     profile_min: dict[str, list[int]] = Field(default_factory=dict)
     profile_opt: dict[str, list[int]] = Field(default_factory=dict)
     profile_max: dict[str, list[int]] = Field(default_factory=dict)
     sim: SimConfig = Field(default_factory=SimConfig)
+    device_id: int = Field(default=0, ge=0, description="CUDA device for the GPU providers.")
+    workspace_mb: int | None = Field(
+        default=None, gt=0, description="TensorRT builder workspace limit; null keeps its default."
+    )
+    provider_options: dict[Provider, dict[str, str | int | float | bool]] = Field(
+        default_factory=dict,
+        description="Raw ONNX Runtime provider options, applied over the ones derived here.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EngineConfig:
+        if not self.providers:
+            raise ValueError("engine.providers needs at least one of tensorrt, cuda, cpu")
+        if len(set(self.providers)) != len(self.providers):
+            raise ValueError(f"engine.providers repeat: {self.providers}")
+        for which in ("profile_min", "profile_opt", "profile_max"):
+            for name, shape in getattr(self, which).items():
+                if not shape or any(dim < 1 for dim in shape):
+                    raise ValueError(f"engine.{which}[{name!r}] must be positive dims, got {shape}")
+        for name in set(self.profile_min) | set(self.profile_opt) | set(self.profile_max):
+            given = [
+                p[name] for p in (self.profile_min, self.profile_opt, self.profile_max) if name in p
+            ]
+            if len(given) != 3:
+                raise ValueError(f"engine profile for {name!r} needs all of min, opt and max")
+            low, mid, high = given
+            if len({len(low), len(mid), len(high)}) != 1 or not all(
+                a <= b <= c for a, b, c in zip(low, mid, high, strict=True)
+            ):
+                raise ValueError(
+                    f"engine profile for {name!r}: need min <= opt <= max per axis, "
+                    f"got {low} / {mid} / {high}"
+                )
+        return self
 
 
 class WarmupConfig(_Frozen):
@@ -168,6 +205,24 @@ class ModelConfig(_Frozen):
             raise ValueError(f"batching.sequence_input {seq!r} is not one of the inputs {names}")
         if self.tokenizer is not None and self.tokenizer.input_ids not in names:
             raise ValueError(f"tokenizer.input_ids {self.tokenizer.input_ids!r} is not an input")
+        if self.tokenizer is not None:
+            for field in ("attention_mask", "token_type_ids"):
+                wanted = getattr(self.tokenizer, field)
+                if wanted is not None and wanted not in names:
+                    raise ValueError(
+                        f"tokenizer.{field} {wanted!r} is not an input (set it to null if the "
+                        "model takes none)"
+                    )
+        for which in ("profile_min", "profile_opt", "profile_max"):
+            for name, shape in getattr(self.engine, which).items():
+                spec = self.input(name)
+                if spec is None:
+                    raise ValueError(f"engine.{which} names {name!r}, which is not an input")
+                if len(shape) != len(spec.shape):
+                    raise ValueError(
+                        f"engine.{which}[{name!r}] has {len(shape)} dims; the input has "
+                        f"{len(spec.shape)}"
+                    )
         return self
 
     def input(self, name: str) -> TensorSpec | None:

@@ -1,0 +1,51 @@
+"""The cheap checks every engine makes on a batch: names, dtypes, ranks, one batch size."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from schemas.errors import InvalidInput
+from schemas.tensors import DTYPES
+from services.models.config import ModelConfig
+from services.worker.engines.base import Arrays
+
+
+def check_inputs(config: ModelConfig, inputs: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
+    """The declared inputs as contiguous arrays, or InvalidInput naming what does not fit."""
+    unknown = sorted(set(inputs) - {spec.name for spec in config.inputs})
+    if unknown:
+        raise InvalidInput(
+            f"unknown input(s) {unknown} for model {config.name!r}", model=config.name
+        )
+    feed: Arrays = {}
+    batch: int | None = None
+    for spec in config.inputs:
+        array = inputs.get(spec.name)
+        if array is None:
+            raise InvalidInput(f"missing input {spec.name!r}", model=config.name, input=spec.name)
+        if array.dtype != DTYPES[spec.dtype]:
+            raise InvalidInput(
+                f"input {spec.name!r} must be {spec.dtype}, got {array.dtype}",
+                model=config.name,
+                input=spec.name,
+            )
+        if not spec.matches_shape(list(array.shape)):
+            raise InvalidInput(
+                f"input {spec.name!r} has shape {list(array.shape)}; the model takes {spec.shape}",
+                model=config.name,
+                input=spec.name,
+            )
+        if batch is None:
+            batch = int(array.shape[0])
+        elif array.shape[0] != batch:
+            raise InvalidInput(
+                f"inputs disagree on the batch size: {batch} vs {array.shape[0]} ({spec.name!r})",
+                model=config.name,
+            )
+        feed[spec.name] = np.ascontiguousarray(array)
+    if not batch:
+        raise InvalidInput("empty batch", model=config.name)
+    return feed

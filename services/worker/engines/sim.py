@@ -1,0 +1,101 @@
+"""Simulated engine: sleeps a calibrated a + b·units instead of computing; always labelled."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from schemas.errors import EngineError
+from schemas.tensors import DTYPES
+from services.models.config import ModelConfig, SimConfig
+from services.models.repository import ModelVersion
+from services.worker.engines.base import Arrays, Engine, EngineInfo
+from services.worker.engines.inputs import check_inputs
+
+SIM_INFO = EngineInfo(backend="sim", provider="sim", simulated=True)
+
+
+def sequence_input_name(config: ModelConfig) -> str | None:
+    """The input whose axis 1 counts tokens: `batching.sequence_input`, else a tokenizer's ids."""
+    if config.batching.sequence_input is not None:
+        return config.batching.sequence_input
+    return config.tokenizer.input_ids if config.tokenizer is not None else None
+
+
+def work_units(config: ModelConfig, inputs: Mapping[str, np.ndarray[Any, Any]]) -> int:
+    """Units the latency model charges: samples, or padded tokens (batch x sequence length).
+
+    Padded, not real, tokens: an engine computes over the padding too, and calibration
+    measures padded shapes.
+    """
+    first = inputs[config.inputs[0].name]
+    batch = int(first.shape[0])
+    if config.engine.sim.per == "sample":
+        return batch
+    name = sequence_input_name(config)
+    array = inputs[name] if name is not None else first
+    length = int(array.shape[1]) if array.ndim > 1 else 1
+    return batch * length
+
+
+def latency_ms(sim: SimConfig, units: int) -> float:
+    """The modelled time of one batch."""
+    return sim.a_ms + sim.b_ms * units
+
+
+class SimEngine(Engine):
+    """Outputs of the declared shapes and dtypes, a pure function of each sample's inputs.
+
+    Each sample's outputs are filled with one value derived from the sum of its first input,
+    so a result does not depend on which batch it rode in (zero padding leaves it unchanged).
+    Dynamic non-batch output dimensions take the size of the same axis of the first input.
+    """
+
+    def __init__(self, model: ModelVersion, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__(model)
+        self._sleep = sleep
+        self._loaded = False
+
+    @property
+    def info(self) -> EngineInfo:
+        return SIM_INFO
+
+    def load(self) -> None:
+        self._loaded = True
+
+    def infer(self, inputs: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
+        if not self._loaded:
+            raise EngineError("engine is not loaded", model=self.model.name)
+        started = time.perf_counter()
+        config = self.model.config
+        feed = check_inputs(config, inputs)
+        first = feed[config.inputs[0].name]
+        batch = first.shape[0]
+        seeds = first.reshape(batch, -1).astype(np.float64).sum(axis=1)
+        outputs: Arrays = {}
+        for spec in config.outputs:
+            shape = [batch] + [
+                (first.shape[axis] if axis < first.ndim else 1) if dim == -1 else dim
+                for axis, dim in enumerate(spec.shape[1:], start=1)
+            ]
+            dtype = DTYPES[spec.dtype]
+            if dtype.kind == "f":
+                values = (np.mod(seeds, 997.0) / 997.0).astype(dtype)
+            elif dtype.kind == "b":
+                values = np.mod(seeds, 2.0) == 1.0
+            else:
+                values = np.mod(seeds, 97.0).astype(dtype)
+            outputs[spec.name] = np.broadcast_to(
+                values.reshape([batch] + [1] * (len(shape) - 1)), shape
+            ).copy()
+        remaining_s = latency_ms(config.engine.sim, work_units(config, feed)) / 1000
+        remaining_s -= time.perf_counter() - started
+        if remaining_s > 0:
+            self._sleep(remaining_s)
+        return outputs
+
+    def unload(self) -> None:
+        self._loaded = False
