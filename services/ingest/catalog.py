@@ -1,0 +1,151 @@
+"""Ingest's view of models (cached repository reads) and tier queue depths (lag)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import defaultdict
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from infra.kafka import make_consumer
+from schemas.topics import TIERS, parse_request_topic, request_topic, worker_group
+from services.models.config import ModelConfig
+from services.models.repository import ModelRepository
+
+log = logging.getLogger(__name__)
+
+
+class CachedModelCatalog:
+    """Model configs read from disk at most every `refresh_s`; errors are re-raised each time."""
+
+    def __init__(self, repository: ModelRepository, *, refresh_s: float, depths: QueueDepths) -> None:
+        self.repository = repository
+        self.refresh_s = refresh_s
+        self.depths = depths
+        self._configs: dict[str, tuple[float, ModelConfig | Exception]] = {}
+        self._versions: dict[str, tuple[float, list[str]]] = {}
+
+    def config(self, name: str) -> ModelConfig:
+        now = time.monotonic()
+        cached = self._configs.get(name)
+        if cached is None or now - cached[0] > self.refresh_s:
+            try:
+                entry: ModelConfig | Exception = self.repository.config(name)
+            except Exception as exc:  # cached and re-raised below for every request
+                entry = exc
+            cached = (now, entry)
+            self._configs[name] = cached
+        if isinstance(cached[1], Exception):
+            raise cached[1]
+        return cached[1]
+
+    def has_version(self, name: str, version: str) -> bool:
+        now = time.monotonic()
+        cached = self._versions.get(name)
+        if cached is None or now - cached[0] > self.refresh_s:
+            cached = (now, self.repository.versions(name))
+            self._versions[name] = cached
+        return version in cached[1]
+
+    def queue_depth(self, topic: str) -> int | None:
+        return self.depths.depth(topic)
+
+
+class QueueDepths:
+    """Lag of each tier topic's worker group: end offset − committed offset, per partition.
+
+    End offsets come from ingest's own produce acks (exact on any broker), and from
+    ListOffsets for partitions ingest has not written since it started.
+    """
+
+    def __init__(self, bootstrap: str, *, refresh_ms: int) -> None:
+        self.bootstrap = bootstrap
+        self.refresh_s = refresh_ms / 1000
+        self._acked_end: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._listed_end: dict[TopicPartition, int] = {}
+        self._consumers: dict[str, AIOKafkaConsumer] = {}
+        self._topics: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def watch_models(self, models: list[str]) -> None:
+        """Track the tier topics of these models."""
+        self._topics.update(request_topic(m, t) for m in models for t in TIERS)
+
+    def observe_ack(self, topic: str, partition: int, offset: int) -> None:
+        """Record a produce ack: the partition's end is at least offset + 1."""
+        tp = TopicPartition(topic, partition)
+        if offset + 1 > self._acked_end.get(tp, 0):
+            self._acked_end[tp] = offset + 1
+
+    def depth(self, topic: str) -> int | None:
+        self._topics.add(topic)
+        parts = [tp for tp in self._committed.keys() | self._acked_end.keys() if tp.topic == topic]
+        if not parts and not any(tp.topic == topic for tp in self._listed_end):
+            return None
+        total = 0
+        for tp in {*parts, *(tp for tp in self._listed_end if tp.topic == topic)}:
+            end = max(self._acked_end.get(tp, 0), self._listed_end.get(tp, 0))
+            total += max(end - self._committed.get(tp, 0), 0)
+        return total
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="queue-depths")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for consumer in self._consumers.values():
+            await consumer.stop()
+        self._consumers.clear()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the next refresh retries; depths keep their last value
+                log.warning("event=queue_depth_refresh_failed error=%r", exc)
+            await asyncio.sleep(self.refresh_s)
+
+    async def refresh(self) -> None:
+        """Re-read committed offsets (and listed ends) of every watched tier topic."""
+        by_group: dict[str, list[str]] = defaultdict(list)
+        for topic in sorted(self._topics):
+            parsed = parse_request_topic(topic)
+            if parsed is not None:
+                by_group[worker_group(*parsed)].append(topic)
+        for group, topics in by_group.items():
+            consumer = await self._consumer(group)
+            for topic in topics:
+                partitions = consumer.partitions_for_topic(topic)
+                if partitions is None:
+                    await consumer.topics()
+                    partitions = consumer.partitions_for_topic(topic) or set()
+                tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+                if not tps:
+                    continue
+                ends = await consumer.end_offsets(tps)
+                self._listed_end.update(ends)
+                for tp in tps:
+                    committed = await consumer.committed(tp)
+                    self._committed[tp] = committed if committed is not None else 0
+
+    async def _consumer(self, group: str) -> AIOKafkaConsumer:
+        consumer = self._consumers.get(group)
+        if consumer is None:
+            # Never subscribes: it only reads the group's committed offsets.
+            consumer = make_consumer(
+                bootstrap=self.bootstrap, group_id=group, client_id="inferbus-ingest-lag"
+            )
+            await consumer.start()
+            self._consumers[group] = consumer
+        return consumer

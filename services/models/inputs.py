@@ -1,0 +1,108 @@
+"""Check a request's inputs against the model's declared inputs and decode them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from schemas.errors import InvalidInput
+from schemas.request import InferenceRequest
+from schemas.tensors import Tensor, TensorDecodeError, TextInput
+from services.models.config import ModelConfig
+
+Arrays = dict[str, np.ndarray[Any, Any]]
+
+
+def _fail(message: str, **context: Any) -> InvalidInput:
+    return InvalidInput(message, **context)
+
+
+def tensor_nbytes(tensor: Tensor) -> int:
+    """Bytes the decoded tensor will take, from its declared dtype and shape."""
+    from schemas.tensors import DTYPES
+
+    count = 1
+    for dim in tensor.shape:
+        count *= dim
+    return count * DTYPES[tensor.dtype].itemsize
+
+
+def validate_inputs(
+    request: InferenceRequest, config: ModelConfig, *, max_tensor_bytes: int, max_samples: int
+) -> tuple[Arrays, list[str] | None, int]:
+    """Decode and check every input; returns (arrays, texts or None, samples).
+
+    Raises InvalidInput with a message naming the input and the rule it breaks.
+    """
+    texts: list[str] | None = None
+    arrays: Arrays = {}
+    samples: int | None = None
+    text_inputs = {k: v for k, v in request.inputs.items() if isinstance(v, TextInput)}
+    tensor_inputs = {k: v for k, v in request.inputs.items() if isinstance(v, Tensor)}
+
+    if text_inputs:
+        if config.tokenizer is None:
+            raise _fail(
+                f"model {config.name!r} has no tokenizer; send tensors "
+                f"{[s.name for s in config.inputs]} instead of text",
+                inputs=",".join(text_inputs),
+            )
+        if len(text_inputs) > 1 or tensor_inputs:
+            raise _fail("send one text input, or tensors, not both", inputs=",".join(request.inputs))
+        texts = next(iter(text_inputs.values())).texts()
+        if not texts:
+            raise _fail("text input holds no strings (empty batch)")
+        if any(not isinstance(t, str) or not t for t in texts):
+            raise _fail("every text sample must be a non-empty string")
+        samples = len(texts)
+    else:
+        declared = {spec.name for spec in config.inputs}
+        unknown = sorted(set(tensor_inputs) - declared)
+        if unknown:
+            raise _fail(
+                f"unknown input(s) {unknown}; model {config.name!r} takes {sorted(declared)}",
+                model=config.name,
+            )
+        missing = sorted(declared - set(tensor_inputs))
+        if missing:
+            raise _fail(f"missing input(s) {missing} for model {config.name!r}", model=config.name)
+        for spec in config.inputs:
+            tensor = tensor_inputs[spec.name]
+            if tensor.dtype != spec.dtype:
+                raise _fail(
+                    f"input {spec.name!r} must be {spec.dtype}, got {tensor.dtype}",
+                    input=spec.name,
+                )
+            if not spec.matches_shape(tensor.shape):
+                raise _fail(
+                    f"input {spec.name!r} has shape {tensor.shape}; the model takes "
+                    f"{spec.shape} (-1 = any)",
+                    input=spec.name,
+                )
+            if tensor.shape[0] < 1:
+                raise _fail(f"input {spec.name!r} has an empty batch dimension", input=spec.name)
+            if tensor_nbytes(tensor) > max_tensor_bytes:
+                raise _fail(
+                    f"input {spec.name!r} is {tensor_nbytes(tensor)} bytes; the limit is "
+                    f"{max_tensor_bytes}",
+                    input=spec.name,
+                )
+            try:
+                array = tensor.to_numpy()
+            except TensorDecodeError as exc:
+                raise _fail(f"input {spec.name!r}: {exc}", input=spec.name) from exc
+            if array.dtype.kind == "f" and not spec.allow_nan and not np.isfinite(array).all():
+                raise _fail(f"input {spec.name!r} holds NaN or infinity", input=spec.name)
+            if samples is None:
+                samples = int(array.shape[0])
+            elif array.shape[0] != samples:
+                raise _fail(
+                    f"inputs disagree on the batch dimension ({samples} vs {array.shape[0]})",
+                    input=spec.name,
+                )
+            arrays[spec.name] = array
+    assert samples is not None
+    if samples > max_samples:
+        raise _fail(f"request holds {samples} samples; the limit is {max_samples}")
+    return arrays, texts, samples

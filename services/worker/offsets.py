@@ -1,0 +1,68 @@
+"""Which offsets are safe to commit: the contiguous prefix of answered records per partition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PartitionOffsets:
+    """Outstanding and answered offsets of one partition."""
+
+    outstanding: set[int] = field(default_factory=set)
+    highest_done: int = -1
+    committed: int | None = None
+
+
+class OffsetTracker:
+    """Tracks records from poll to answer; commits never pass an unanswered record.
+
+    Records are answered out of order (buckets, priorities, retries), so the committable
+    offset of a partition is its smallest outstanding offset, or one past the highest
+    answered when nothing is outstanding.
+    """
+
+    def __init__(self) -> None:
+        self._partitions: dict[tuple[str, int], PartitionOffsets] = {}
+
+    def polled(self, topic: str, partition: int, offset: int) -> None:
+        """A record was taken in hand."""
+        self._partitions.setdefault((topic, partition), PartitionOffsets()).outstanding.add(offset)
+
+    def answered(self, topic: str, partition: int, offset: int) -> None:
+        """A record's result is acked by the broker."""
+        state = self._partitions.setdefault((topic, partition), PartitionOffsets())
+        state.outstanding.discard(offset)
+        state.highest_done = max(state.highest_done, offset)
+
+    def in_flight(self, topic: str, partition: int) -> int:
+        """Records of a partition taken but not yet answered."""
+        state = self._partitions.get((topic, partition))
+        return len(state.outstanding) if state else 0
+
+    def total_in_flight(self) -> int:
+        return sum(len(state.outstanding) for state in self._partitions.values())
+
+    def committable(self) -> dict[tuple[str, int], int]:
+        """Offsets to commit now (the next offset to read), only those that moved forward."""
+        out: dict[tuple[str, int], int] = {}
+        for key, state in self._partitions.items():
+            if state.outstanding:
+                candidate = min(state.outstanding)
+            elif state.highest_done >= 0:
+                candidate = state.highest_done + 1
+            else:
+                continue
+            if state.committed is None or candidate > state.committed:
+                out[key] = candidate
+        return out
+
+    def mark_committed(self, offsets: dict[tuple[str, int], int]) -> None:
+        """Record a successful commit."""
+        for key, offset in offsets.items():
+            state = self._partitions.setdefault(key, PartitionOffsets())
+            state.committed = max(state.committed or 0, offset)
+
+    def forget(self, topic: str, partition: int) -> None:
+        """The partition was revoked; another consumer owns it now."""
+        self._partitions.pop((topic, partition), None)

@@ -1,0 +1,43 @@
+"""Worker settings (env prefix `INFERBUS_WORKER_`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.topics import Tier
+
+
+class WorkerSettings(BaseSettings):
+    """One worker process: one engine session, one consumer per served tier."""
+
+    model_config = SettingsConfigDict(env_prefix="INFERBUS_WORKER_", extra="ignore")
+
+    model: str = "demo-mlp"
+    """Model to serve."""
+    tiers: list[Tier] = Field(default_factory=lambda: ["interactive"])
+    """Tiers served, strict priority critical > interactive > batch."""
+    model_version: str | None = None
+    """Pin a version; default: the latest complete one, hot-reloaded when a newer appears."""
+    models_dir: Path = Path("models")
+    """The model repository."""
+    instance_id: str | None = None
+    """Stable id in the registry and telemetry; default: worker-<model>-<host>-<pid>."""
+    max_in_hand: int = Field(default=256, gt=0)
+    """Requests polled but not answered before polling pauses (backpressure)."""
+    poll_max_records: int = Field(default=128, gt=0)
+    """Most records per poll."""
+    starvation_ms: float = Field(default=1000.0, gt=0)
+    """A lower tier waits at most this long behind higher ones, milliseconds."""
+    max_publishes_in_flight: int = Field(default=4, gt=0)
+    """Batches whose results are being published while the engine runs the next."""
+    heartbeat_interval_s: float = Field(default=2.0, gt=0)
+    """Telemetry heartbeat period, seconds."""
+    reload_check_s: float = Field(default=2.0, gt=0)
+    """How often the repository is checked for a newer version, seconds (0 = never)."""
+    drain_timeout_s: float = Field(default=30.0, gt=0)
+    """On SIGTERM, how long to finish in-hand work before leaving, seconds."""
+    metrics_port: int = 0
+    """Prometheus /metrics port; 0 turns it off."""

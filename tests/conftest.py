@@ -1,0 +1,53 @@
+"""Shared fixtures: a real broker for integration tests (Tansu here, Kafka where Docker runs)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.broker import EmbeddedBroker
+
+
+def _docker_available() -> bool:
+    if os.environ.get("INFERBUS_TEST_BROKER", "") == "tansu" or shutil.which("docker") is None:
+        return False
+    try:
+        result = subprocess.run(["docker", "info"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[str]:
+    """A real Kafka-compatible broker for the whole session; yields `host:port`."""
+    if _docker_available():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer().with_kraft() as kafka:
+            yield kafka.get_bootstrap_server()
+        return
+    with EmbeddedBroker(port=0) as embedded:
+        yield embedded.bootstrap
+
+
+@pytest.fixture
+def unique() -> str:
+    """A fresh suffix so every test gets its own topics and groups."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="session")
+def demo_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The deterministic demo models written once for the session."""
+    from services.models.demo import write_demo_models
+
+    root = tmp_path_factory.mktemp("models")
+    write_demo_models(root, seed=0)
+    return root
