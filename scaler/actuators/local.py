@@ -1,0 +1,226 @@
+"""The embedded actuator: worker groups as child processes of the scaler, drained on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from scaler.actuators.base import Actuator, ActuatorError, parse_group
+
+log = logging.getLogger(__name__)
+
+DEFAULT_COMMAND: tuple[str, ...] = ("inferbus", "worker")
+
+
+def _die_with_parent() -> None:
+    """In the child: Linux sends SIGTERM (a drain) when the scaler dies, so no orphan stays."""
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+@dataclass
+class _Child:
+    process: asyncio.subprocess.Process
+    started_at: float
+    log_file: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def running(self) -> bool:
+        return self.process.returncode is None
+
+
+@dataclass
+class _Group:
+    children: list[_Child] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the child's whole process group (it leads its own session)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
+class LocalActuator(Actuator):
+    """Starts `<command> --model M --tier T --bootstrap B --models DIR` per replica.
+
+    Scale-down sends SIGTERM to the newest workers and waits for them to drain; a second
+    SIGTERM after `grace_s`, SIGKILL after `kill_after_s` more. Every child leads its own
+    process group, gets SIGTERM if the scaler dies, and is killed at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        models_dir: Path,
+        *,
+        command: Sequence[str] = DEFAULT_COMMAND,
+        env: Mapping[str, str] | None = None,
+        log_dir: Path | None = None,
+        grace_s: float = 30.0,
+        kill_after_s: float = 5.0,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._models_dir = Path(models_dir)
+        self._command = list(command)
+        self._env = {**os.environ, **env} if env is not None else None
+        self._log_dir = log_dir
+        self._grace_s = grace_s
+        self._kill_after_s = kill_after_s
+        self._groups: dict[str, _Group] = {}
+        self._closed = False
+        atexit.register(self._kill_all_now)
+
+    def argv(self, group: str) -> list[str]:
+        """The command line of one worker of `group`."""
+        model, tier = parse_group(group)
+        return [
+            *self._command,
+            "--model",
+            model,
+            "--tier",
+            tier,
+            "--bootstrap",
+            self._bootstrap,
+            "--models",
+            str(self._models_dir),
+        ]
+
+    def pids(self, group: str) -> list[int]:
+        """Running workers of a group, oldest first."""
+        return [c.pid for c in self._reap(group)]
+
+    async def current(self, group: str) -> int:
+        return len(self._reap(group))
+
+    async def scale(self, group: str, replicas: int, reason: str) -> None:
+        if self._closed:
+            raise ActuatorError("local actuator is closed", group=group)
+        if replicas < 0:
+            raise ActuatorError("replicas must be >= 0", group=group, replicas=replicas)
+        state = self._groups.setdefault(group, _Group())
+        async with state.lock:
+            running = self._reap(group)
+            if replicas > len(running):
+                for _ in range(replicas - len(running)):
+                    state.children.append(await self._spawn(group))
+            elif replicas < len(running):
+                # Newest first: the oldest workers are warm and hold their partitions longest.
+                victims = running[replicas:][::-1]
+                state.children = [c for c in state.children if c not in victims]
+                await asyncio.gather(*(self._stop(group, c) for c in victims))
+            log.info(
+                "event=local_scaled group=%s from=%d to=%d reason=%r",
+                group,
+                len(running),
+                replicas,
+                reason,
+            )
+
+    async def _spawn(self, group: str) -> _Child:
+        log_file: IO[bytes] | None = None
+        if self._log_dir is not None:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%S")
+            log_file = (self._log_dir / f"{group}.{stamp}.{len(self._reap(group))}.log").open("ab")
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.argv(group),
+                env=self._env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT if log_file else None,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # Only prctl in the child: no locks taken.
+            )
+        except OSError as exc:
+            if log_file is not None:
+                log_file.close()
+            raise ActuatorError(
+                f"cannot start worker: {exc.strerror}", group=group, command=self._command[0]
+            ) from exc
+        log.info("event=worker_started group=%s pid=%d", group, process.pid)
+        return _Child(process, time.monotonic(), log_file)
+
+    async def _stop(self, group: str, child: _Child) -> None:
+        """SIGTERM, wait `grace_s`; SIGTERM again, wait `kill_after_s`; then SIGKILL."""
+        steps = (
+            (signal.SIGTERM, self._grace_s),
+            (signal.SIGTERM, self._kill_after_s),
+            (signal.SIGKILL, None),
+        )
+        for sig, wait_s in steps:
+            if not child.running:
+                break
+            _signal_group(child.pid, sig)
+            try:
+                await asyncio.wait_for(child.process.wait(), timeout=wait_s)
+            except TimeoutError:
+                log.warning(
+                    "event=worker_slow_to_stop group=%s pid=%d signal=%s waited_s=%.1f",
+                    group,
+                    child.pid,
+                    sig.name,
+                    wait_s,
+                )
+        # The worker may have left children of its own in its process group.
+        _signal_group(child.pid, signal.SIGKILL)
+        if child.log_file is not None:
+            child.log_file.close()
+        log.info(
+            "event=worker_stopped group=%s pid=%d returncode=%s",
+            group,
+            child.pid,
+            child.process.returncode,
+        )
+
+    def _reap(self, group: str) -> list[_Child]:
+        """Running children, oldest first; exits nobody asked for are logged once."""
+        state = self._groups.get(group)
+        if state is None:
+            return []
+        for child in state.children:
+            if not child.running:
+                log.warning(
+                    "event=worker_exited group=%s pid=%d returncode=%s",
+                    group,
+                    child.pid,
+                    child.process.returncode,
+                )
+                if child.log_file is not None:
+                    child.log_file.close()
+        state.children = [c for c in state.children if c.running]
+        return list(state.children)
+
+    async def close(self) -> None:
+        """Drain every worker (SIGTERM, then SIGKILL after the grace period); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        children = [(g, c) for g, s in self._groups.items() for c in s.children]
+        await asyncio.gather(*(self._stop(g, c) for g, c in children))
+        self._groups.clear()
+        atexit.unregister(self._kill_all_now)
+
+    def _kill_all_now(self) -> None:
+        """At interpreter exit, when close() never ran: no worker outlives the scaler."""
+        for state in self._groups.values():
+            for child in state.children:
+                if child.running:
+                    _signal_group(child.pid, signal.SIGKILL)

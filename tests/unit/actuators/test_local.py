@@ -1,0 +1,150 @@
+"""The local actuator with a tiny fake worker: spawn, scale up and down, drain, no orphans."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from scaler.actuators.base import ActuatorError
+from scaler.actuators.local import LocalActuator
+
+GROUP = "inferbus.workers.demo-mlp.interactive"
+
+# Writes `<READY_DIR>/<pid>` (with its argv) once its SIGTERM handler is in place, then sleeps.
+# STUBBORN=1 ignores SIGTERM and leaves a grandchild in its process group.
+FAKE_WORKER = """
+import os, signal, subprocess, sys, time
+stubborn = os.environ.get("STUBBORN") == "1"
+signal.signal(signal.SIGTERM, signal.SIG_IGN if stubborn else lambda *_: sys.exit(0))
+extra = ""
+if stubborn:
+    extra = str(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid)
+path = os.path.join(os.environ["READY_DIR"], str(os.getpid()))
+with open(path + ".tmp", "w") as f:
+    f.write(" ".join(sys.argv[1:]) + "\\n" + extra)
+os.rename(path + ".tmp", path)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def wait_ready(ready_dir: Path, pids: list[int], timeout_s: float = 10.0) -> None:
+    async def poll() -> None:
+        # Another process's state has no asyncio.Event; the poll is bounded by wait_for.
+        while not all((ready_dir / str(pid)).exists() for pid in pids):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), timeout_s)
+
+
+def actuator(tmp_path: Path, stubborn: bool = False, grace_s: float = 5.0) -> LocalActuator:
+    return LocalActuator(
+        "127.0.0.1:9092",
+        tmp_path / "models",
+        command=[sys.executable, "-c", FAKE_WORKER],
+        env={"READY_DIR": str(tmp_path), "STUBBORN": "1" if stubborn else "0"},
+        grace_s=grace_s,
+        kill_after_s=0.5,
+    )
+
+
+async def test_scale_up_down_and_close(tmp_path: Path) -> None:
+    local = actuator(tmp_path)
+    try:
+        assert await local.current(GROUP) == 0
+        await local.scale(GROUP, 3, "test up")
+        pids = local.pids(GROUP)
+        assert await local.current(GROUP) == 3
+        await wait_ready(tmp_path, pids)
+        argv = (tmp_path / str(pids[0])).read_text().splitlines()[0]
+        assert argv == (
+            f"--model demo-mlp --tier interactive --bootstrap 127.0.0.1:9092 "
+            f"--models {tmp_path / 'models'}"
+        )
+
+        await local.scale(GROUP, 1, "test down")
+        assert local.pids(GROUP) == [pids[0]], "the newest workers go first"
+        assert not alive(pids[1])
+        assert not alive(pids[2])
+        assert alive(pids[0])
+    finally:
+        await local.close()
+    assert not any(alive(pid) for pid in pids)
+    assert await local.current(GROUP) == 0
+    await local.close()  # idempotent
+
+
+async def test_stubborn_worker_is_killed_with_its_children(tmp_path: Path) -> None:
+    local = actuator(tmp_path, stubborn=True, grace_s=0.3)
+    await local.scale(GROUP, 1, "test")
+    (pid,) = local.pids(GROUP)
+    await wait_ready(tmp_path, [pid])
+    grandchild = int((tmp_path / str(pid)).read_text().splitlines()[1])
+    assert alive(grandchild)
+    await asyncio.wait_for(local.scale(GROUP, 0, "test"), timeout=10)
+    assert not alive(pid)
+    # The grandchild is not ours to reap: wait until init has, bounded.
+    await asyncio.wait_for(_gone(grandchild), timeout=5)
+
+
+async def _gone(pid: int) -> None:
+    while alive(pid):  # noqa: ASYNC110 - a foreign pid; callers bound this with wait_for
+        await asyncio.sleep(0.02)
+
+
+async def test_atexit_hook_kills_what_close_never_stopped(tmp_path: Path) -> None:
+    local = actuator(tmp_path)
+    await local.scale(GROUP, 2, "test")
+    pids = local.pids(GROUP)
+    await wait_ready(tmp_path, pids)
+    local._kill_all_now()
+    for pid in pids:
+        await asyncio.wait_for(_gone(pid), timeout=5)
+    await local.close()
+
+
+async def test_crashed_worker_is_not_counted(tmp_path: Path) -> None:
+    local = LocalActuator(
+        "b:1", tmp_path, command=[sys.executable, "-c", "raise SystemExit(3)"], grace_s=1
+    )
+    try:
+        await local.scale(GROUP, 1, "test")
+        (child,) = local._groups[GROUP].children
+        await asyncio.wait_for(child.process.wait(), timeout=10)
+        assert await local.current(GROUP) == 0
+    finally:
+        await local.close()
+
+
+@pytest.mark.parametrize(
+    ("group", "replicas"),
+    [
+        pytest.param("inferbus.ingest", 1, id="not-a-worker-group"),
+        pytest.param("inferbus.workers.m.gold", 1, id="unknown-tier"),
+        pytest.param(GROUP, -1, id="negative"),
+    ],
+)
+async def test_rejects_bad_requests(tmp_path: Path, group: str, replicas: int) -> None:
+    local = actuator(tmp_path)
+    with pytest.raises(ActuatorError):
+        await local.scale(group, replicas, "test")
+    await local.close()
+
+
+async def test_missing_command_is_an_actuator_error(tmp_path: Path) -> None:
+    local = LocalActuator("b:1", tmp_path, command=[str(tmp_path / "no-such-binary")])
+    with pytest.raises(ActuatorError, match="cannot start worker"):
+        await local.scale(GROUP, 1, "test")
+    await local.close()

@@ -1,0 +1,173 @@
+"""Kubernetes, compose and decision publishing, each against a fake."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from scaler.actuators.base import ActuatorError, dns_label, parse_group
+from scaler.actuators.compose import ComposeActuator, count_containers, service_name
+from scaler.actuators.decisions import publish_decision
+from scaler.actuators.kubernetes import KubernetesActuator, deployment_name
+from scaler.signals import GroupDecision, GroupSignals, Reason
+
+GROUP = "inferbus.workers.demo_mlp.interactive"
+
+
+@pytest.mark.parametrize(
+    ("group", "expected"),
+    [
+        pytest.param(GROUP, ("demo_mlp", "interactive"), id="plain"),
+        pytest.param("inferbus.workers.a.b.batch", ("a.b", "batch"), id="dots-in-model"),
+    ],
+)
+def test_parse_group(group: str, expected: tuple[str, str]) -> None:
+    assert parse_group(group) == expected
+
+
+def test_names() -> None:
+    assert deployment_name(GROUP) == "inferbus-worker-demo-mlp-interactive"
+    assert service_name(GROUP) == "worker-demo-mlp-interactive"
+    assert len(dns_label("x" * 100)) == 63
+
+
+class FakeAppsApi:
+    """The two AppsV1Api methods the actuator uses."""
+
+    def __init__(self, replicas: dict[str, int], fail: Exception | None = None) -> None:
+        self.replicas = replicas
+        self.patches: list[tuple[str, str, Any]] = []
+        self.fail = fail
+
+    def read_namespaced_deployment_scale(self, name: str, namespace: str) -> Any:
+        if self.fail:
+            raise self.fail
+        return SimpleNamespace(spec=SimpleNamespace(replicas=self.replicas[name]))
+
+    def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: Any) -> Any:
+        if self.fail:
+            raise self.fail
+        self.patches.append((name, namespace, body))
+        self.replicas[name] = body["spec"]["replicas"]
+        return SimpleNamespace(spec=SimpleNamespace(replicas=self.replicas[name]))
+
+
+async def test_kubernetes_reads_and_patches_scale() -> None:
+    api = FakeAppsApi({"inferbus-worker-demo-mlp-interactive": 2})
+    k8s = KubernetesActuator("prod", api=api)
+    assert await k8s.current(GROUP) == 2
+    await k8s.scale(GROUP, 5, "test")
+    assert api.patches == [
+        ("inferbus-worker-demo-mlp-interactive", "prod", {"spec": {"replicas": 5}})
+    ]
+    assert await k8s.current(GROUP) == 5
+    await k8s.close()
+
+
+async def test_kubernetes_api_error_is_an_actuator_error() -> None:
+    denied = RuntimeError("forbidden")
+    denied.status = 403  # type: ignore[attr-defined]
+    k8s = KubernetesActuator("prod", api=FakeAppsApi({}, fail=denied))
+    with pytest.raises(ActuatorError, match="forbidden") as info:
+        await k8s.scale(GROUP, 1, "test")
+    assert info.value.context["status"] == 403
+
+
+def test_kubernetes_without_client_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_kubernetes(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "kubernetes" or name.startswith("kubernetes."):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_kubernetes)
+    with pytest.raises(ActuatorError, match=r"pip install -e '\.\[k8s\]'"):
+        KubernetesActuator("prod")
+
+
+class FakeRunner:
+    def __init__(self, answers: list[tuple[int, str, str]]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    async def __call__(self, argv: Sequence[str]) -> tuple[int, str, str]:
+        self.calls.append(list(argv))
+        return self.answers.pop(0)
+
+
+async def test_compose_command_lines() -> None:
+    runner = FakeRunner([(0, "", ""), (0, '{"Name":"a"}\n{"Name":"b"}\n', "")])
+    compose = ComposeActuator(Path("/srv/docker-compose.yml"), project="ib", runner=runner)
+    await compose.scale(GROUP, 3, "test")
+    assert await compose.current(GROUP) == 2
+    assert runner.calls == [
+        [
+            "docker", "compose", "-f", "/srv/docker-compose.yml", "-p", "ib",
+            "up", "-d", "--no-recreate", "--no-deps",
+            "--scale", "worker-demo-mlp-interactive=3", "worker-demo-mlp-interactive",
+        ],
+        [
+            "docker", "compose", "-f", "/srv/docker-compose.yml", "-p", "ib",
+            "ps", "--format", "json", "--status", "running", "worker-demo-mlp-interactive",
+        ],
+    ]  # fmt: skip
+
+
+async def test_compose_failure_is_an_actuator_error() -> None:
+    compose = ComposeActuator(Path("c.yml"), runner=FakeRunner([(1, "", "no such service")]))
+    with pytest.raises(ActuatorError, match="no such service"):
+        await compose.scale(GROUP, 1, "test")
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [
+        pytest.param("", 0, id="empty"),
+        pytest.param('[{"Name":"a"},{"Name":"b"}]', 2, id="json-array"),
+        pytest.param('{"Name":"a"}\n', 1, id="json-lines"),
+    ],
+)
+def test_count_containers(text: str, count: int) -> None:
+    assert count_containers(text) == count
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+
+    async def send_and_wait(self, topic: str, value: bytes, key: bytes) -> None:
+        self.sent.append((topic, value, key))
+
+
+async def test_publish_decision(caplog: pytest.LogCaptureFixture) -> None:
+    decision = GroupDecision(
+        group=GROUP,
+        model="demo_mlp",
+        tier="interactive",
+        current=4,
+        desired=6,
+        diagnosis="capacity_bound",
+        reasons=(Reason("queue", "queue p99 700 ms > budget 350 ms", {"queue_p99_ms": 700}),),
+    )
+    signals = GroupSignals(
+        group=GROUP, model="demo_mlp", tier="interactive", replicas=4, ready_replicas=4,
+        partitions=12, slo_p99_e2e_ms=500, collected_at=1.0,
+    )  # fmt: skip
+    producer = FakeProducer()
+    caplog.set_level("INFO", logger="inferbus.scaler.decisions")
+    await publish_decision(producer, decision, policy="slo", at=2.0, signals=signals)
+    ((topic, value, key),) = producer.sent
+    assert (topic, key) == ("inferbus.scaler.decisions", GROUP.encode())
+    record = json.loads(value)
+    assert (record["desired"], record["model"], record["policy"]) == (6, "demo_mlp", "slo")
+    assert record["signals"]["partitions"] == 12
+    assert record["reasons"][0]["code"] == "queue"
+    assert caplog.messages == [decision.line()]
