@@ -8,7 +8,9 @@ from scaler.collector.collector import (
     GroupTarget,
     StageLatencies,
     StageP99,
+    targets_for,
 )
+from scaler.collector.latency import WindowLatencies, stage_p99s
 from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.lag import LagBranch, PartitionLag, PartitionOffsets
 from scaler.collector.offsets import GroupOffsetReader
@@ -26,4 +28,7 @@ __all__ = [
     "StageLatencies",
     "StageP99",
     "TelemetryFeed",
+    "WindowLatencies",
+    "stage_p99s",
+    "targets_for",
 ]

@@ -80,6 +80,13 @@ class GroupTarget:
         return request_topic(self.model, self.tier)
 
 
+def targets_for(models: ModelRepository) -> list[GroupTarget]:
+    """One target per model in the repository and tier its model.yaml serves."""
+    return [
+        GroupTarget(name, tier) for name in models.names() for tier in models.config(name).tiers
+    ]
+
+
 @dataclass(frozen=True)
 class GroupCollection:
     """One tick of one group: the signals (None before the first success) and the details."""

@@ -1,0 +1,43 @@
+"""Stage p99s for the policy, from the merged telemetry windows of `scaler.telemetry`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from scaler.collector.collector import StageP99
+from scaler.telemetry import StageStats, StageWindows
+from schemas.topics import Tier
+
+QUEUE_STAGES: tuple[str, ...] = ("queue", "batch_wait")
+"""What scaling can shrink."""
+ENGINE_STAGES: tuple[str, ...] = ("preprocess", "infer", "postprocess")
+"""What scaling cannot shrink."""
+
+StatsFor = Callable[[str], StageStats | None]
+
+
+def summed_p99(stats_for: StatsFor, stages: Sequence[str]) -> float | None:
+    """Sum of the stages' p99s: an upper bound of the p99 of their sum (histograms are per
+    stage, so the joint quantile is unknown). None when no stage was measured."""
+    found = [s.p99_ms for s in (stats_for(stage) for stage in stages) if s is not None]
+    return sum(found) if found else None
+
+
+def stage_p99s(stats_for: StatsFor) -> StageP99:
+    """Queue (queue + batch wait), engine (pre + infer + post) and e2e p99, in ms."""
+    e2e = stats_for("e2e")
+    return StageP99(
+        queue_ms=summed_p99(stats_for, QUEUE_STAGES),
+        engine_ms=summed_p99(stats_for, ENGINE_STAGES),
+        e2e_ms=e2e.p99_ms if e2e is not None else None,
+    )
+
+
+class WindowLatencies:
+    """`StageLatencies` over `StageWindows` (fed by the telemetry feed's heartbeats)."""
+
+    def __init__(self, windows: StageWindows) -> None:
+        self._windows = windows
+
+    def p99s(self, model: str, tier: Tier) -> StageP99:
+        return stage_p99s(lambda stage: self._windows.stats(model, tier, stage))
