@@ -10,9 +10,9 @@ from scaler.collector.collector import (
     StageP99,
     targets_for,
 )
-from scaler.collector.latency import WindowLatencies, stage_p99s
 from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.lag import LagBranch, PartitionLag, PartitionOffsets
+from scaler.collector.latency import WindowLatencies, stage_p99s
 from scaler.collector.offsets import GroupOffsetReader
 
 __all__ = [
