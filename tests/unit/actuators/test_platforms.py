@@ -13,7 +13,9 @@ import pytest
 from scaler.actuators.base import ActuatorError, dns_label, parse_group
 from scaler.actuators.compose import ComposeActuator, count_containers, service_name
 from scaler.actuators.decisions import publish_decision
+from scaler.actuators.factory import choose_kind, make_actuator
 from scaler.actuators.kubernetes import KubernetesActuator, deployment_name
+from scaler.actuators.local import LocalActuator
 from scaler.signals import GroupDecision, GroupSignals, Reason
 
 GROUP = "inferbus.workers.demo_mlp.interactive"
@@ -171,3 +173,28 @@ async def test_publish_decision(caplog: pytest.LogCaptureFixture) -> None:
     assert record["signals"]["partitions"] == 12
     assert record["reasons"][0]["code"] == "queue"
     assert caplog.messages == [decision.line()]
+
+
+@pytest.mark.parametrize(
+    ("requested", "env", "kind"),
+    [
+        pytest.param("auto", {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "kubernetes", id="auto-pod"),
+        pytest.param("auto", {}, "local", id="auto-elsewhere"),
+        pytest.param("compose", {}, "compose", id="explicit"),
+    ],
+)
+def test_choose_kind(requested: str, env: dict[str, str], kind: str) -> None:
+    assert choose_kind(requested, env) == kind
+
+
+def test_choose_kind_rejects_unknown() -> None:
+    with pytest.raises(ActuatorError, match="unknown actuator"):
+        choose_kind("nomad", {})
+
+
+async def test_make_actuator(tmp_path: Path) -> None:
+    local = make_actuator("local", bootstrap="b:1", models_dir=tmp_path)
+    assert isinstance(local, LocalActuator)
+    await local.close()
+    compose = make_actuator("compose", bootstrap="b:1", models_dir=tmp_path)
+    assert isinstance(compose, ComposeActuator)
