@@ -54,9 +54,16 @@ class SimEngine(Engine):
     Dynamic non-batch output dimensions take the size of the same axis of the first input.
     """
 
-    def __init__(self, model: ModelVersion, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        model: ModelVersion,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         super().__init__(model)
         self._sleep = sleep
+        self._clock = clock
         self._loaded = False
 
     @property
@@ -69,7 +76,7 @@ class SimEngine(Engine):
     def infer(self, inputs: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
         if not self._loaded:
             raise EngineError("engine is not loaded", model=self.model.name)
-        started = time.perf_counter()
+        started = self._clock()
         config = self.model.config
         feed = check_inputs(config, inputs)
         first = feed[config.inputs[0].name]
@@ -92,7 +99,7 @@ class SimEngine(Engine):
                 values.reshape([batch] + [1] * (len(shape) - 1)), shape
             ).copy()
         remaining_s = latency_ms(config.engine.sim, work_units(config, feed)) / 1000
-        remaining_s -= time.perf_counter() - started
+        remaining_s -= self._clock() - started
         if remaining_s > 0:
             self._sleep(remaining_s)
         return outputs

@@ -1,0 +1,137 @@
+"""`inferbus models ...`: write the demo models, list, calibrate the sim, add MiniLM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from schemas.errors import InferbusError
+
+models_app = typer.Typer(help="The model repository: demo models, listing, calibration.")
+add_app = typer.Typer(help="Add a real model to the repository.")
+models_app.add_typer(add_app, name="add")
+
+console = Console()
+DirOption = Annotated[Path, typer.Option("--dir", help="Model repository folder.")]
+
+
+def _fail(exc: InferbusError) -> typer.Exit:
+    console.print(f"[red]error:[/red] {escape(str(exc))}")
+    return typer.Exit(code=1)
+
+
+@models_app.command("init")
+def init(
+    directory: DirOption = Path("models"),
+    seed: Annotated[int, typer.Option(help="Seed of the demo weights.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing demo models.")] = False,
+) -> None:
+    """Write demo-mlp and demo-encoder (deterministic from the seed)."""
+    from services.models.demo import write_demo_models
+
+    with console.status("writing demo models"):
+        written = write_demo_models(directory, seed=seed, overwrite=force)
+    if not written:
+        console.print(f"demo models already in {directory} (use --force to rewrite)")
+        return
+    for path in written:
+        console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+
+
+@models_app.command("list")
+def list_models(directory: DirOption = Path("models")) -> None:
+    """Models, versions, engine and inputs."""
+    from services.models.repository import ModelRepository
+
+    repo = ModelRepository(directory)
+    table = Table("model", "versions", "engine", "inputs", "outputs", "text")
+    for name in repo.names():
+        try:
+            config = repo.config(name)
+        except InferbusError as exc:
+            table.add_row(name, "-", "[red]invalid[/red]", escape(str(exc)), "", "")
+            continue
+        engine: str = config.engine.kind
+        if engine == "onnxruntime":
+            engine += " (" + ">".join(config.engine.providers) + ")"
+        table.add_row(
+            name,
+            ", ".join(repo.versions(name)) or "[yellow]none complete[/yellow]",
+            engine,
+            escape(", ".join(f"{s.name}:{s.dtype}{s.shape}" for s in config.inputs)),
+            escape(", ".join(f"{s.name}:{s.dtype}{s.shape}" for s in config.outputs)),
+            "yes" if config.tokenizer else "no",
+        )
+    if not repo.names():
+        console.print(f"no models in {directory}; run `inferbus models init`")
+        return
+    console.print(table)
+
+
+@models_app.command("calibrate")
+def calibrate(
+    model: Annotated[str, typer.Argument(help="Model name in the repository.")],
+    directory: DirOption = Path("models"),
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs per shape.")] = 5,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Measure, do not write.")] = False,
+) -> None:
+    """Measure the real engine on this machine; write a and b to engine.sim in model.yaml."""
+    from services.models.calibrate import Point, calibrate_model, default_grid
+    from services.models.repository import ModelRepository
+
+    try:
+        _, grid = default_grid(ModelRepository(directory).config(model))
+    except InferbusError as exc:
+        raise _fail(exc) from exc
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with progress:
+        task = progress.add_task(f"measuring {model}", total=len(grid))
+
+        def advance(point: Point) -> None:
+            shape = f"batch {point.batch}" + (f" x {point.seq}" if point.seq else "")
+            progress.console.print(f"  {shape:>18}: {point.ms:8.2f} ms")
+            progress.advance(task)
+
+        try:
+            fit = calibrate_model(
+                directory, model, repeats=repeats, on_point=advance, write=not dry_run
+            )
+        except InferbusError as exc:
+            raise _fail(exc) from exc
+    console.print(
+        f"{model}: time = {fit.a_ms:.3f} ms + {fit.b_ms:.5f} ms/{fit.per}  (r² {fit.r2:.3f})"
+    )
+    if not dry_run:
+        console.print(f"wrote engine.sim to {directory / model / 'model.yaml'}")
+
+
+@add_app.command("minilm")
+def add_minilm(
+    directory: DirOption = Path("models"),
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing minilm.")] = False,
+) -> None:
+    """Export all-MiniLM-L6-v2 to ONNX and check it against PyTorch (needs the minilm extra)."""
+    from services.models import minilm
+
+    try:
+        with console.status("loading the minilm extra") as status:
+            worst = minilm.add_minilm(directory, overwrite=force, on_step=status.update)
+    except InferbusError as exc:
+        raise _fail(exc) from exc
+    console.print(
+        f"added {directory / minilm.NAME}: max |ONNX - PyTorch| = {worst:.2e} "
+        f"(tolerance {minilm.TOLERANCE:g})"
+    )
