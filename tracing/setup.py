@@ -223,6 +223,7 @@ class _Process:
 
     lock = threading.Lock()
     provider: TracerProvider | None = None
+    tracer: Tracer | None = None
     tap = _Tap()
 
 
@@ -248,6 +249,7 @@ def init_tracing(
         # Prometheus sees the same stage samples as the heartbeats.
         default_breakdown().add_observer(observe_stage)
         _Process.provider = provider
+        _Process.tracer = provider.get_tracer(TRACER_NAME)
         log.info(
             "tracing.init service=%s instance=%s sampler=%s",
             service_name,
@@ -273,7 +275,6 @@ def attach_exporter(exporter: SpanExporter) -> Callable[[], None]:
 
 def get_tracer() -> Tracer:
     """inferbus's tracer: the process provider's, or the global (no-op) one before init."""
-    provider = _Process.provider
-    if provider is None:
-        return trace.get_tracer(TRACER_NAME)
-    return provider.get_tracer(TRACER_NAME)
+    # Built once: the SDK's get_tracer costs as much as a span.
+    tracer = _Process.tracer
+    return tracer if tracer is not None else trace.get_tracer(TRACER_NAME)
