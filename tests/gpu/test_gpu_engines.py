@@ -1,0 +1,109 @@
+"""GPU engines against the CPU reference on demo-encoder; each skips without its backend."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import yaml
+
+from services.models.demo import ENCODER
+from services.models.repository import ModelRepository, ModelVersion
+from services.worker.engines.onnx_runtime import OnnxRuntimeEngine
+from services.worker.engines.shapes import sample_batch
+
+pytestmark = pytest.mark.gpu
+
+AVAILABLE = ort.get_available_providers()
+needs_cuda_ep = pytest.mark.skipif(
+    "CUDAExecutionProvider" not in AVAILABLE, reason="onnxruntime has no CUDA provider here"
+)
+needs_trt_ep = pytest.mark.skipif(
+    "TensorrtExecutionProvider" not in AVAILABLE, reason="onnxruntime has no TensorRT provider"
+)
+needs_tensorrt = pytest.mark.skipif(
+    importlib.util.find_spec("tensorrt") is None or importlib.util.find_spec("cuda") is None,
+    reason="tensorrt / cuda-python not installed (pip install -e '.[gpu]')",
+)
+
+
+def _model(demo_models: Path, tmp_path: Path, engine: dict[str, Any]) -> ModelVersion:
+    target = tmp_path / "models" / ENCODER
+    shutil.copytree(demo_models / ENCODER, target)
+    raw = yaml.safe_load((target / "model.yaml").read_text())
+    raw["engine"].update({"engine_cache_dir": str(tmp_path / "cache"), **engine})
+    (target / "model.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return ModelRepository(tmp_path / "models").resolve(ENCODER)
+
+
+def _reference(model: ModelVersion, feed: dict[str, np.ndarray]) -> np.ndarray:
+    session = ort.InferenceSession(str(model.model_file), providers=["CPUExecutionProvider"])
+    return session.run(["embedding"], feed)[0]
+
+
+@pytest.mark.parametrize("seq", [32, 128, 512])
+@needs_cuda_ep
+def test_cuda_ep_matches_cpu_with_iobinding(demo_models: Path, tmp_path: Path, seq: int) -> None:
+    model = _model(demo_models, tmp_path, {"providers": ["cuda", "cpu"]})
+    engine = OnnxRuntimeEngine(model)
+    engine.load()
+    assert engine.info.provider == "CUDAExecutionProvider"
+    feed = sample_batch(model.config, 8, seq, seed=seq)
+    got = engine.infer(feed)["embedding"]
+    np.testing.assert_allclose(got, _reference(model, feed), atol=2e-3, rtol=1e-3)
+    engine.unload()
+
+
+@needs_trt_ep
+def test_tensorrt_ep_matches_cpu_and_caches(demo_models: Path, tmp_path: Path) -> None:
+    model = _model(demo_models, tmp_path, {"providers": ["tensorrt", "cuda", "cpu"]})
+    engine = OnnxRuntimeEngine(model)
+    engine.load()
+    assert engine.info.provider == "TensorrtExecutionProvider"
+    for seq in (32, 512):
+        feed = sample_batch(model.config, 32, seq, seed=seq)
+        got = engine.infer(feed)["embedding"]
+        np.testing.assert_allclose(got, _reference(model, feed), atol=1e-2, rtol=1e-2)
+    assert any((tmp_path / "cache" / "ort-trt").rglob("*.engine"))
+    engine.unload()
+
+
+@needs_tensorrt
+def test_native_tensorrt_builds_caches_and_matches(demo_models: Path, tmp_path: Path) -> None:
+    from services.worker.engines.tensorrt_native import TensorRTEngine
+
+    model = _model(demo_models, tmp_path, {"kind": "tensorrt"})
+    first = TensorRTEngine(model)
+    first.load()
+    assert not first.cache_hit
+    assert first.cache_file is not None and first.cache_file.is_file()
+    for batch, seq in [(1, 32), (32, 32), (4, 512)]:
+        feed = sample_batch(model.config, batch, seq, seed=batch + seq)
+        got = first.infer(feed)["embedding"]
+        assert got.shape == (batch, 256)
+        np.testing.assert_allclose(got, _reference(model, feed), atol=1e-2, rtol=1e-2)
+    first.unload()
+
+    again = TensorRTEngine(model)
+    again.load()
+    assert again.cache_hit
+    assert again.cache_file == first.cache_file
+    again.unload()
+
+
+@needs_tensorrt
+def test_native_tensorrt_fp16(demo_models: Path, tmp_path: Path) -> None:
+    from services.worker.engines.tensorrt_native import TensorRTEngine
+
+    model = _model(demo_models, tmp_path, {"kind": "tensorrt", "fp16": True})
+    engine = TensorRTEngine(model)
+    engine.load()
+    feed = sample_batch(model.config, 8, 64)
+    got = engine.infer(feed)["embedding"]
+    np.testing.assert_allclose(got, _reference(model, feed), atol=5e-2, rtol=5e-2)
+    engine.unload()
