@@ -14,7 +14,7 @@ from aiokafka.structs import OffsetAndMetadata
 from infra.topics import TopicSpec, ensure_topics
 from scaler.collector import Collector, CollectorConfig, GroupTarget, TelemetryFeed
 from scaler.registry import Registry
-from schemas.telemetry import Heartbeat, InstanceRecord, WorkerLoad
+from schemas.telemetry import Heartbeat, InstanceRecord, InstanceState, WorkerLoad
 from schemas.topics import request_topic, worker_group
 from services.models.repository import ModelRepository
 
@@ -98,13 +98,14 @@ async def test_lag_per_partition_equals_truth(
     await commit(broker, group, {0: 12, 1: 25}, topic)
     truth = {0: 17 - 12, 1: 0, 2: 4}
 
-    for state, at in (("loading", 1.0), ("ready", 6.0)):
+    states: tuple[tuple[InstanceState, float], ...] = (("loading", 1.0), ("ready", 6.0))
+    for state, at in states:
         record = InstanceRecord(
             instance_id="w1",
             model=model,
             tiers=["interactive"],
             group=group,
-            state=state,  # type: ignore[arg-type]
+            state=state,
             started_at=datetime.fromtimestamp(0, UTC),
             updated_at=datetime.fromtimestamp(at, UTC),
         )

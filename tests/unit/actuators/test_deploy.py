@@ -14,7 +14,7 @@ import yaml
 
 from scaler.actuators.compose import service_name
 from scaler.actuators.kubernetes import deployment_name
-from schemas.topics import worker_group
+from schemas.topics import TIERS, worker_group
 from services.models.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,11 +23,12 @@ K8S = ROOT / "infra" / "k8s"
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
 
 
 def k8s_docs() -> list[dict[str, Any]]:
-    docs = []
+    docs: list[dict[str, Any]] = []
     for path in sorted(K8S.glob("*.yaml")):
         if path.name != "kustomization.yaml":
             docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
@@ -36,6 +37,13 @@ def k8s_docs() -> list[dict[str, Any]]:
 
 def arg_after(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
+
+
+def group_of(args: list[str]) -> str:
+    """The worker group a `worker --model M --tier T` command line joins."""
+    tier = arg_after(args, "--tier")
+    assert tier in TIERS
+    return worker_group(arg_after(args, "--model"), tier)
 
 
 def test_compose_services(compose: dict[str, Any]) -> None:
@@ -60,9 +68,7 @@ def test_compose_workers_match_the_actuator(compose: dict[str, Any]) -> None:
     workers = {k: v for k, v in compose["services"].items() if k.startswith("worker-")}
     assert workers
     for name, service in workers.items():
-        group = worker_group(
-            arg_after(service["command"], "--model"), arg_after(service["command"], "--tier")
-        )
+        group = group_of(service["command"])
         assert service_name(group) == name
         (device,) = service["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia"
@@ -143,9 +149,7 @@ def test_k8s_workers_match_the_actuator() -> None:
     assert len(workers) >= 2
     for doc in workers:
         (container,) = doc["spec"]["template"]["spec"]["containers"]
-        group = worker_group(
-            arg_after(container["args"], "--model"), arg_after(container["args"], "--tier")
-        )
+        group = group_of(container["args"])
         assert deployment_name(group) == doc["metadata"]["name"]
         assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
         assert "replicas" not in doc["spec"], "kubectl apply would undo the scaler"

@@ -8,19 +8,20 @@ import pytest
 
 from scaler.collector.load import group_load, heartbeat_group, latest
 from schemas.telemetry import Heartbeat, WorkerLoad
+from schemas.topics import Tier
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 GROUP = "inferbus.workers.m.interactive"
 
 
 def hb(
-    iid: str, busy: float, sps: float, batch: float, age_s: float = 1.0, tier: str = "interactive"
+    iid: str, busy: float, sps: float, batch: float, age_s: float = 1.0, tier: Tier = "interactive"
 ) -> Heartbeat:
     return Heartbeat(
         instance_id=iid,
         service="inferbus-worker",
         model="m",
-        tiers=[tier],  # type: ignore[list-item]
+        tiers=[tier],
         at=NOW - timedelta(seconds=age_s),
         interval_s=5.0,
         load=WorkerLoad(busy_fraction=busy, samples_per_s=sps, mean_batch_size=batch),
