@@ -7,9 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.progress import Progress
 
 from scaler.policy import POLICIES
 from scaler.signals import PolicyConfig, SignalsError, load_config, load_snapshot
+from scaler.sim.params import ServiceModel, SimParams, read_service_model
+from scaler.sim.report import compare, table, write_json
+from scaler.sim.scenarios import SCENARIOS, scenario
+from scaler.sim.workload import Workload, WorkloadError, from_trace
+from schemas.topics import TIERS, Tier
 
 scaler_app = typer.Typer(help="The scaler: decide on a signals snapshot.", no_args_is_help=True)
 
@@ -56,10 +63,120 @@ def decide_command(
             typer.echo(group.line(), err=True)
 
 
+def _tiers(value: str) -> list[Tier]:
+    tiers = [t.strip() for t in value.split(",") if t.strip()]
+    bad = [t for t in tiers if t not in TIERS]
+    if bad or not tiers:
+        raise typer.BadParameter(f"tiers must be a comma list of {TIERS}")
+    return tiers  # type: ignore[return-value]
+
+
+def _workload(
+    trace: Path | None, scenario_name: str | None, rate_scale: float, tiers: str, seed: int
+) -> Workload:
+    if (trace is None) == (scenario_name is None):
+        raise typer.BadParameter("give exactly one of --trace FILE or --scenario NAME")
+    if trace is not None:
+        return from_trace(
+            trace, rate_scale=rate_scale, tiers=_tiers(tiers), max_input_tokens=512, seed=seed
+        )
+    assert scenario_name is not None
+    return scenario(scenario_name, seed)
+
+
+def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
+    policy: Annotated[
+        str, typer.Option("--policy", help="slo | keda-lag | hpa-util | all")
+    ] = "all",
+    trace: Annotated[
+        Path | None, typer.Option("--trace", help="CSV: TIMESTAMP,ContextTokens,GeneratedTokens")
+    ] = None,
+    scenario_name: Annotated[
+        str | None, typer.Option("--scenario", help=f"one of {', '.join(SCENARIOS)}")
+    ] = None,
+    rate_scale: Annotated[float, typer.Option("--rate-scale", help="Trace rate multiplier.")] = 1.0,
+    tiers: Annotated[
+        str, typer.Option("--tiers", help="Trace requests spread over these tiers (comma list).")
+    ] = "interactive",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    plot_out: Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 1,
+    model_yaml: Annotated[
+        Path | None, typer.Option("--model-yaml", help="Take engine.sim and batching from here.")
+    ] = None,
+    a_ms: Annotated[float | None, typer.Option("--a-ms", help="Batch overhead ms.")] = None,
+    b_ms: Annotated[float | None, typer.Option("--b-ms", help="ms per unit.")] = None,
+    per: Annotated[str | None, typer.Option("--per", help="token | sample")] = None,
+    time_to_ready_s: Annotated[float | None, typer.Option("--time-to-ready-s")] = None,
+    rebalance_pause_s: Annotated[float | None, typer.Option("--rebalance-pause-s")] = None,
+    partitions: Annotated[int | None, typer.Option("--partitions")] = None,
+    max_total_replicas: Annotated[int | None, typer.Option("--max-total-replicas")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="PolicyConfig JSON.")] = None,
+) -> None:
+    """Simulate policies on a trace or a named scenario and compare them with the oracle."""
+    names = sorted(POLICIES) if policy == "all" else [policy]
+    if any(n not in POLICIES for n in names):
+        raise typer.BadParameter(f"--policy: choose one of {sorted(POLICIES)} or all")
+    if per not in (None, "token", "sample"):
+        raise typer.BadParameter("--per must be token or sample")
+    console = Console(stderr=True)
+    try:
+        cfg = _config(config)
+        workload = _workload(trace, scenario_name, rate_scale, tiers, seed)
+        service = read_service_model(model_yaml) if model_yaml else ServiceModel()
+        service = ServiceModel(
+            a_ms=service.a_ms if a_ms is None else a_ms,
+            b_ms=service.b_ms if b_ms is None else b_ms,
+            per=service.per if per is None else per,  # type: ignore[arg-type]
+            max_batch_size=service.max_batch_size,
+            max_queue_delay_ms=service.max_queue_delay_ms,
+        )
+        params = SimParams(service=service).with_overrides(workload.overrides)
+        given = {
+            "time_to_ready_s": time_to_ready_s,
+            "rebalance_pause_s": rebalance_pause_s,
+            "partitions": partitions,
+            "max_total_replicas": max_total_replicas,
+        }
+        params = params.with_overrides({k: v for k, v in given.items() if v is not None})
+    except (SignalsError, WorkloadError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(code=2) from exc
+    console.print(
+        f"{workload.source}: {workload.total()} requests over {workload.duration_s:.0f} s"
+    )
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("simulating", total=len(names))
+        done = [0]
+
+        def progress(t: float, end: float) -> None:
+            bar.update(task, completed=done[0] + min(1.0, t / end))
+            if t + params.collection_interval_s > end:
+                done[0] += 1
+
+        result = compare(workload, params, names, cfg, progress)
+    typer.echo(table(result))
+    for run in result.runs:
+        console.print(f"{run.policy}: simulated in {run.wall_s:.1f} s")
+        for check in result.phase_checks.get(run.policy, ()):
+            console.print(
+                f"  {check.tier} {check.phase}: first new replica ready at "
+                f"{check.first_ready_s} s, first e2e p99 breach at {check.first_breach_s} s"
+                f" -> {'ok' if check.ok else 'late'}"
+            )
+    if json_out is not None:
+        write_json(result, json_out)
+    if plot_out is not None:
+        from scaler.sim.plot import plot
+
+        plot(result, plot_out)
+
+
 def main() -> None:
-    """Standalone entry mirroring the main CLI: `python -m scaler.cli scaler decide ...`."""
+    """Standalone entry mirroring the main CLI: `python -m scaler.cli scaler decide|sim ...`."""
     app = typer.Typer(no_args_is_help=True)
     app.add_typer(scaler_app, name="scaler")
+    app.command("sim")(sim_command)
     app()
 
 

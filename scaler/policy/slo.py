@@ -189,6 +189,10 @@ def queue_breach(plan: Plan, config: PolicyConfig) -> Plan:
     budget = queue_budget_ms(s)
     if s.queue_p99_ms <= budget:
         return plan
+    if s.oldest_age_ms is not None and s.oldest_age_ms <= budget:
+        # The window's p99 remembers a spike (a rebalance pause, a burst already drained) but
+        # nothing waits too long now: adding a replica would only cause another rebalance.
+        return plan
     reason = Reason(
         "queue_breach",
         f"queue p99 {s.queue_p99_ms:.0f} ms > budget {budget:.0f} ms",

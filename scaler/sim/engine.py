@@ -1,0 +1,247 @@
+"""The discrete-event loop: policy ticks, replica readiness and departures on one heap."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from scaler.policy import POLICIES
+from scaler.signals import Decision, PolicyConfig, ScalerState
+from scaler.sim.group import GroupSim, Replica
+from scaler.sim.params import SimParams
+from scaler.sim.workload import FloatArray, Workload
+from schemas.topics import TIERS, Tier, worker_group
+
+EventKind = Literal["tick", "ready", "leave"]
+Progress = Callable[[float, float], None]
+"""Called as progress(sim_time_s, end_s) after every tick."""
+
+
+@dataclass(frozen=True)
+class TickRecord:
+    """What one group looked like at one policy tick (for plots and the warm-up check)."""
+
+    t: float
+    tier: Tier
+    arrival_rps: float
+    replicas: int
+    ready: int
+    desired: int
+    queue_p99_ms: float | None
+    e2e_p99_ms: float | None
+    diagnosis: str
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """Per-request results and cost of one group after the run."""
+
+    name: str
+    tier: Tier
+    slo_p99_e2e_ms: float
+    arrivals: FloatArray
+    e2e_s: FloatArray
+    """Seconds from arrival to result; NaN for requests never served."""
+    replica_seconds: float
+    actions: int
+    ready_times: tuple[tuple[float, float], ...]
+    """(start requested, ready at) for every replica started during the run."""
+
+
+@dataclass(frozen=True)
+class SimRun:
+    """One policy on one workload."""
+
+    policy: str
+    groups: tuple[GroupOutcome, ...]
+    ticks: tuple[TickRecord, ...]
+    lines: tuple[str, ...]
+    """The readable line of every decision that changed something."""
+    wall_s: float
+
+
+class _Loop:
+    """Mutable simulation state; lives for one `simulate` call."""
+
+    def __init__(self, workload: Workload, params: SimParams, policy: str, config: PolicyConfig):
+        self.params, self.config, self.policy_name = params, config, policy
+        self.policy = POLICIES[policy]
+        self.end_s = workload.duration_s + params.drain_s
+        tiers = [t for t in TIERS if t in workload.tiers]
+        self.groups = [
+            GroupSim(worker_group("sim", t), t, workload.tiers[t], params) for t in tiers
+        ]
+        self.state = ScalerState()
+        self.last_arrival = max(
+            (float(g.times[-1]) for g in self.groups if g.times.size), default=0.0
+        )
+        self.events: list[tuple[float, int, EventKind, int]] = []
+        self.seq = itertools.count()
+        self.ticks: list[TickRecord] = []
+        self.lines: list[str] = []
+        self.actions = [0] * len(self.groups)
+        self.started: list[list[tuple[float, float]]] = [[] for _ in self.groups]
+        for g in self.groups:
+            for _ in range(params.initial_replicas if params.initial_replicas is not None else 1):
+                g.replicas.append(Replica(started_at=0.0, ready_at=0.0, free_at=0.0))
+            g.refresh_consumers(0.0)
+
+    def push(self, t: float, kind: EventKind, group: int = -1) -> None:
+        heapq.heappush(self.events, (t, next(self.seq), kind, group))
+
+    def in_use(self, now: float) -> int:
+        """Replicas holding a GPU now, over all groups (leaving ones until they are gone)."""
+        return sum(
+            1 for g in self.groups for r in g.replicas if r.gone_at is None or r.gone_at > now
+        )
+
+    def run(self, progress: Progress | None) -> None:
+        self.push(self.params.collection_interval_s, "tick")
+        while self.events:
+            t, _, kind, gi = heapq.heappop(self.events)
+            for g in self.groups:
+                g.advance(t)
+            if kind == "tick":
+                if self._tick(t) and t + self.params.collection_interval_s <= self.end_s:
+                    self.push(t + self.params.collection_interval_s, "tick")
+                if progress is not None:
+                    progress(t, self.end_s)
+            elif kind == "leave" or self._joins(gi, t):
+                self.groups[gi].membership_changed(t)
+        for g in self.groups:
+            g.advance(self.end_s)
+
+    def _tick(self, now: float) -> bool:
+        """Collect, decide, act; False once everything is served after the last arrival."""
+        # Arrival rate over the metrics window, like the collector's offset delta: a 5 s
+        # delta of a bursty trace is mostly noise.
+        signals = [
+            g.collect(now, max(self.params.collection_interval_s, self.params.metrics_window_s))
+            for g in self.groups
+        ]
+        decision, self.state = self.policy(signals, self.state, self.config, now)
+        self._apply(decision, now)
+        for s, d in zip(signals, decision.groups, strict=True):
+            self.ticks.append(
+                TickRecord(
+                    t=now,
+                    tier=s.tier,
+                    arrival_rps=s.arrival_rps or 0.0,
+                    replicas=s.replicas,
+                    ready=s.ready_replicas,
+                    desired=d.desired,
+                    queue_p99_ms=s.queue_p99_ms,
+                    e2e_p99_ms=s.e2e_p99_ms,
+                    diagnosis=d.diagnosis,
+                )
+            )
+        return now < self.last_arrival or any(g.head < g.times.size for g in self.groups)
+
+    def _joins(self, gi: int, now: float) -> bool:
+        """A readiness event only rebalances if its replica was not cancelled meanwhile."""
+        return any(r.ready_at == now and r.gone_at is None for r in self.groups[gi].replicas)
+
+    def _apply(self, decision: Decision, now: float) -> None:
+        """Scale-downs first (they free GPUs), then scale-ups round-robin within the cluster."""
+        wants: dict[int, int] = {}
+        for gi, (g, d) in enumerate(zip(self.groups, decision.groups, strict=True)):
+            current = len(g.active())
+            if d.desired != current:
+                self.lines.append(f"t={now:7.0f}s {d.line()}")
+                self.actions[gi] += 1
+            if d.desired < current:
+                self._shrink(gi, current - d.desired, now)
+            elif d.desired > current:
+                wants[gi] = d.desired - current
+        budget = self.params.max_total_replicas
+        free = None if budget is None else budget - self.in_use(now)
+        # A cluster without priorities: pending replicas are placed one group at a time.
+        while wants and (free is None or free > 0):
+            for gi in list(wants):
+                if free is not None and free <= 0:
+                    break
+                self._grow(gi, now)
+                free = None if free is None else free - 1
+                wants[gi] -= 1
+                if not wants[gi]:
+                    del wants[gi]
+
+    def _grow(self, gi: int, now: float) -> None:
+        ready_at = now + self.params.time_to_ready_s
+        self.groups[gi].replicas.append(
+            Replica(started_at=now, ready_at=ready_at, free_at=ready_at)
+        )
+        self.started[gi].append((now, ready_at))
+        self.push(ready_at, "ready", gi)
+
+    def _shrink(self, gi: int, count: int, now: float) -> None:
+        g = self.groups[gi]
+        # Cancel replicas still starting first (cheapest, no rebalance), newest first.
+        victims = sorted(g.active(), key=lambda r: (r.ready_at <= now, -r.started_at))[:count]
+        for r in victims:
+            if r.ready_at > now:
+                r.gone_at = now
+                continue
+            r.leaving = True
+            r.gone_at = max(now, r.free_at)
+            self.push(r.gone_at, "leave", gi)
+        g.refresh_consumers(now)
+
+    def outcome(self, horizon_s: float) -> tuple[GroupOutcome, ...]:
+        out = []
+        for gi, g in enumerate(self.groups):
+            cost = sum(
+                max(
+                    0.0,
+                    min(r.gone_at if r.gone_at is not None else horizon_s, horizon_s)
+                    - r.started_at,
+                )
+                for r in g.replicas
+            )
+            out.append(
+                GroupOutcome(
+                    name=g.name,
+                    tier=g.tier,
+                    slo_p99_e2e_ms=self.params.slo_p99_e2e_ms[g.tier],
+                    arrivals=g.times,
+                    e2e_s=g.end_t - g.times,
+                    replica_seconds=cost,
+                    actions=self.actions[gi],
+                    ready_times=tuple(self.started[gi]),
+                )
+            )
+        return tuple(out)
+
+
+def simulate(
+    workload: Workload,
+    params: SimParams,
+    policy: str,
+    config: PolicyConfig,
+    progress: Progress | None = None,
+) -> SimRun:
+    """Run `policy` on `workload`; deterministic for a given workload and settings."""
+    if policy not in POLICIES:
+        raise KeyError(f"unknown policy {policy!r}; choose one of {sorted(POLICIES)}")
+    started = time.perf_counter()
+    loop = _Loop(workload, params, policy, config)
+    loop.run(progress)
+    return SimRun(
+        policy=policy,
+        groups=loop.outcome(workload.duration_s),
+        ticks=tuple(loop.ticks),
+        lines=tuple(loop.lines),
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def served_share(outcome: GroupOutcome) -> float:
+    """Share of arrivals that got a result."""
+    n = outcome.arrivals.size
+    return 1.0 if n == 0 else float(np.count_nonzero(~np.isnan(outcome.e2e_s))) / n

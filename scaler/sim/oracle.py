@@ -1,0 +1,120 @@
+"""The oracle: the cheapest per-step (per-minute) static replica schedule that meets the SLO.
+
+Computed offline with the whole future known, minute by minute: for each minute, the
+fewest replicas (between the floor and the partition count) such that at least
+`target` of the requests arriving in that minute finish within the SLO, serving the
+minute's requests with the same batching and service-time model as the simulator and
+carrying the replicas' busy state over from the previous minute. Replicas are assumed
+ready when the minute starts and membership changes cost no rebalance pause, so the
+oracle is a lower bound on the cost any real policy can reach.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from scaler.sim.group import batching, form_batch
+from scaler.sim.params import ServiceModel
+from scaler.sim.workload import FloatArray, TierArrivals
+
+
+@dataclass(frozen=True)
+class OracleSchedule:
+    """Replicas per step, the resulting per-request e2e, and the cost."""
+
+    step_s: float
+    replicas: tuple[int, ...]
+    e2e_s: FloatArray
+    replica_seconds: float
+
+
+def _serve(
+    times: list[float],
+    cum: list[float],
+    lo: int,
+    hi: int,
+    free: list[float],
+    *,
+    service: ServiceModel,
+) -> tuple[FloatArray, list[float]]:
+    """Serve requests [lo, hi) FIFO on servers free at `free`: end times, new free times."""
+    size, delay, a, b = batching(service)
+    heap = list(free)
+    heapq.heapify(heap)
+    ends = np.empty(hi - lo)
+    head = lo
+    while head < hi:
+        # The earliest-free server takes the next batch.
+        start = max(heap[0], times[head])
+        k, _, end = form_batch(times, cum, head, start, size=size, delay_s=delay, a_s=a, b_s=b)
+        k = min(k, hi)
+        ends[head - lo : k - lo] = end
+        heapq.heapreplace(heap, end)
+        head = k
+    return ends, heap
+
+
+def _resize(free: list[float], n: int, at: float) -> list[float]:
+    """Keep the n servers that free up first; add new ones free at `at`."""
+    kept = sorted(free)[:n]
+    return kept + [at] * (n - len(kept))
+
+
+def oracle(
+    arrivals: TierArrivals,
+    service: ServiceModel,
+    slo_p99_e2e_ms: float,
+    duration_s: float,
+    *,
+    step_s: float,
+    floor: int,
+    cap: int,
+    target: float = 0.99,
+) -> OracleSchedule:
+    """Greedy minute-by-minute search for the fewest replicas meeting `target` attainment."""
+    times_arr = arrivals.times
+    units = arrivals.tokens if service.per == "token" else np.ones_like(arrivals.tokens)
+    cum = np.concatenate(([0.0], np.cumsum(units))).tolist()
+    times = times_arr.tolist()
+    slo_s = slo_p99_e2e_ms / 1000
+    steps = max(1, math.ceil(duration_s / step_s))
+    bounds = np.searchsorted(times_arr, np.arange(1, steps + 1) * step_s, side="left")
+    bounds[-1] = times_arr.size
+    e2e_all = np.empty(times_arr.size)
+    free: list[float] = []
+    schedule: list[int] = []
+    n, lo = max(floor, 1), 0
+    for m in range(steps):
+        hi, at = int(bounds[m]), m * step_s
+
+        def attempt(
+            count: int, lo: int = lo, hi: int = hi, at: float = at, carried: list[float] = free
+        ) -> tuple[bool, FloatArray, list[float]]:
+            ends, after = _serve(times, cum, lo, hi, _resize(carried, count, at), service=service)
+            e2e = ends - times_arr[lo:hi]
+            ok = e2e.size == 0 or float(np.mean(e2e <= slo_s)) >= target
+            return ok, e2e, after
+
+        ok, e2e, after = attempt(n)
+        if ok:
+            while n > floor:
+                ok_less, e2e_less, after_less = attempt(n - 1)
+                if not ok_less:
+                    break
+                n, e2e, after = n - 1, e2e_less, after_less
+        else:
+            while not ok and n < cap:
+                n += 1
+                ok, e2e, after = attempt(n)
+        e2e_all[lo:hi] = e2e
+        free, lo = after, hi
+        schedule.append(n)
+    last = duration_s - (steps - 1) * step_s
+    cost = sum(schedule[:-1]) * step_s + schedule[-1] * last
+    return OracleSchedule(
+        step_s=step_s, replicas=tuple(schedule), e2e_s=e2e_all, replica_seconds=cost
+    )

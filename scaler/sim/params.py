@@ -1,0 +1,106 @@
+"""Settings of one simulation: the service-time model, batching, replica life cycle, SLOs."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import ValidationError
+
+from scaler.sim.workload import WorkloadError
+from schemas.topics import Tier
+from services.models.config import BatchingConfig, SimConfig
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    """Batch service time = a + b·Σunits, units being tokens or samples (the `sim` engine's law)."""
+
+    a_ms: float = 8.0
+    b_ms: float = 0.1
+    per: Literal["token", "sample"] = "token"
+    max_batch_size: int = 4
+    max_queue_delay_ms: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.a_ms < 0 or self.b_ms < 0 or self.max_batch_size < 1 or self.max_queue_delay_ms < 0:
+            raise WorkloadError("service model: a_ms, b_ms, delay >= 0 and max_batch_size >= 1")
+
+
+def read_service_model(path: Path) -> ServiceModel:
+    """The `engine.sim` and `batching` blocks of a model.yaml, validated by the model schema."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise WorkloadError(f"cannot read {path}: {exc}", path=str(path)) from exc
+    if not isinstance(raw, dict):
+        raise WorkloadError(f"{path} must hold a mapping")
+    engine = raw.get("engine") or {}
+    try:
+        sim = SimConfig.model_validate(engine.get("sim") or {})
+        batching = BatchingConfig.model_validate(raw.get("batching") or {})
+    except ValidationError as exc:
+        raise WorkloadError(f"{path}: {exc}", path=str(path)) from exc
+    return ServiceModel(
+        a_ms=sim.a_ms,
+        b_ms=sim.b_ms,
+        per=sim.per,
+        max_batch_size=batching.max_batch_size,
+        max_queue_delay_ms=batching.max_queue_delay_ms,
+    )
+
+
+def _default_slos() -> dict[Tier, float]:
+    return {"critical": 200.0, "interactive": 500.0, "batch": 60_000.0}
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Everything about the simulated cluster except the arrivals and the policy."""
+
+    service: ServiceModel = field(default_factory=ServiceModel)
+    slo_p99_e2e_ms: Mapping[Tier, float] = field(default_factory=_default_slos)
+    time_to_ready_s: float = 30.0
+    """Start to consuming: load, warm-up and join."""
+    rebalance_pause_s: float = 1.0
+    """Every consumer of a group stops for this long on every membership change."""
+    partitions: int = 32
+    min_replicas: int = 1
+    warm_replicas: int = 1
+    max_replicas: int | None = None
+    initial_replicas: int | None = None
+    """Replicas at t=0; None starts every policy at the oracle's first-step count (fair start)."""
+    max_total_replicas: int | None = None
+    """Cluster GPUs; the simulator never runs more replicas than this, whatever a policy asks."""
+    collection_interval_s: float = 5.0
+    """The policy runs every this many seconds."""
+    metrics_window_s: float = 15.0
+    """Window of the p99s, utilization and throughput the policy sees."""
+    drain_s: float = 600.0
+    """After the last arrival keep serving this long; what is still queued counts as unserved."""
+    oracle_step_s: float = 60.0
+    """The oracle's schedule granularity."""
+
+    def __post_init__(self) -> None:
+        if self.time_to_ready_s < 0 or self.rebalance_pause_s < 0 or self.drain_s < 0:
+            raise WorkloadError("time_to_ready_s, rebalance_pause_s and drain_s must be >= 0")
+        if self.partitions < 1 or self.collection_interval_s <= 0 or self.metrics_window_s <= 0:
+            raise WorkloadError("partitions >= 1, intervals > 0")
+        if (self.initial_replicas or 0) < 0 or self.min_replicas < 0 or self.oracle_step_s <= 0:
+            raise WorkloadError("replica counts must be >= 0 and oracle_step_s > 0")
+
+    def with_overrides(self, overrides: Mapping[str, float]) -> SimParams:
+        """A copy with scenario overrides (`time_to_ready_s`, `max_total_replicas`, ...)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise WorkloadError(f"unknown simulation override(s) {sorted(unknown)}")
+        typed = {
+            k: (int(v) if isinstance(getattr(self, k), int) or k == "max_total_replicas" else v)
+            for k, v in overrides.items()
+        }
+        return dataclasses.replace(self, **typed)  # type: ignore[arg-type]

@@ -1,0 +1,138 @@
+"""Arrivals for the simulator: per-tier timestamps and work units, from a trace or a scenario."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from schemas.errors import InferbusError
+from schemas.topics import Tier
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class WorkloadError(InferbusError):
+    """A trace file or scenario request the simulator cannot use."""
+
+
+@dataclass(frozen=True)
+class TierArrivals:
+    """Sorted arrival times (s from start) and each request's input length in tokens."""
+
+    times: FloatArray
+    tokens: FloatArray
+
+    def __post_init__(self) -> None:
+        if self.times.shape != self.tokens.shape:
+            raise WorkloadError("times and tokens differ in length")
+        if self.times.size and np.any(np.diff(self.times) < 0):
+            raise WorkloadError("arrival times must be sorted")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A named stretch of a scenario (e.g. a ramp) that the report looks at on its own."""
+
+    name: str
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What arrives, per tier, over `duration_s`; `source` says where it came from."""
+
+    name: str
+    source: str
+    duration_s: float
+    tiers: Mapping[Tier, TierArrivals]
+    phases: tuple[Phase, ...] = ()
+    overrides: Mapping[str, float] = field(default_factory=dict)
+    """Simulation settings this scenario is about (e.g. a long time-to-ready for `warmup`)."""
+
+    def total(self) -> int:
+        """Requests over all tiers."""
+        return sum(int(a.times.size) for a in self.tiers.values())
+
+
+def _parse_time(text: str) -> float:
+    # The Azure trace has 7 fractional digits; datetime takes at most 6.
+    head, _, frac = text.strip().partition(".")
+    stamp = dt.datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}" if frac else head)
+    return stamp.replace(tzinfo=dt.UTC).timestamp()
+
+
+def read_trace(path: Path) -> tuple[FloatArray, FloatArray]:
+    """Read `TIMESTAMP,ContextTokens,GeneratedTokens`; times from 0 s, context tokens."""
+    try:
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except OSError as exc:
+        raise WorkloadError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
+    if not rows or not {"TIMESTAMP", "ContextTokens"} <= set(rows[0]):
+        raise WorkloadError(f"{path}: need a header with TIMESTAMP and ContextTokens")
+    try:
+        times = np.array([_parse_time(r["TIMESTAMP"]) for r in rows], dtype=np.float64)
+        tokens = np.array([float(r["ContextTokens"]) for r in rows], dtype=np.float64)
+    except (ValueError, TypeError) as exc:
+        raise WorkloadError(f"{path}: bad row: {exc}", path=str(path)) from exc
+    order = np.argsort(times, kind="stable")
+    times, tokens = times[order], tokens[order]
+    return times - times[0], tokens
+
+
+def scale_rate(
+    times: FloatArray, tokens: FloatArray, rate_scale: float, rng: np.random.Generator
+) -> tuple[FloatArray, FloatArray]:
+    """Multiply the arrival rate but keep its shape: each request becomes ~rate_scale copies.
+
+    Copies land uniformly in the gap to the next original request, so the rate over any
+    window longer than a few gaps scales by `rate_scale` and no burst is invented.
+    """
+    if rate_scale <= 0:
+        raise WorkloadError("rate_scale must be > 0")
+    n = times.size
+    whole = int(rate_scale)
+    copies = whole + (rng.random(n) < rate_scale - whole).astype(np.int64)
+    gaps = np.diff(times, append=times[-1] + (np.mean(np.diff(times)) if n > 1 else 1.0))
+    idx = np.repeat(np.arange(n), copies)
+    new_times = times[idx] + rng.random(idx.size) * gaps[idx]
+    order = np.argsort(new_times, kind="stable")
+    return new_times[order], tokens[idx][order]
+
+
+def split_tiers(
+    times: FloatArray, tokens: FloatArray, tiers: Sequence[Tier], rng: np.random.Generator
+) -> dict[Tier, TierArrivals]:
+    """Assign each request to one of `tiers` uniformly at random (seeded)."""
+    if len(tiers) == 1:
+        return {tiers[0]: TierArrivals(times, tokens)}
+    pick = rng.integers(0, len(tiers), times.size)
+    return {t: TierArrivals(times[pick == i], tokens[pick == i]) for i, t in enumerate(tiers)}
+
+
+def from_trace(
+    path: Path,
+    *,
+    rate_scale: float,
+    tiers: Sequence[Tier],
+    max_input_tokens: int,
+    seed: int,
+) -> Workload:
+    """A workload replaying a trace CSV; context tokens become input lengths (truncated)."""
+    rng = np.random.default_rng(seed)
+    times, tokens = read_trace(path)
+    times, tokens = scale_rate(times, tokens, rate_scale, rng)
+    tokens = np.clip(tokens, 1, max_input_tokens)
+    return Workload(
+        name=path.stem,
+        source=f"trace {path.name} x{rate_scale:g}",
+        duration_s=float(times[-1]) if times.size else 0.0,
+        tiers=split_tiers(times, tokens, tiers, rng),
+    )

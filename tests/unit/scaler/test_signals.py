@@ -1,0 +1,81 @@
+"""Snapshot (de)serialization and config validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scaler.signals import (
+    PolicyConfig,
+    SignalsError,
+    config_from_dict,
+    load_snapshot,
+    signals_from_dict,
+    signals_to_dict,
+)
+from tests.unit.scaler.conftest import make_signals
+
+
+def test_round_trip() -> None:
+    s = make_signals()
+    assert signals_from_dict(json.loads(json.dumps(signals_to_dict(s)))) == s
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param({"replicaz": 3}, "unknown field", id="unknown-field"),
+        pytest.param({"replicas": None}, "required", id="null-required"),
+        pytest.param({"lag": 1.5}, "whole number", id="fractional-int"),
+        pytest.param({"arrival_rps": "fast"}, "must be a number", id="wrong-type"),
+        pytest.param({"tier": "gold"}, "tier", id="bad-tier"),
+        pytest.param({"ready_replicas": 9}, "ready_replicas", id="more-ready-than-replicas"),
+        pytest.param({"utilization": 1.7}, "utilization", id="utilization-out-of-range"),
+    ],
+)
+def test_bad_snapshot_fields(change: dict[str, Any], message: str) -> None:
+    raw = {**signals_to_dict(make_signals()), **change}
+    with pytest.raises(SignalsError, match=message):
+        signals_from_dict(raw)
+
+
+def test_missing_required_field() -> None:
+    raw = signals_to_dict(make_signals())
+    del raw["partitions"]
+    with pytest.raises(SignalsError, match="missing required field"):
+        signals_from_dict(raw)
+
+
+def test_snapshot_now_defaults_to_newest_collection(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps([signals_to_dict(make_signals(collected_at=77.0))]))
+    snap = load_snapshot(path)
+    assert snap.now == 77.0 and len(snap.signals) == 1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param({"target_utilization": 0}, id="zero-target"),
+        pytest.param({"target_utilization": 0.95, "utilization_band": 0.1}, id="band-over-1"),
+        pytest.param({"forecast_alpha": 1.5}, id="alpha"),
+        pytest.param({"failed_collections_before_fallback": 0}, id="fallback-n"),
+        pytest.param({"max_total_replicas": -1}, id="budget"),
+    ],
+)
+def test_config_cross_field_validation(raw: dict[str, Any]) -> None:
+    with pytest.raises(SignalsError):
+        config_from_dict(raw)
+
+
+def test_config_unknown_field() -> None:
+    with pytest.raises(SignalsError, match="unknown config"):
+        config_from_dict({"scale_down_window": 10})
+
+
+def test_horizon_defaults_to_time_to_ready() -> None:
+    assert PolicyConfig().horizon_s(make_signals(time_to_ready_s=55.0)) == 55.0
+    assert PolicyConfig(forecast_horizon_s=10).horizon_s(make_signals()) == 10.0
