@@ -153,6 +153,26 @@ def _current(
             raise
 
 
+def _send_attributes(
+    topic: str,
+    key: str | bytes | None,
+    partition: int | None,
+    request: RequestAttrs | None,
+    stage: Stage | None,
+) -> dict[str, AttributeValue]:
+    attributes = {
+        attr.MESSAGING_SYSTEM: "kafka",
+        attr.MESSAGING_OPERATION_TYPE: "send",
+        attr.MESSAGING_OPERATION_NAME: "send",
+        attr.MESSAGING_DESTINATION: topic,
+        **_key(key),
+        **_base(request, stage, None),
+    }
+    if partition is not None:
+        attributes[attr.MESSAGING_PARTITION] = str(partition)
+    return attributes
+
+
 @contextmanager
 def send_span(
     topic: str,
@@ -167,20 +187,29 @@ def send_span(
 
     Set the partition and offset the broker assigned with `set_delivery`.
     """
-    attributes = {
-        attr.MESSAGING_SYSTEM: "kafka",
-        attr.MESSAGING_OPERATION_TYPE: "send",
-        attr.MESSAGING_OPERATION_NAME: "send",
-        attr.MESSAGING_DESTINATION: topic,
-        **_key(key),
-        **_base(request, stage, None),
-    }
-    if partition is not None:
-        attributes[attr.MESSAGING_PARTITION] = str(partition)
+    attributes = _send_attributes(topic, key, partition, request, stage)
     with _current(
         f"send {topic}", kind=SpanKind.PRODUCER, context=context, attributes=attributes
     ) as span:
         yield span
+
+
+def start_send_span(
+    topic: str,
+    *,
+    key: str | bytes | None = None,
+    request: RequestAttrs | None = None,
+    stage: Stage | None = None,
+    parent: Parent | None = None,
+) -> Span:
+    """`send <topic>` started but not made current: inject with
+    `inject(headers, trace.set_span_in_context(span))`, end it after the broker's ack."""
+    return get_tracer().start_span(
+        f"send {topic}",
+        context=_context(parent),
+        kind=SpanKind.PRODUCER,
+        attributes=_send_attributes(topic, key, None, request, stage),
+    )
 
 
 def set_delivery(span: Span, *, partition: int, offset: int | None = None) -> None:
@@ -188,6 +217,28 @@ def set_delivery(span: Span, *, partition: int, offset: int | None = None) -> No
     span.set_attribute(attr.MESSAGING_PARTITION, str(partition))
     if offset is not None:
         span.set_attribute(attr.MESSAGING_OFFSET, offset)
+
+
+def _process_attributes(
+    topic: str,
+    group: str,
+    partition: int,
+    offset: int,
+    key: str | bytes | None,
+    request: RequestAttrs | None,
+    stage: Stage | None,
+) -> dict[str, AttributeValue]:
+    return {
+        attr.MESSAGING_SYSTEM: "kafka",
+        attr.MESSAGING_OPERATION_TYPE: "process",
+        attr.MESSAGING_OPERATION_NAME: "process",
+        attr.MESSAGING_DESTINATION: topic,
+        attr.MESSAGING_GROUP: group,
+        attr.MESSAGING_PARTITION: str(partition),
+        attr.MESSAGING_OFFSET: offset,
+        **_key(key),
+        **_base(request, stage, None),
+    }
 
 
 @contextmanager
@@ -204,17 +255,7 @@ def process_span(
     stage: Stage | None = None,
 ) -> Iterator[Span]:
     """CONSUMER span `process <topic>` for one record; `context` is `extract(record.headers)`."""
-    attributes = {
-        attr.MESSAGING_SYSTEM: "kafka",
-        attr.MESSAGING_OPERATION_TYPE: "process",
-        attr.MESSAGING_OPERATION_NAME: "process",
-        attr.MESSAGING_DESTINATION: topic,
-        attr.MESSAGING_GROUP: group,
-        attr.MESSAGING_PARTITION: str(partition),
-        attr.MESSAGING_OFFSET: offset,
-        **_key(key),
-        **_base(request, stage, None),
-    }
+    attributes = _process_attributes(topic, group, partition, offset, key, request, stage)
     with _current(
         f"process {topic}",
         kind=SpanKind.CONSUMER,
@@ -223,6 +264,27 @@ def process_span(
         links=_links(links),
     ) as span:
         yield span
+
+
+def start_process_span(
+    topic: str,
+    *,
+    group: str,
+    partition: int,
+    offset: int,
+    key: str | bytes | None = None,
+    context: Context | None = None,
+    request: RequestAttrs | None = None,
+    stage: Stage | None = None,
+) -> Span:
+    """`process <topic>` started but not made current, for a consumer that answers records
+    out of order (the worker); the caller ends it when the record is answered."""
+    return get_tracer().start_span(
+        f"process {topic}",
+        context=context if context is not None else Context(),
+        kind=SpanKind.CONSUMER,
+        attributes=_process_attributes(topic, group, partition, offset, key, request, stage),
+    )
 
 
 @contextmanager

@@ -17,16 +17,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import ConsumerRecord
+from aiokafka.structs import RecordMetadata
 from faststream import AckPolicy, FastStream
 from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
+from opentelemetry import trace
+from opentelemetry.trace import Span
 
+from infra.kafka import make_producer, start_with_retry
 from schemas import headers as h
 from schemas.topics import DLQ, INGEST, INGEST_GROUP
 from services.ingest.catalog import CachedModelCatalog, QueueDepths
 from services.ingest.handlers import Answer, DeadLetter, Outcome, Route, dead_letter_headers, handle_event
 from services.ingest.settings import IngestSettings
 from services.models.repository import ModelRepository
+from tracing.attributes import RequestAttrs
+from tracing.kafka import extract, inject, process_span, record_error, start_send_span
+from tracing.metrics import count_request, start_metrics_server
+from tracing.setup import init_tracing, shutdown_tracing
+from tracing.telemetry import TelemetryPublisher
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +54,12 @@ class IngestService:
             repository, refresh_s=self.settings.model_refresh_s, depths=self.depths
         )
         self.counts: Counter[str] = Counter()
-        self.broker = KafkaBroker(
-            bootstrap, acks="all", enable_idempotence=False, linger_ms=1, client_id=self.instance_id
-        )
+        self.broker = KafkaBroker(bootstrap, client_id=self.instance_id)
+        self.producer = make_producer(bootstrap, client_id=self.instance_id)
         self.ready = asyncio.Event()
+        self.telemetry = TelemetryPublisher(
+            self._send_telemetry, instance_id=self.instance_id, service="inferbus-ingest"
+        )
         self.broker.subscriber(
             INGEST,
             group_id=INGEST_GROUP,
@@ -64,11 +75,21 @@ class IngestService:
         application = FastStream(self.broker, logger=log)
         application.on_startup(self._startup)
         application.after_startup(self._after_startup)
-        application.on_shutdown(self.depths.stop)
+        application.on_shutdown(self._shutdown)
         return application
 
     async def _startup(self) -> None:
+        await start_with_retry(self.producer.start, what="ingest-producer")
         await self.depths.start()
+        self.telemetry.start()
+
+    async def _shutdown(self) -> None:
+        await self.telemetry.stop()
+        await self.depths.stop()
+        await self.producer.stop()
+
+    async def _send_telemetry(self, topic: str, key: bytes, value: bytes) -> None:
+        await (await self._raw_send(topic, key, value, []))
 
     async def _after_startup(self) -> None:
         self.ready.set()
@@ -77,46 +98,59 @@ class IngestService:
     async def _on_batch(self, body: list[Any], message: KafkaMessage) -> None:
         records: Sequence[ConsumerRecord[bytes, bytes]] = message.raw_message  # type: ignore[assignment]
         now = datetime.now(UTC)
-        outcomes = [
-            (
-                record,
-                handle_event(
+        sends = []
+        for record in records:
+            with process_span(
+                INGEST,
+                group=INGEST_GROUP,
+                partition=record.partition,
+                offset=record.offset,
+                key=record.key,
+                context=extract(record.headers),
+                stage="ingest",
+            ) as span:
+                outcome = handle_event(
                     record.value,
                     produced_at=datetime.fromtimestamp(record.timestamp / 1000, UTC),
                     catalog=self.catalog,
                     settings=self.settings,
                     now=now,
-                ),
-            )
-            for record in records
-        ]
-        sends = [self._send(record, outcome) for record, outcome in outcomes]
+                )
+                sends.append(self._send(record, outcome, span))
         # All acks before FastStream commits the poll; a failure raises and nacks it.
         await asyncio.gather(*sends)
 
-    async def _send(self, record: ConsumerRecord[bytes, bytes], outcome: Outcome) -> None:
-        producer = self.broker._producer  # noqa: SLF001 - FastStream exposes no public raw send
+    async def _send(
+        self, record: ConsumerRecord[bytes, bytes], outcome: Outcome, span: Span
+    ) -> None:
         if isinstance(outcome, Route):
-            future = await self._raw_send(outcome.topic, outcome.key, outcome.value, outcome.headers)
-            metadata = await future
+            request = outcome.request
+            attrs = RequestAttrs(model=request.model, tier=request.tier, request_id=request.request_id)
+            span.set_attributes(attrs.as_attributes())
+            send = start_send_span(outcome.topic, key=outcome.key, request=attrs, parent=span)
+            headers = inject(list(outcome.headers), trace.set_span_in_context(send))
+            try:
+                metadata = await (await self._raw_send(outcome.topic, outcome.key, outcome.value, headers))
+            finally:
+                send.end()
             self.depths.observe_ack(metadata.topic, metadata.partition, metadata.offset)
             self.counts["routed"] += 1
         elif isinstance(outcome, Answer):
-            value = outcome.result.model_dump_json(exclude_none=True).encode()
-            headers = [
-                (h.CONTENT_TYPE, h.JSON),
-                (h.SCHEMA, h.RESULT_SCHEMA_V1),
-                *[(k, v) for k, v in record.headers or () if k in (h.TRACEPARENT, h.TRACESTATE)],
-            ]
+            result = outcome.result
+            record_error(span, result.status)
+            value = result.model_dump_json(exclude_none=True).encode()
+            headers = inject([(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.RESULT_SCHEMA_V1)], trace.set_span_in_context(span))
             await (await self._raw_send(outcome.topic, outcome.key, value, headers))
-            self.counts[outcome.result.status] += 1
+            self.counts[result.status] += 1
+            count_request("inferbus-ingest", result.model, str(record.headers and h.header(record.headers, h.TIER) or "-"), result.status)
             log.info(
                 "event=request_rejected request_id=%s status=%s reason=%r",
-                outcome.result.request_id,
-                outcome.result.status,
+                result.request_id,
+                result.status,
                 outcome.error.message[:200],
             )
         elif isinstance(outcome, DeadLetter):
+            record_error(span, "unparseable")
             headers = dead_letter_headers(
                 outcome.error, topic=record.topic, partition=record.partition, offset=record.offset
             )
@@ -128,21 +162,21 @@ class IngestService:
                 record.offset,
                 outcome.error.message[:200],
             )
-        del producer
 
     async def _raw_send(
         self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]
-    ) -> asyncio.Future[Any]:
-        return await self.broker.publish(  # type: ignore[no-any-return]
-            value,
-            topic,
-            key=key,
-            headers={k: v.decode("utf-8", "replace") for k, v in headers},
-            no_confirm=True,
-        )
+    ) -> asyncio.Future[RecordMetadata]:
+        # aiokafka directly: FastStream's publish adds per-message middleware cost and
+        # headers of its own that results do not need.
+        return await self.producer.send(topic, value, key=key, headers=headers)
 
 
 async def run_ingest(bootstrap: str, settings: IngestSettings | None = None) -> None:
     """Run ingest until cancelled or signalled."""
     service = IngestService(bootstrap, settings)
-    await service.app().run()
+    init_tracing("inferbus-ingest", instance_id=service.instance_id)
+    start_metrics_server(service.settings.metrics_port)
+    try:
+        await service.app().run()
+    finally:
+        shutdown_tracing()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.structs import OffsetAndMetadata
+from opentelemetry import trace
 
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from schemas import headers as h
@@ -38,6 +40,21 @@ from services.worker.execution import RequestOutcome, run_batch
 from services.worker.inhand import InHand, decode_record
 from services.worker.offsets import OffsetTracker
 from services.worker.settings import WorkerSettings
+from tracing.attributes import RequestAttrs
+from tracing.breakdown import record_stage
+from tracing.kafka import (
+    extract,
+    infer_span,
+    inject,
+    kafka_timestamp_ns,
+    record_error,
+    start_process_span,
+    start_send_span,
+    timed_span,
+)
+from tracing.metrics import count_request, observe_batch, start_metrics_server
+from tracing.setup import init_tracing, shutdown_tracing
+from tracing.telemetry import TelemetryPublisher
 
 log = logging.getLogger(__name__)
 PROCESS_STARTED = time.time()
@@ -115,6 +132,11 @@ class Worker:
         self._warmup_s: float | None = None
         self._batcher: Batcher[InHand] | None = None
         self._tokenize: Callable[[list[str]], Any] | None = None
+        self._telemetry: TelemetryPublisher | None = None
+
+    async def _send_telemetry(self, topic: str, key: bytes, value: bytes) -> None:
+        if self._producer is not None:
+            await self._producer.send_and_wait(topic, value, key=key)
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -158,6 +180,16 @@ class Worker:
         ]
         self._tasks.append(asyncio.create_task(self._engine_loop(), name="engine"))
         self._tasks.append(asyncio.create_task(self._reload_loop(), name="reload"))
+        self._telemetry = TelemetryPublisher(
+            self._send_telemetry,
+            instance_id=self.instance_id,
+            service="inferbus-worker",
+            model=self.settings.model,
+            tiers=self.tiers,
+            interval_s=self.settings.heartbeat_interval_s,
+            load_provider=self.load_snapshot,
+        )
+        self._telemetry.start()
         self.ready.set()
         log.info(
             "event=worker_ready instance=%s model=%s version=%s tiers=%s provider=%s",
@@ -242,6 +274,8 @@ class Worker:
         for consumer in self._consumers.values():
             await consumer.stop()
         self._consumers.clear()
+        if self._telemetry is not None:
+            await self._telemetry.stop()
         await self._register("gone")
         if self._producer is not None:
             await self._producer.stop()
@@ -302,10 +336,39 @@ class Worker:
         except Unparseable as exc:
             self._spawn_publish(self._dead_letter(record, exc))
             return
+        context = extract(record.headers)
+        attrs = self._attrs(item)
+        timed_span(
+            "queue",
+            start_ns=kafka_timestamp_ns(record.timestamp),
+            end_ns=item.polled_ns,
+            stage="queue",
+            parent=context,
+            request=attrs,
+        )
+        item.span = start_process_span(
+            record.topic,
+            group=worker_group(self.settings.model, tier),
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            context=context,
+            request=attrs,
+        )
         if item.error is not None:
             self._spawn_publish(self._answer_errors([(item, item.error)]))
             return
         self._batcher.add(item, tier=tier, samples=item.samples, length=item.length, now=time.monotonic())
+
+    def _attrs(self, item: InHand, **extra: Any) -> RequestAttrs:
+        return RequestAttrs(
+            model=self.settings.model,
+            tier=item.tier,
+            model_version=self.version.version if self.version else None,
+            request_id=item.request_id,
+            provider=self.engine.info.provider if self.engine else None,
+            **extra,
+        )
 
     def _apply_backpressure(self) -> None:
         over = self._in_hand >= self.settings.max_in_hand
@@ -351,21 +414,57 @@ class Worker:
             self._spawn_publish(self._answer(live, outcomes), slot_taken=True)
 
     async def _infer(self, batch: Batch[InHand], live: list[InHand]) -> list[RequestOutcome]:
+        batch_id = uuid.uuid4().hex[:16]
+        dispatch_ns = time.time_ns()
+        for item in live:
+            if item.span is not None:
+                timed_span(
+                    "batch.wait",
+                    start_ns=item.polled_ns,
+                    end_ns=dispatch_ns,
+                    stage="batch_wait",
+                    parent=item.span,
+                    request=self._attrs(item, batch_size=len(live), batch_id=batch_id),
+                )
         async with self._engine_lock:
             engine, version = self.engine, self.version
             assert engine is not None and version is not None
-            started = time.monotonic()
-            outcomes = await asyncio.to_thread(
-                run_batch,
-                engine.infer,
-                [item.arrays or {} for item in live],
-                [item.samples for item in live],
-                version.config,
-                batch.pad_length,
+            spans = [item.span for item in live if item.span is not None]
+            shared = RequestAttrs(
+                model=self.settings.model,
+                tier=batch.tier,
+                model_version=version.version,
+                provider=engine.info.provider,
+                batch_id=batch_id,
             )
+            started = time.monotonic()
+            with infer_span(spans, request=shared) as batch_span:
+                start_ns = time.time_ns()
+                outcomes = await asyncio.to_thread(
+                    run_batch,
+                    engine.infer,
+                    [item.arrays or {} for item in live],
+                    [item.samples for item in live],
+                    version.config,
+                    batch.pad_length,
+                )
+                first = outcomes[0]
+                steps = (
+                    ("preprocess", first.assemble_ms),
+                    ("run", first.infer_ms),
+                    ("postprocess", first.split_ms),
+                )
+                cursor = start_ns
+                for step, ms in steps:
+                    end = cursor + int(ms * 1_000_000)
+                    batch_span.timed_step(step, start_ns=cursor, end_ns=end)  # type: ignore[arg-type]
+                    cursor = end
+                if any(outcome.error for outcome in outcomes):
+                    record_error(batch_span.span, "engine_error")
             self._load.busy_s += time.monotonic() - started
             self._load.batches += 1
             self._load.samples += sum(item.samples for item in live)
+            observe_batch(self.settings.model, batch.tier, sum(item.samples for item in live))
         return outcomes
 
     # ---- answering -------------------------------------------------------------------
@@ -466,9 +565,18 @@ class Worker:
         producer = self._producer
         assert producer is not None
         futures = []
+        sends = []
         for item, result in results:
+            send = start_send_span(
+                item.reply_to,
+                key=item.request_id,
+                request=self._attrs(item),
+                stage="publish",
+                parent=item.span,
+            )
             headers = [(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.RESULT_SCHEMA_V1)]
-            headers += [(k, v) for k, v in item.headers if k in (h.TRACEPARENT, h.TRACESTATE)]
+            inject(headers, trace.set_span_in_context(send))
+            sends.append(send)
             futures.append(
                 await producer.send(
                     item.reply_to,
@@ -477,9 +585,23 @@ class Worker:
                     headers=headers,
                 )
             )
-        await asyncio.gather(*futures)
-        for (item, result), _ in zip(results, futures, strict=True):
+        try:
+            await asyncio.gather(*futures)
+        except Exception as exc:
+            for span in sends:
+                record_error(span, exc)
+                span.end()
+            raise
+        for (item, result), send in zip(results, sends, strict=True):
+            send.end()
             self.counts[result.status] += 1
+            count_request("inferbus-worker", self.settings.model, item.tier, result.status)
+            if result.timings.e2e_ms is not None:
+                record_stage(self.settings.model, item.tier, "e2e", result.timings.e2e_ms)
+            if item.span is not None:
+                if result.status != "ok":
+                    record_error(item.span, result.status)
+                item.span.end()
             self._offsets.answered(item.topic, item.partition, item.offset)
             self._in_hand -= 1
         await self._commit()
@@ -598,6 +720,15 @@ class Worker:
 
 
 async def run_worker(bootstrap: str, settings: WorkerSettings | None = None) -> None:
-    """Run one worker until signalled."""
+    """Run one worker until signalled, with tracing and /metrics set up for the process."""
     worker = Worker(bootstrap, settings)
-    await worker.run()
+    init_tracing(
+        "inferbus-worker",
+        instance_id=worker.instance_id,
+        attributes={"inferbus.model": worker.settings.model, "inferbus.tier": ",".join(worker.tiers)},
+    )
+    start_metrics_server(worker.settings.metrics_port)
+    try:
+        await worker.run()
+    finally:
+        shutdown_tracing()

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from aiokafka import ConsumerRecord
+from opentelemetry.trace import Span
 from pydantic import ValidationError
 
 from schemas import headers as h
@@ -49,6 +50,8 @@ class InHand:
     preprocess_ms: float = 0.0
     error: InferbusError | None = None
     batch_wait_ms: float | None = field(default=None)
+    polled_ns: int = 0
+    span: Span | None = None
 
     @property
     def expired(self) -> bool:
@@ -80,11 +83,23 @@ def decode_record(
     """
     started = time.perf_counter()
     now = time.time()
-    raw: Any = None
+    request: InferenceRequest | None = None
+    invalid: ValidationError | None = None
     try:
-        raw = json.loads(record.value) if record.value is not None else None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise Unparseable(f"record is not JSON: {exc}") from exc
+        # pydantic-core parses and validates in one pass; plain JSON only for the error path.
+        request = InferenceRequest.model_validate_json(record.value or b"")
+        raw: Any = {
+            "request_id": request.request_id,
+            "reply_to": request.reply_to,
+            "model": request.model,
+            "tenant": request.tenant,
+        }
+    except ValidationError as exc:
+        invalid = exc
+        try:
+            raw = json.loads(record.value) if record.value is not None else None
+        except (json.JSONDecodeError, UnicodeDecodeError) as json_exc:
+            raise Unparseable(f"record is not JSON: {json_exc}") from json_exc
     if not isinstance(raw, dict) or not isinstance(raw.get("request_id"), str) or not raw["request_id"]:
         raise Unparseable("record has no usable request_id")
     reply_to = raw.get("reply_to")
@@ -101,12 +116,15 @@ def decode_record(
         record_ts_ms=float(record.timestamp),
         polled_at_s=now,
         polled_mono=time.monotonic(),
+        polled_ns=time.time_ns(),
         produced_ms=h.header_float(record.headers, h.PRODUCED_AT),
         ingest_ms=h.header_float(record.headers, h.INGEST_MS),
         deadline_s=None,
     )
     try:
-        request = InferenceRequest.model_validate(raw)
+        if invalid is not None:
+            raise invalid
+        assert request is not None
         item.request = request
         item.deadline_s = _deadline_s(request, record)
         if request.model != config.name:

@@ -1,0 +1,135 @@
+"""The scaler's loop: collect signals, decide with a policy, actuate, publish every decision."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+
+from infra.kafka import make_producer, start_with_retry
+from scaler.actuators.base import Actuator
+from scaler.actuators.decisions import publish_decision
+from scaler.collector.collector import Collector, CollectorConfig, GroupCollection, targets_for
+from scaler.collector.feeds import TelemetryFeed
+from scaler.collector.latency import WindowLatencies
+from scaler.policy import POLICIES
+from scaler.registry import Registry
+from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerState
+from scaler.telemetry import TelemetryReader
+from schemas.topics import Tier
+from services.models.repository import ModelRepository
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """What the live view shows of one group after a tick."""
+
+    collection: GroupCollection
+    decision: GroupDecision | None
+    applied: bool
+    error: str | None
+
+
+class ScalerService:
+    """Runs every `interval_s`: collect → decide (pure) → scale → publish."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        models_dir: Path,
+        actuator: Actuator,
+        *,
+        policy: str = "slo",
+        config: PolicyConfig | None = None,
+        collector_config: CollectorConfig | None = None,
+        act: bool = True,
+        tiers: Sequence[Tier] | None = None,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+        self.bootstrap = bootstrap
+        self.policy_name = policy
+        self.policy = POLICIES[policy]
+        self.config = config or PolicyConfig()
+        self.actuator = actuator
+        self.act = act
+        self.models = ModelRepository(models_dir)
+        self.reader = TelemetryReader()
+        self.registry = Registry(bootstrap)
+        self.feed = TelemetryFeed(bootstrap, sinks=[self.reader.apply])
+        targets = [t for t in targets_for(self.models) if tiers is None or t.tier in tiers]
+        self.collector = Collector(
+            bootstrap,
+            targets,
+            self.models,
+            registry=self.registry,
+            telemetry=self.feed,
+            latencies=WindowLatencies(self.reader.windows),
+            config=collector_config,
+        )
+        self.state = ScalerState()
+        self.views: dict[str, GroupView] = {}
+        self.ticks = 0
+        self._producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        """Connect the registry, telemetry, collector and decision producer."""
+        await self.registry.start()
+        await self.feed.start()
+        await self.collector.start()
+        self._producer = make_producer(self.bootstrap, client_id="inferbus-scaler")
+        await start_with_retry(self._producer.start, what="scaler-producer")
+
+    async def close(self) -> None:
+        """Disconnect (the actuator is closed by its owner)."""
+        await self.collector.close()
+        await self.feed.close()
+        await self.registry.close()
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+
+    async def current(self) -> Mapping[str, int]:
+        """Replicas per group, as the actuator sees them."""
+        return {group: await self.actuator.current(group) for group in self.collector.groups}
+
+    async def on_tick(self, collections: list[GroupCollection]) -> None:
+        """Decide and act on one collection of every group."""
+        self.ticks += 1
+        signals: list[GroupSignals] = [c.signals for c in collections if c.signals is not None]
+        decisions: dict[str, GroupDecision] = {}
+        if signals:
+            decision, self.state = self.policy(signals, self.state, self.config, time.time())
+            decisions = {d.group: d for d in decision.groups}
+        for collection in collections:
+            chosen = decisions.get(collection.group)
+            applied, error = False, None
+            if chosen is not None and self.act and chosen.desired != chosen.current:
+                try:
+                    await self.actuator.scale(chosen.group, chosen.desired, chosen.line())
+                    applied = True
+                except Exception as exc:  # reported in the decision record and the view
+                    error = repr(exc)
+                    log.error("event=scale_failed group=%s error=%r", chosen.group, exc)
+            if chosen is not None and self._producer is not None:
+                await publish_decision(
+                    self._producer,
+                    chosen,
+                    policy=self.policy_name,
+                    at=time.time(),
+                    signals=collection.signals,
+                    applied=applied,
+                    error=error,
+                )
+            self.views[collection.group] = GroupView(collection, chosen, applied, error)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick until `stop` is set."""
+        await self.collector.run(self.on_tick, stop, current=self.current)

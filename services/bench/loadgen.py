@@ -1,0 +1,197 @@
+"""An outside producer: pre-serialized request events to `inferbus.ingest`, results collected."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aiokafka import TopicPartition
+
+from infra.kafka import make_consumer, make_producer, start_with_retry
+from schemas.topics import INGEST, RESULTS
+
+
+@dataclass
+class Completed:
+    """One result as the load generator saw it."""
+
+    request_id: str
+    status: str
+    sent_s: float
+    received_s: float
+    e2e_ms: float | None
+    engine_ms: float
+    batch_size: int | None
+    seq_len: int
+    timings: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class LoadReport:
+    """All results of one load phase."""
+
+    sent: int = 0
+    completed: list[Completed] = field(default_factory=list)
+    started_s: float = 0.0
+    ended_s: float = 0.0
+
+
+REQUEST_ID_SLOT = b"__request_id__"
+
+
+class EncoderEvents:
+    """Pre-serialized demo-encoder events (a few per length), so the load generator spends
+    its CPU on sending, not on encoding JSON: each event is a template with an id slot."""
+
+    def __init__(self, model: str, seed: int = 1, variants: int = 16) -> None:
+        self.model = model
+        self.variants = variants
+        self._rng = np.random.default_rng(seed)
+        self._templates: dict[int, list[bytes]] = {}
+        self._next = 0
+
+    def __call__(self, request_id: str, seq_len: int) -> bytes:
+        templates = self._templates.get(seq_len)
+        if templates is None:
+            templates = [
+                encoder_event(REQUEST_ID_SLOT.decode(), self.model, seq_len, self._rng)
+                for _ in range(self.variants)
+            ]
+            self._templates[seq_len] = templates
+        self._next += 1
+        return templates[self._next % self.variants].replace(REQUEST_ID_SLOT, request_id.encode())
+
+
+def encoder_event(request_id: str, model: str, seq_len: int, rng: np.random.Generator) -> bytes:
+    """A demo-encoder request of `seq_len` tokens, as any producer would write it."""
+    ids = rng.integers(5, 1000, size=(1, seq_len)).tolist()
+    return json.dumps(
+        {
+            "schema_version": 1,
+            "request_id": request_id,
+            "model": model,
+            "tier": "interactive",
+            "inputs": {
+                "input_ids": {"dtype": "int64", "shape": [1, seq_len], "data": ids},
+                "attention_mask": {"dtype": "int64", "shape": [1, seq_len], "data": [[1] * seq_len]},
+            },
+            "timeout_ms": 60_000,
+        }
+    ).encode()
+
+
+class LoadGenerator:
+    """Produces events and matches results by request id."""
+
+    def __init__(self, bootstrap: str, make_event: Callable[[str, int], bytes]) -> None:
+        self.bootstrap = bootstrap
+        self.make_event = make_event
+        self._producer = make_producer(bootstrap, client_id="inferbus-bench", linger_ms=2)
+        self._consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id="inferbus-bench")
+        self._sent: dict[str, tuple[float, int]] = {}
+        self._report = LoadReport()
+        self._done = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+        self._expected = 0
+        self.in_flight_changed = asyncio.Event()
+
+    async def start(self) -> None:
+        await start_with_retry(self._producer.start, what="bench-producer")
+        await start_with_retry(self._consumer.start, what="bench-consumer")
+        await self._consumer.topics()
+        parts = self._consumer.partitions_for_topic(RESULTS) or set()
+        tps = [TopicPartition(RESULTS, p) for p in parts]
+        self._consumer.assign(tps)
+        await self._consumer.seek_to_end(*tps)
+        for tp in tps:
+            await self._consumer.position(tp)
+        self._reader = asyncio.create_task(self._read())
+
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        await self._consumer.stop()
+        await self._producer.stop()
+
+    async def _read(self) -> None:
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=100)
+            now = time.perf_counter()
+            for records in batches.values():
+                for record in records:
+                    result: dict[str, Any] = json.loads(record.value)
+                    sent = self._sent.pop(result["request_id"], None)
+                    if sent is None:
+                        continue
+                    t = result.get("timings") or {}
+                    engine = sum(t.get(k) or 0.0 for k in ("preprocess_ms", "infer_ms", "postprocess_ms"))
+                    self._report.completed.append(
+                        Completed(
+                            result["request_id"], result["status"], sent[0], now,
+                            t.get("e2e_ms"), engine, result.get("batch_size"), sent[1], t,
+                        )
+                    )
+                    self.in_flight_changed.set()
+            if len(self._report.completed) >= self._expected > 0:
+                self._done.set()
+
+    async def _send(self, seq_len: int) -> None:
+        request_id = uuid.uuid4().hex
+        self._sent[request_id] = (time.perf_counter(), seq_len)
+        self._report.sent += 1
+        await self._producer.send(INGEST, self.make_event(request_id, seq_len), key=request_id.encode())
+
+    async def closed_loop(
+        self, count: int, window: int, lengths: Callable[[], int], progress: Callable[[int], None]
+    ) -> LoadReport:
+        """Keep `window` requests outstanding until `count` are answered (saturation)."""
+        self._reset(count)
+        while self._report.sent < count:
+            outstanding = self._report.sent - len(self._report.completed)
+            if outstanding >= window:
+                self.in_flight_changed.clear()
+                await asyncio.wait_for(self.in_flight_changed.wait(), 60)
+                progress(len(self._report.completed))
+                continue
+            await self._send(lengths())
+        return await self._finish(progress)
+
+    async def open_loop(
+        self, count: int, rate_rps: float, lengths: Callable[[], int], progress: Callable[[int], None]
+    ) -> LoadReport:
+        """Send `count` requests at a fixed rate, regardless of answers (Poisson-free, paced)."""
+        self._reset(count)
+        start = time.perf_counter()
+        for i in range(count):
+            target = start + i / rate_rps
+            delay = target - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self._send(lengths())
+            if i % 200 == 0:
+                progress(len(self._report.completed))
+        return await self._finish(progress)
+
+    def _reset(self, count: int) -> None:
+        self._report = LoadReport(started_s=time.perf_counter())
+        self._expected = count
+        self._done.clear()
+
+    async def _finish(self, progress: Callable[[int], None]) -> LoadReport:
+        await self._producer.flush()
+        deadline = time.perf_counter() + 120
+        while not self._done.is_set() and time.perf_counter() < deadline:
+            with_timeout = asyncio.wait_for(self._done.wait(), 1.0)
+            try:
+                await with_timeout
+            except TimeoutError:
+                progress(len(self._report.completed))
+        self._report.ended_s = time.perf_counter()
+        return self._report

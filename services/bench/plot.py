@@ -1,0 +1,42 @@
+"""PNG plots of benchmark reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def plot_throughput(report: dict[str, Any], path: Path) -> None:
+    """Throughput bars (raw vs end to end) and the batch-size histogram."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    raw = report["raw_engine"]["samples_per_s"]
+    e2e = report["saturation"]["samples_per_s"]
+    left.bar(["raw engine", "end to end"], [raw, e2e], color=["#777", "#2a7"])
+    left.set_ylabel("samples / s")
+    left.set_title(f"{report['model']} seq {report['seq_len']}: ratio {report['ratio_e2e_over_raw']:.2f}")
+    sizes = report["saturation"]["batch_sizes"]
+    right.bar(list(sizes), list(sizes.values()), color="#27a")
+    right.set_xlabel("batch size")
+    right.set_ylabel("requests")
+    right.set_title("batch sizes at saturation")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_buckets(report: dict[str, Any], path: Path) -> None:
+    """Throughput with and without length buckets."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    values = [report["with_buckets"]["samples_per_s"], report["one_bucket"]["samples_per_s"]]
+    ax.bar(["length buckets", "one bucket"], values, color=["#2a7", "#a72"])
+    ax.set_ylabel("requests / s")
+    mix = report["mix"]
+    ax.set_title(f"{1 - mix['long_share']:.0%} × {mix['short_len']} + {mix['long_share']:.0%} × {mix['long_len']} tokens")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,240 @@
+"""`inferbus bench throughput`: raw engine samples/s, then end to end through the bus, one run.
+
+Phases: (1) the raw engine alone at the configured batch size; (2) saturation through
+broker, ingest and one worker (closed loop); (3) half that rate open loop, for the
+overhead the bus adds over engine time. Broker, ingest, worker and load generator share
+this machine's cores: the report says how many.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infra.broker import EmbeddedBroker
+from infra.processes import ChildProcess, inferbus_command
+from infra.topics import ensure_topics, standard_topics
+from services.bench.loadgen import EncoderEvents, LoadGenerator, LoadReport
+from services.bench.stats import batch_histogram, percentiles, statuses, steady_throughput
+from services.models.demo import write_demo_models
+from services.models.repository import ModelRepository, ModelVersion
+from services.worker.engines.factory import create_engine
+from services.worker.engines.shapes import warmup_batches
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ThroughputOptions:
+    """What to measure."""
+
+    model: str = "demo-encoder"
+    seq_len: int = 32
+    requests: int = 3000
+    window: int = 128
+    raw_seconds: float = 5.0
+    bootstrap: str | None = None
+    models_dir: Path | None = None
+    long_len: int = 512
+    long_share: float = 0.0
+
+
+def sequence_batch(version: ModelVersion, batch: int, seq_len: int) -> dict[str, np.ndarray[Any, Any]]:
+    """A batch like the load generator's: random ids, full mask."""
+    rng = np.random.default_rng(0)
+    inputs: dict[str, np.ndarray[Any, Any]] = {}
+    for spec in version.config.inputs:
+        if spec.name == version.config.batching.sequence_input:
+            inputs[spec.name] = rng.integers(5, 1000, size=(batch, seq_len)).astype(np.int64)
+        elif len(spec.shape) >= 2 and spec.shape[1] == -1:
+            inputs[spec.name] = np.ones((batch, seq_len), dtype=np.int64)
+        else:
+            shape = [batch, *[d if d > 0 else 1 for d in spec.shape[1:]]]
+            inputs[spec.name] = rng.random(shape).astype(np.float32)
+    return inputs
+
+
+def raw_engine_throughput(version: ModelVersion, seq_len: int, seconds: float) -> dict[str, Any]:
+    """Samples/s of the engine alone at max_batch_size, timed in a tight loop."""
+    engine = create_engine(version)
+    engine.load()
+    engine.warmup(warmup_batches(version.config))
+    batch_size = version.config.batching.max_batch_size
+    batch = sequence_batch(version, batch_size, seq_len)
+    engine.infer(batch)
+    runs, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        engine.infer(batch)
+        runs += 1
+    elapsed = time.perf_counter() - started
+    engine.unload()
+    return {
+        "batch_size": batch_size,
+        "runs": runs,
+        "samples_per_s": runs * batch_size / elapsed,
+        "ms_per_batch": elapsed / runs * 1000,
+        "provider": engine.info.label,
+    }
+
+
+def summarize(report: LoadReport) -> dict[str, Any]:
+    """Throughput, latency percentiles and batch sizes of one phase."""
+    ok = [c for c in report.completed if c.status == "ok"]
+    e2e = [c.e2e_ms for c in ok if c.e2e_ms is not None]
+    overhead = [c.e2e_ms - c.engine_ms for c in ok if c.e2e_ms is not None]
+    client = [(c.received_s - c.sent_s) * 1000 for c in ok]
+    return {
+        "sent": report.sent,
+        "answered": len(report.completed),
+        "statuses": statuses(report.completed),
+        "samples_per_s": steady_throughput(ok),
+        "e2e_ms": percentiles(e2e),
+        "client_roundtrip_ms": percentiles(client),
+        "overhead_ms": percentiles(overhead),
+        "batch_sizes": batch_histogram(ok),
+        "stage_p50_ms": {
+            stage: percentiles([c.timings[stage] or 0.0 for c in ok if c.timings.get(stage) is not None])["p50"]
+            for stage in ("ingest_ms", "queue_ms", "batch_wait_ms", "preprocess_ms", "infer_ms", "postprocess_ms")
+        },
+    }
+
+
+class Deployment:
+    """Broker (embedded unless given), topics, one ingest and one worker per model."""
+
+    def __init__(self, bootstrap: str | None, models_dir: Path, models: list[str], log_dir: Path) -> None:
+        self.broker = EmbeddedBroker(port=0) if bootstrap is None else None
+        self.bootstrap = bootstrap or ""
+        self.models_dir = models_dir
+        self.models = models
+        self.log_dir = log_dir
+        self.children: list[ChildProcess] = []
+
+    async def start(self) -> str:
+        if self.broker is not None:
+            self.bootstrap = await asyncio.to_thread(self.broker.start)
+        await ensure_topics(self.bootstrap, standard_topics(self.models))
+        env = {"INFERBUS_WORKER_HEARTBEAT_INTERVAL_S": "2"}
+        common = ["--bootstrap", self.bootstrap, "--models", str(self.models_dir), "--log-level", "WARNING"]
+        self.children.append(
+            ChildProcess("ingest", inferbus_command("ingest", *common), log_path=self.log_dir / "ingest.log")
+        )
+        for model in self.models:
+            self.children.append(
+                ChildProcess(
+                    f"worker-{model}",
+                    inferbus_command("worker", "--model", model, "--tier", "interactive", *common),
+                    env=env,
+                    log_path=self.log_dir / f"worker-{model}.log",
+                )
+            )
+        for child in self.children:
+            child.start()
+        return self.bootstrap
+
+    def check(self) -> None:
+        """Raise when a child exited: its log says why."""
+        for child in self.children:
+            if not child.running:
+                raise RuntimeError(
+                    f"{child.name} exited with {child.process.returncode if child.process else None}; "
+                    f"see {child.log_path}"
+                )
+
+    async def stop(self) -> None:
+        for child in self.children:
+            await asyncio.to_thread(child.stop)
+        if self.broker is not None:
+            await asyncio.to_thread(self.broker.stop)
+
+
+async def wait_until_serving(
+    gen: LoadGenerator, deployment: Deployment, progress: Progress, timeout_s: float = 120
+) -> None:
+    """Send single requests until one comes back ok (workers joined, ingest ready)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        deployment.check()
+        report = await asyncio.wait_for(
+            gen.closed_loop(1, 1, lambda: 8, lambda _: deployment.check()),
+            timeout=max(deadline - time.monotonic(), 1),
+        )
+        if report.completed and report.completed[0].status == "ok":
+            return
+        progress(f"not serving yet: {statuses(report.completed)}")
+    raise TimeoutError("the stack did not answer within the start-up timeout")
+
+
+def prepare_models(options: ThroughputOptions) -> tuple[Path, bool]:
+    """The model repository to serve: the given one, or fresh demo models in a temp dir."""
+    if options.models_dir is not None and ModelRepository(options.models_dir).names():
+        return options.models_dir, False
+    root = Path(tempfile.mkdtemp(prefix="inferbus-bench-models-"))
+    write_demo_models(root)
+    return root, True
+
+
+async def bench_throughput(options: ThroughputOptions, progress: Progress) -> dict[str, Any]:
+    """Run all phases and return the JSON report."""
+    models_dir, temporary = prepare_models(options)
+    log_dir = Path(tempfile.mkdtemp(prefix="inferbus-bench-logs-"))
+    try:
+        version = ModelRepository(models_dir).resolve(options.model)
+        progress(f"raw engine: {options.model} seq {options.seq_len}, {options.raw_seconds:.0f}s")
+        raw = await asyncio.to_thread(raw_engine_throughput, version, options.seq_len, options.raw_seconds)
+        progress(f"raw engine: {raw['samples_per_s']:.0f} samples/s at batch {raw['batch_size']}")
+        deployment = Deployment(options.bootstrap, models_dir, [options.model], log_dir)
+        bootstrap = await deployment.start()
+        rng = np.random.default_rng(1)
+        gen = LoadGenerator(bootstrap, EncoderEvents(options.model))
+        try:
+            await gen.start()
+            progress("waiting for ingest and the worker to serve")
+            await wait_until_serving(gen, deployment, progress)
+            lengths = _lengths(options, rng)
+
+            def tick(done: int) -> None:
+                progress(f"answered {done}")
+
+            progress("warm-up: 300 requests")
+            await gen.closed_loop(300, options.window, lengths, tick)
+            progress(f"saturation: {options.requests} requests, window {options.window}")
+            saturated = summarize(await gen.closed_loop(options.requests, options.window, lengths, tick))
+            half_rate = max(saturated["samples_per_s"] / 2, 1.0)
+            half_count = max(int(half_rate * 10), 200)
+            progress(f"half load: {half_rate:.0f} req/s open loop, {half_count} requests")
+            half = summarize(await gen.open_loop(half_count, half_rate, lengths, tick))
+        finally:
+            await gen.stop()
+            await deployment.stop()
+        return {
+            "benchmark": "throughput",
+            "model": options.model,
+            "seq_len": options.seq_len,
+            "long_share": options.long_share,
+            "cores": os.cpu_count(),
+            "note": "broker, ingest, worker and load generator share these cores; "
+            "the raw engine ran alone",
+            "raw_engine": raw,
+            "saturation": saturated,
+            "ratio_e2e_over_raw": saturated["samples_per_s"] / raw["samples_per_s"],
+            "half_load": {"rate_rps": half_rate, **half},
+        }
+    finally:
+        if temporary:
+            shutil.rmtree(models_dir, ignore_errors=True)
+
+
+def _lengths(options: ThroughputOptions, rng: np.random.Generator) -> Callable[[], int]:
+    if options.long_share <= 0:
+        return lambda: options.seq_len
+    return lambda: options.long_len if rng.random() < options.long_share else options.seq_len

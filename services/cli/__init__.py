@@ -1,0 +1,1 @@
+"""The `inferbus` command line."""

@@ -1,0 +1,94 @@
+"""`inferbus bench`: throughput through the bus vs the raw engine, and length buckets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from services.cli.common import setup_logging
+
+bench_app = typer.Typer(help="Benchmarks that report ratios measured in one run.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+def _progress(message: str) -> None:
+    console.print(f"[dim]bench[/dim] {message}")
+
+
+def _write(report: dict[str, Any], json_out: Path | None) -> None:
+    text = json.dumps(report, indent=2)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(text + "\n")
+        _progress(f"wrote {json_out}")
+
+
+@bench_app.command("throughput")
+def throughput(
+    model: Annotated[str, typer.Option(help="Model to serve.")] = "demo-encoder",
+    seq: Annotated[int, typer.Option(help="Tokens per request.")] = 32,
+    requests: Annotated[int, typer.Option(help="Requests in the saturation phase.")] = 3000,
+    window: Annotated[int, typer.Option(help="Requests kept outstanding at saturation.")] = 128,
+    bootstrap: Annotated[str | None, typer.Option(help="Use this Kafka, not the embedded one.")] = None,
+    models: Annotated[Path | None, typer.Option(help="Model repository (default: fresh demo models).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
+) -> None:
+    """Raw engine samples/s, then end to end at saturation and at half load; prints the ratio."""
+    from services.bench.plot import plot_throughput
+    from services.bench.throughput import ThroughputOptions, bench_throughput
+
+    setup_logging("WARNING")
+    options = ThroughputOptions(
+        model=model, seq_len=seq, requests=requests, window=window, bootstrap=bootstrap, models_dir=models
+    )
+    report = asyncio.run(bench_throughput(options, _progress))
+    _write(report, json_out)
+    if plot is not None:
+        plot_throughput(report, plot)
+        _progress(f"wrote {plot}")
+    sat, half = report["saturation"], report["half_load"]
+    typer.echo(
+        f"raw engine {report['raw_engine']['samples_per_s']:.0f} samples/s | end to end "
+        f"{sat['samples_per_s']:.0f} samples/s | ratio {report['ratio_e2e_over_raw']:.2f} | "
+        f"saturation p99 e2e {sat['e2e_ms']['p99']:.0f} ms | half load ({half['rate_rps']:.0f} req/s) "
+        f"p50 e2e-engine {half['overhead_ms']['p50']:.1f} ms, p99 e2e {half['e2e_ms']['p99']:.0f} ms"
+    )
+
+
+@bench_app.command("buckets")
+def buckets(
+    requests: Annotated[int, typer.Option(help="Requests per variant.")] = 1500,
+    window: Annotated[int, typer.Option(help="Requests kept outstanding.")] = 128,
+    short: Annotated[int, typer.Option(help="Short request tokens.")] = 32,
+    long: Annotated[int, typer.Option(help="Long request tokens.")] = 512,
+    long_share: Annotated[float, typer.Option(help="Share of long requests.")] = 0.1,
+    bootstrap: Annotated[str | None, typer.Option(help="Use this Kafka, not the embedded one.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
+) -> None:
+    """Throughput of a short/long mix with length buckets vs one bucket."""
+    from services.bench.buckets import bench_buckets
+    from services.bench.plot import plot_buckets
+
+    setup_logging("WARNING")
+    report = asyncio.run(
+        bench_buckets(
+            requests=requests, window=window, short_len=short, long_len=long,
+            long_share=long_share, bootstrap=bootstrap, progress=_progress,
+        )
+    )
+    _write(report, json_out)
+    if plot is not None:
+        plot_buckets(report, plot)
+    speedup = report["speedup"]
+    typer.echo(
+        f"with buckets {report['with_buckets']['samples_per_s']:.0f} req/s | one bucket "
+        f"{report['one_bucket']['samples_per_s']:.0f} req/s | speedup "
+        f"{speedup:.2f}x" if speedup else "one-bucket run answered nothing"
+    )

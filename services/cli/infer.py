@@ -1,0 +1,54 @@
+"""`inferbus infer`: turn friendly JSON inputs into a request, send it, await the result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schemas.errors import ModelNotFound
+from schemas.result import InferenceResult
+from schemas.tensors import DTYPES, Tensor, TextInput
+from schemas.topics import Tier
+from services.client import InferenceClient
+from services.models.repository import ModelRepository
+
+
+def parse_inputs(payload: Any, dtypes: dict[str, str]) -> dict[str, Tensor | TextInput]:
+    """`{"x": [[...]]}` (dtype from the model), wire tensors, or `{"text": "..."}`."""
+    if not isinstance(payload, dict) or not payload:
+        raise ValueError('inputs must be a JSON object such as {"x": [[0.1, 0.2]]}')
+    out: dict[str, Tensor | TextInput] = {}
+    for name, value in payload.items():
+        if isinstance(value, dict) and "dtype" in value:
+            out[name] = Tensor.model_validate(value)
+        elif isinstance(value, dict) and "text" in value:
+            out[name] = TextInput.model_validate(value)
+        elif isinstance(value, str):
+            out[name] = TextInput(text=value)
+        else:
+            dtype = dtypes.get(name)
+            if dtype is None:
+                raise ValueError(
+                    f"input {name!r}: the model is not in the local repository, so give a "
+                    'wire-format tensor {"dtype": ..., "shape": ..., "data": ...}'
+                )
+            array = np.asarray(value, dtype=DTYPES[dtype])
+            out[name] = Tensor.from_numpy(array)
+    return out
+
+
+async def infer_once(
+    bootstrap: str, models_dir: Path, model: str, payload: Any, tier: Tier, timeout_s: float
+) -> InferenceResult:
+    """One request through the bus."""
+    try:
+        config = ModelRepository(models_dir).config(model)
+        dtypes = {spec.name: spec.dtype for spec in config.inputs}
+    except ModelNotFound:
+        dtypes = {}
+    inputs = parse_inputs(payload, dtypes)
+    async with InferenceClient(bootstrap) as client:
+        request = client.build_request(model, inputs, tier=tier, timeout_ms=int(timeout_s * 1000))
+        return await client.infer(request, timeout_s=timeout_s)

@@ -1,0 +1,210 @@
+"""`inferbus`: run the stack, single services, requests, benchmarks, the scaler and traces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from schemas.topics import TIERS, Tier
+from services.cli.common import run, setup_logging
+
+app = typer.Typer(
+    name="inferbus",
+    help="Event-driven model serving on Kafka.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+topics_app = typer.Typer(help="Provision Kafka topics.", no_args_is_help=True)
+app.add_typer(topics_app, name="topics")
+
+Bootstrap = Annotated[
+    str,
+    typer.Option("--bootstrap", "-b", envvar="INFERBUS_KAFKA_BOOTSTRAP", help="Kafka host:port."),
+]
+ModelsDir = Annotated[
+    Path, typer.Option("--models", envvar="INFERBUS_MODELS_DIR", help="Model repository folder.")
+]
+LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING.")]
+
+
+def _tiers(value: str) -> list[Tier]:
+    tiers = [t.strip() for t in value.split(",") if t.strip()]
+    unknown = [t for t in tiers if t not in TIERS]
+    if unknown or not tiers:
+        raise typer.BadParameter(f"tiers must be from {', '.join(TIERS)}; got {value!r}")
+    return tiers  # type: ignore[return-value]
+
+
+@app.command()
+def broker(
+    port: Annotated[int, typer.Option(help="Preferred port; a free one if taken.")] = 9092,
+    log_level: LogLevel = "INFO",
+) -> None:
+    """Run the embedded Tansu broker in the foreground until Ctrl-C."""
+    import signal
+    import threading
+
+    from infra.broker import EmbeddedBroker
+
+    setup_logging(log_level)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with EmbeddedBroker(port=port) as embedded:
+        typer.echo(f"broker ready: --bootstrap {embedded.bootstrap}")
+        try:
+            while not stop.wait(0.5):
+                if not embedded.running:
+                    raise typer.Exit(1)
+        except KeyboardInterrupt:
+            pass
+
+
+@topics_app.command("create")
+def topics_create(
+    bootstrap: Bootstrap = "127.0.0.1:9092",
+    models: ModelsDir = Path("models"),
+    partitions: Annotated[int, typer.Option(help="Partitions of each tier topic.")] = 12,
+) -> None:
+    """Create every inferbus topic for the models in the repository (idempotent)."""
+    from infra.topics import ensure_topics, standard_topics
+    from services.models.repository import ModelRepository
+
+    setup_logging("WARNING")
+    names = ModelRepository(models).names()
+    created = run(ensure_topics(bootstrap, standard_topics(names, tier_partitions=partitions)))
+    typer.echo(f"created {len(created)} topic(s): {', '.join(created) or 'none, all existed'}")
+
+
+@app.command()
+def ingest(
+    bootstrap: Bootstrap = "127.0.0.1:9092",
+    models: ModelsDir = Path("models"),
+    log_level: LogLevel = "INFO",
+) -> None:
+    """Run the ingest service (validate and route `inferbus.ingest`)."""
+    from services.ingest.app import run_ingest
+    from services.ingest.settings import IngestSettings
+
+    setup_logging(log_level)
+    settings = IngestSettings(models_dir=models)
+    run(run_ingest(bootstrap, settings))
+
+
+@app.command()
+def worker(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model to serve.")],
+    tier: Annotated[
+        str, typer.Option("--tier", "-t", help="Tier(s), comma-separated, priority order.")
+    ] = "interactive",
+    bootstrap: Bootstrap = "127.0.0.1:9092",
+    models: ModelsDir = Path("models"),
+    version: Annotated[str | None, typer.Option(help="Pin a model version.")] = None,
+    log_level: LogLevel = "INFO",
+) -> None:
+    """Run one worker: one engine session, one consumer per tier."""
+    from services.worker.app import run_worker
+    from services.worker.settings import WorkerSettings
+
+    setup_logging(log_level)
+    settings = WorkerSettings(
+        model=model, tiers=_tiers(tier), models_dir=models, model_version=version
+    )
+    run(run_worker(bootstrap, settings))
+
+
+@app.command()
+def infer(
+    model: Annotated[str, typer.Argument(help="Model name.")],
+    json_inputs: Annotated[
+        str,
+        typer.Option(
+            "--json",
+            help='Inputs as JSON: {"x": [[...]]} (nested lists, dtype from the model) '
+            'or wire-format tensors, or {"text": "..."}.',
+        ),
+    ],
+    tier: Annotated[str, typer.Option(help="critical, interactive or batch.")] = "interactive",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the result.")] = 30.0,
+    bootstrap: Bootstrap = "127.0.0.1:9092",
+    models: ModelsDir = Path("models"),
+) -> None:
+    """Send one request and print its result JSON (exit 1 unless status is ok)."""
+    from services.cli.infer import infer_once
+
+    setup_logging("WARNING")
+    try:
+        payload = json.loads(json_inputs)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--json is not valid JSON: {exc}") from exc
+    result = run(infer_once(bootstrap, models, model, payload, _tiers(tier)[0], timeout))
+    typer.echo(result.model_dump_json(indent=2, exclude_none=True))
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command()
+def up(
+    bootstrap: Annotated[
+        str | None,
+        typer.Option("--bootstrap", "-b", help="Use this Kafka instead of the embedded broker."),
+    ] = None,
+    models: ModelsDir = Path("models"),
+    workers: Annotated[int, typer.Option(help="Workers to start per model and tier.")] = 1,
+    headless: Annotated[bool, typer.Option(help="Status lines instead of the live view.")] = False,
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    scaler: Annotated[bool, typer.Option(help="Run the scaler with the local actuator.")] = True,
+    tiers: Annotated[str | None, typer.Option(help="Only these tiers (comma-separated).")] = None,
+    port: Annotated[int, typer.Option(help="Embedded broker's preferred port.")] = 9092,
+    log_dir: Annotated[Path, typer.Option(help="Where child processes write their logs.")] = Path(
+        ".inferbus/logs"
+    ),
+) -> None:
+    """Run everything on this machine: broker, topics, ingest, scaler and workers."""
+    from services.cli.stack import Stack, StackOptions
+
+    setup_logging("WARNING")
+    options = StackOptions(
+        bootstrap=bootstrap,
+        models_dir=models,
+        workers_per_group=workers,
+        headless=headless or not sys.stdout.isatty(),
+        duration_s=duration,
+        with_scaler=scaler,
+        tiers=_tiers(tiers) if tiers else None,
+        broker_port=port,
+        log_dir=log_dir,
+    )
+    try:
+        asyncio.run(Stack(options).run())
+    except KeyboardInterrupt:
+        typer.echo("stopped")
+
+
+def _mount_subcommands() -> None:
+    from scaler.cli import scaler_app, sim_command
+    from services.cli.bench import bench_app
+    from services.models.cli import models_app
+    from tracing.cli import trace_command, traces_command
+
+    app.add_typer(models_app, name="models")
+    app.add_typer(bench_app, name="bench")
+    app.add_typer(scaler_app, name="scaler")
+    app.command("sim")(sim_command)
+    app.command("trace")(trace_command)
+    app.command("traces")(traces_command)
+
+
+_mount_subcommands()
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

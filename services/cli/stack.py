@@ -1,0 +1,199 @@
+"""`inferbus up`: the whole system on one machine, with a live view of every worker group."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from infra.broker import EmbeddedBroker
+from infra.processes import ChildProcess, inferbus_command
+from infra.topics import ensure_topics, standard_topics
+from scaler.actuators.local import LocalActuator
+from scaler.service import GroupView, ScalerService
+from schemas.topics import Tier
+from services.models.demo import write_demo_models
+from services.models.repository import ModelRepository
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """What `inferbus up` runs."""
+
+    bootstrap: str | None
+    models_dir: Path
+    workers_per_group: int
+    headless: bool
+    duration_s: float | None
+    with_scaler: bool
+    tiers: list[Tier] | None
+    broker_port: int
+    log_dir: Path
+    status_every_s: float = 5.0
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def status_line(view: GroupView) -> str:
+    """One line per group for headless mode."""
+    s = view.collection.signals
+    decision = view.decision.line() if view.decision else "no decision yet"
+    if s is None:
+        return f"{view.collection.group}: no signals yet ({view.collection.error or 'starting'})"
+    return (
+        f"{s.group} replicas={s.ready_replicas}/{s.replicas} lag={s.lag} "
+        f"arrival={_rate(s.arrival_rps)}/s service/replica={_rate(s.service_rps_per_replica)}/s "
+        f"queue_p99={_ms(s.queue_p99_ms)}ms engine_p99={_ms(s.engine_p99_ms)}ms "
+        f"e2e_p99={_ms(s.e2e_p99_ms)}ms slo={_ms(s.slo_p99_e2e_ms)}ms | {decision}"
+    )
+
+
+def status_table(views: dict[str, GroupView], bootstrap: str, elapsed_s: float) -> Table:
+    """The live view: one row per worker group."""
+    table = Table(title=f"inferbus on {bootstrap} — up {elapsed_s:.0f}s (Ctrl-C stops)")
+    for column in (
+        "group", "ready/all", "lag", "arrival/s", "svc/s/rep", "queue p99", "engine p99",
+        "e2e p99", "SLO", "last decision",
+    ):
+        table.add_column(column, overflow="fold")
+    for group in sorted(views):
+        view = views[group]
+        s = view.collection.signals
+        decision = view.decision.line() if view.decision else "-"
+        if s is None:
+            table.add_row(group, "-", "-", "-", "-", "-", "-", "-", "-", view.collection.error or "")
+            continue
+        table.add_row(
+            group.removeprefix("inferbus.workers."),
+            f"{s.ready_replicas}/{s.replicas}",
+            str(s.lag if s.lag is not None else "-"),
+            _rate(s.arrival_rps),
+            _rate(s.service_rps_per_replica),
+            _ms(s.queue_p99_ms),
+            _ms(s.engine_p99_ms),
+            _ms(s.e2e_p99_ms),
+            _ms(s.slo_p99_e2e_ms),
+            decision,
+        )
+    return table
+
+
+class Stack:
+    """Broker, topics, ingest, workers and the scaler; stops everything it started."""
+
+    def __init__(self, options: StackOptions) -> None:
+        self.options = options
+        self.console = Console()
+        self.broker: EmbeddedBroker | None = None
+        self.ingest: ChildProcess | None = None
+        self.stop = asyncio.Event()
+
+    def _say(self, text: str) -> None:
+        self.console.print(f"[bold]inferbus[/bold] {text}")
+
+    async def run(self) -> None:
+        """Start everything, show status until Ctrl-C or the duration, then stop all."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop.set)
+        options = self.options
+        bootstrap = options.bootstrap
+        if bootstrap is None:
+            self.broker = EmbeddedBroker(port=options.broker_port)
+            bootstrap = await asyncio.to_thread(self.broker.start)
+            self._say(f"embedded broker (Tansu, memory only) on {bootstrap}")
+        actuator: LocalActuator | None = None
+        scaler: ScalerService | None = None
+        try:
+            repository = ModelRepository(options.models_dir)
+            if not repository.names():
+                written = write_demo_models(options.models_dir)
+                self._say(f"wrote demo models to {options.models_dir} ({len(written)} files)")
+            names = repository.names()
+            created = await ensure_topics(bootstrap, standard_topics(names))
+            self._say(f"models: {', '.join(names)}; topics created: {len(created)}")
+            options.log_dir.mkdir(parents=True, exist_ok=True)
+            self.ingest = ChildProcess(
+                "ingest",
+                inferbus_command("ingest", "--bootstrap", bootstrap, "--models", str(options.models_dir)),
+                log_path=options.log_dir / "ingest.log",
+            )
+            self.ingest.start()
+            actuator = LocalActuator(
+                bootstrap,
+                options.models_dir,
+                command=inferbus_command("worker"),
+                log_dir=options.log_dir,
+            )
+            scaler = ScalerService(
+                bootstrap,
+                options.models_dir,
+                actuator,
+                act=options.with_scaler,
+                tiers=options.tiers,
+            )
+            for group in scaler.collector.groups:
+                await actuator.scale(group, options.workers_per_group, "inferbus up: initial workers")
+            await scaler.start()
+            self._say(
+                f"ingest and {len(scaler.collector.groups) * options.workers_per_group} worker(s) "
+                f"starting; scaler {'on' if options.with_scaler else 'off'}; logs in {options.log_dir}"
+            )
+            self._say(f"try: inferbus infer demo-mlp --bootstrap {bootstrap} --json '{{\"x\": [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]]}}'")
+            scaler_task = asyncio.create_task(scaler.run(self.stop), name="scaler")
+            await self._show(scaler, bootstrap)
+            self.stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await scaler_task
+        finally:
+            self._say("stopping: draining workers, ingest, broker")
+            if scaler is not None:
+                await scaler.close()
+            if actuator is not None:
+                await actuator.close()
+            if self.ingest is not None:
+                await asyncio.to_thread(self.ingest.stop)
+            if self.broker is not None:
+                await asyncio.to_thread(self.broker.stop)
+            self._say("stopped")
+
+    async def _show(self, scaler: ScalerService, bootstrap: str) -> None:
+        started = time.monotonic()
+        deadline = started + self.options.duration_s if self.options.duration_s else None
+
+        async def wait_tick() -> bool:
+            timeout = self.options.status_every_s
+            if deadline is not None:
+                timeout = min(timeout, max(deadline - time.monotonic(), 0))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=timeout)
+            return self.stop.is_set() or (deadline is not None and time.monotonic() >= deadline)
+
+        if self.options.headless:
+            while not await wait_tick():
+                for group in sorted(scaler.views):
+                    print(status_line(scaler.views[group]), flush=True)
+                if self.ingest is not None and not self.ingest.running:
+                    self._say("ingest exited; see its log")
+            return
+        with Live(
+            status_table(scaler.views, bootstrap, 0), console=self.console, refresh_per_second=1
+        ) as live:
+            while not await wait_tick():
+                live.update(status_table(scaler.views, bootstrap, time.monotonic() - started))
