@@ -13,6 +13,7 @@ from schemas.tensors import DTYPES, Tensor, TextInput
 from schemas.topics import Tier
 from services.client import InferenceClient
 from services.models.repository import ModelRepository
+from tracing.setup import init_tracing, shutdown_tracing
 
 
 def parse_inputs(payload: Any, dtypes: dict[str, str]) -> dict[str, Tensor | TextInput]:
@@ -49,6 +50,11 @@ async def infer_once(
     except ModelNotFound:
         dtypes = {}
     inputs = parse_inputs(payload, dtypes)
-    async with InferenceClient(bootstrap) as client:
-        request = client.build_request(model, inputs, tier=tier, timeout_ms=int(timeout_s * 1000))
-        return await client.infer(request, timeout_s=timeout_s)
+    client = InferenceClient(bootstrap)
+    init_tracing("inferbus-client", instance_id=client.client_id)
+    try:
+        async with client:
+            request = client.build_request(model, inputs, tier=tier, timeout_ms=int(timeout_s * 1000))
+            return await client.infer(request, timeout_s=timeout_s)
+    finally:
+        shutdown_tracing()

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from pydantic import ValidationError
 
 from infra.kafka import make_consumer, make_producer, start_with_retry
@@ -21,6 +21,8 @@ from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
 from schemas.tensors import Tensor, TextInput
 from schemas.topics import INGEST, RESULTS, Tier
+from tracing.attributes import RequestAttrs
+from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
 
 log = logging.getLogger(__name__)
 InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str]
@@ -164,19 +166,15 @@ class InferenceClient:
         producer = self._require_producer()
         self._mine.add(request.request_id)
         headers: list[tuple[str, bytes]] = [(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.REQUEST_SCHEMA_V1)]
-        headers += self._trace_headers()
         key = (request.tenant or request.request_id).encode()
-        await producer.send_and_wait(
-            INGEST, request.model_dump_json(exclude_none=True).encode(), key=key, headers=headers
-        )
+        attrs = RequestAttrs(model=request.model, tier=request.tier, request_id=request.request_id)
+        with send_span(INGEST, key=key, request=attrs) as span:
+            inject(headers)
+            metadata = await producer.send_and_wait(
+                INGEST, request.model_dump_json(exclude_none=True).encode(), key=key, headers=headers
+            )
+            set_delivery(span, partition=metadata.partition, offset=metadata.offset)
         return request.request_id
-
-    def _trace_headers(self) -> list[tuple[str, bytes]]:
-        from tracing.kafka import inject
-
-        headers: list[tuple[str, bytes]] = []
-        inject(headers)
-        return headers
 
     async def infer(self, request: InferenceRequest, *, timeout_s: float = 30.0) -> InferenceResult:
         """Submit and await the result; TimeoutError names the request id."""
@@ -205,19 +203,30 @@ class InferenceClient:
             batches = await consumer.getmany(timeout_ms=200)
             for records in batches.values():
                 for record in records:
-                    self._deliver(record.value)
+                    self._deliver(record)
 
-    def _deliver(self, value: bytes | None) -> None:
-        if value is None:
+    def _deliver(self, record: ConsumerRecord[bytes, bytes]) -> None:
+        if record.value is None:
             return
         try:
-            result = InferenceResult.model_validate_json(value)
+            result = InferenceResult.model_validate_json(record.value)
         except ValidationError as exc:
             log.warning("event=bad_result_on_reply_topic topic=%s error=%s", self.reply_to, exc)
             return
         ours = result.request_id in self._mine or result.request_id in self._waiters
         if not (ours or self.see_all_results):
             return
+        with process_span(
+            record.topic,
+            group=self.client_id,
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            context=extract(record.headers),
+            request=RequestAttrs(model=result.model, request_id=result.request_id),
+        ) as span:
+            if result.status != "ok":
+                record_error(span, result.status)
         if not self._seen.add(result.request_id):
             self.duplicates_dropped += 1
             return
