@@ -23,6 +23,7 @@ from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerStat
 from scaler.telemetry import TelemetryReader
 from schemas.topics import Tier
 from services.models.repository import ModelRepository
+from tracing.metrics import set_desired_replicas, set_group_lag, set_replicas
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,18 @@ class ScalerService:
                     error=error,
                 )
             self.views[collection.group] = GroupView(collection, chosen, applied, error)
+            self._export(collection, chosen)
+
+    @staticmethod
+    def _export(collection: GroupCollection, decision: GroupDecision | None) -> None:
+        signals = collection.signals
+        if signals is not None:
+            if signals.lag is not None:
+                set_group_lag(collection.group, signals.lag)
+            set_replicas(collection.group, "ready", signals.ready_replicas)
+            set_replicas(collection.group, "starting", signals.starting_replicas)
+        if decision is not None:
+            set_desired_replicas(collection.group, decision.desired)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set."""

@@ -85,6 +85,7 @@ class LocalActuator(Actuator):
         self._kill_after_s = kill_after_s
         self._groups: dict[str, _Group] = {}
         self._closed = False
+        self._spawned = 0
         atexit.register(self._kill_all_now)
 
     def argv(self, group: str) -> list[str]:
@@ -119,7 +120,9 @@ class LocalActuator(Actuator):
             running = self._reap(group)
             if replicas > len(running):
                 for _ in range(replicas - len(running)):
-                    state.children.append(await self._spawn(group))
+                    # Spawn first, then append: `_reap` replaces the list while we await.
+                    child = await self._spawn(group)
+                    state.children.append(child)
             elif replicas < len(running):
                 # Newest first: the oldest workers are warm and hold their partitions longest.
                 victims = running[replicas:][::-1]
@@ -138,7 +141,8 @@ class LocalActuator(Actuator):
         if self._log_dir is not None:
             self._log_dir.mkdir(parents=True, exist_ok=True)
             stamp = time.strftime("%Y%m%dT%H%M%S")
-            log_file = (self._log_dir / f"{group}.{stamp}.{len(self._reap(group))}.log").open("ab")
+            self._spawned += 1
+            log_file = (self._log_dir / f"{group}.{stamp}.{self._spawned}.log").open("ab")
         try:
             process = await asyncio.create_subprocess_exec(
                 *self.argv(group),

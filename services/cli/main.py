@@ -184,6 +184,30 @@ def up(
         typer.echo("stopped")
 
 
+def scaler_run(
+    bootstrap: Bootstrap = "127.0.0.1:9092",
+    models: ModelsDir = Path("models"),
+    actuator: Annotated[
+        str | None, typer.Option(help="local, kubernetes, compose or auto (env INFERBUS_SCALER_ACTUATOR).")
+    ] = None,
+    policy: Annotated[str | None, typer.Option(help="slo, keda-lag or hpa-util.")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Decide and publish, never scale.")] = False,
+    log_level: LogLevel = "INFO",
+) -> None:
+    """Run the scaler: collect lag and traced latency, decide, scale the worker groups."""
+    from scaler.run import run_scaler
+    from scaler.settings import ScalerSettings
+
+    setup_logging(log_level)
+    overrides: dict[str, object] = {"dry_run": dry_run} if dry_run else {}
+    if actuator is not None:
+        overrides["actuator"] = actuator
+    if policy is not None:
+        overrides["policy"] = policy
+    settings = ScalerSettings(**overrides)  # type: ignore[arg-type]
+    run(run_scaler(bootstrap, models, settings))
+
+
 def _mount_subcommands() -> None:
     from scaler.cli import scaler_app, sim_command
     from services.cli.bench import bench_app
@@ -192,6 +216,7 @@ def _mount_subcommands() -> None:
 
     app.add_typer(models_app, name="models")
     app.add_typer(bench_app, name="bench")
+    scaler_app.command("run")(scaler_run)
     app.add_typer(scaler_app, name="scaler")
     app.command("sim")(sim_command)
     app.command("trace")(trace_command)

@@ -49,7 +49,9 @@ async def wait_ready(ready_dir: Path, pids: list[int], timeout_s: float = 10.0) 
     await asyncio.wait_for(poll(), timeout_s)
 
 
-def actuator(tmp_path: Path, stubborn: bool = False, grace_s: float = 5.0) -> LocalActuator:
+def actuator(
+    tmp_path: Path, stubborn: bool = False, grace_s: float = 5.0, log_dir: Path | None = None
+) -> LocalActuator:
     return LocalActuator(
         "127.0.0.1:9092",
         tmp_path / "models",
@@ -57,7 +59,21 @@ def actuator(tmp_path: Path, stubborn: bool = False, grace_s: float = 5.0) -> Lo
         env={"READY_DIR": str(tmp_path), "STUBBORN": "1" if stubborn else "0"},
         grace_s=grace_s,
         kill_after_s=0.5,
+        log_dir=log_dir,
     )
+
+
+async def test_workers_with_log_files_are_counted(tmp_path: Path) -> None:
+    """Regression: with a log dir, spawned children were lost from the count (and respawned)."""
+    local = actuator(tmp_path, log_dir=tmp_path / "logs")
+    try:
+        await local.scale(GROUP, 2, "test up")
+        assert await local.current(GROUP) == 2
+        await local.scale(GROUP, 2, "same again")
+        assert await local.current(GROUP) == 2, "no extra worker for a count already met"
+        assert len(list((tmp_path / "logs").iterdir())) == 2, "one log file per worker"
+    finally:
+        await local.close()
 
 
 async def test_scale_up_down_and_close(tmp_path: Path) -> None:

@@ -1,0 +1,35 @@
+"""Scaler service settings (env prefix `INFERBUS_SCALER_`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ScalerSettings(BaseSettings):
+    """How the running scaler collects, decides and acts."""
+
+    model_config = SettingsConfigDict(env_prefix="INFERBUS_SCALER_", extra="ignore")
+
+    actuator: str = "auto"
+    """`local`, `kubernetes`, `compose` or `auto` (Kubernetes inside a pod, else local)."""
+    policy: str = "slo"
+    """`slo` (ours), or the baselines `keda-lag` and `hpa-util`."""
+    interval_s: float = Field(default=5.0, gt=0)
+    """Seconds between collections and decisions."""
+    max_total_replicas: int | None = Field(default=None, ge=0)
+    """Global replica budget shared by tier priority; None = no budget."""
+    scale_down_window_s: float = Field(default=300.0, ge=0)
+    """Scale-down stabilisation window, seconds (HPA's default)."""
+    namespace: str = "inferbus"
+    """Kubernetes namespace of the worker Deployments."""
+    compose_file: Path = Path("docker-compose.yml")
+    """docker compose file whose worker services are scaled."""
+    compose_project: str | None = None
+    """docker compose project name."""
+    metrics_port: int = 0
+    """Prometheus /metrics port; 0 turns it off."""
+    dry_run: bool = False
+    """Decide and publish, but never change replicas."""
