@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 class CachedModelCatalog:
     """Model configs read from disk at most every `refresh_s`; errors are re-raised each time."""
 
-    def __init__(self, repository: ModelRepository, *, refresh_s: float, depths: QueueDepths) -> None:
+    def __init__(
+        self, repository: ModelRepository, *, refresh_s: float, depths: QueueDepths
+    ) -> None:
         self.repository = repository
         self.refresh_s = refresh_s
         self.depths = depths
@@ -55,7 +57,7 @@ class CachedModelCatalog:
 
 
 class QueueDepths:
-    """Lag of each tier topic's worker group: end offset − committed offset, per partition.
+    """Lag of each tier topic's worker group: end offset - committed offset, per partition.
 
     End offsets come from ingest's own produce acks (exact on any broker), and from
     ListOffsets for partitions ingest has not written since it started.
@@ -82,14 +84,20 @@ class QueueDepths:
             self._acked_end[tp] = offset + 1
 
     def depth(self, topic: str) -> int | None:
+        """Unconsumed requests on a tier topic, or None before its committed offsets are read.
+
+        Only partitions whose committed offset is known count: an acked end alone (before
+        the first refresh) would count the partition's whole history as lag and reject
+        every request as overloaded.
+        """
         self._topics.add(topic)
-        parts = [tp for tp in self._committed.keys() | self._acked_end.keys() if tp.topic == topic]
-        if not parts and not any(tp.topic == topic for tp in self._listed_end):
+        parts = [tp for tp in self._committed if tp.topic == topic]
+        if not parts:
             return None
         total = 0
-        for tp in {*parts, *(tp for tp in self._listed_end if tp.topic == topic)}:
+        for tp in parts:
             end = max(self._acked_end.get(tp, 0), self._listed_end.get(tp, 0))
-            total += max(end - self._committed.get(tp, 0), 0)
+            total += max(end - self._committed[tp], 0)
         return total
 
     async def start(self) -> None:

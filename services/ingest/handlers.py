@@ -126,8 +126,11 @@ def handle_event(
         return DeadLetter(b"", Unparseable("event has no value (a tombstone?)"))
     try:
         raw = json.loads(value)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return DeadLetter(value, Unparseable(f"event is not JSON: {exc}"))
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError, UnicodeDecodeError and integers longer than
+        # Python's digit limit; RecursionError covers deeply nested arrays. Either would
+        # otherwise escape and nack the whole poll forever (a poison pill).
+        return DeadLetter(value, Unparseable(f"event is not JSON: {str(exc)[:200]}"))
     if not isinstance(raw, dict):
         return DeadLetter(value, Unparseable(f"event is JSON {type(raw).__name__}, not an object"))
     if not _usable_request_id(raw):
@@ -144,7 +147,14 @@ def handle_event(
         return _answer(raw, error, elapsed_ms())
     try:
         request = InferenceRequest.model_validate(raw)
-        route = _route(request, value, produced_at, catalog, settings, now)
+        route = _route(
+            request,
+            value,
+            produced_at=produced_at,
+            catalog=catalog,
+            settings=settings,
+            now=now,
+        )
     except ValidationError as exc:
         return _answer(raw, InvalidInput(_validation_message(exc)), elapsed_ms())
     except InferbusError as exc:
@@ -162,6 +172,7 @@ def handle_event(
 def _route(
     request: InferenceRequest,
     value: bytes,
+    *,
     produced_at: datetime,
     catalog: ModelCatalog,
     settings: IngestSettings,

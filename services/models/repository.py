@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schemas.errors import ModelNotFound
+from schemas.topics import is_legal_model_name
 from services.models.config import ModelConfig, ModelConfigError
 
 MODEL_FILE = "model.onnx"
@@ -45,15 +46,17 @@ class ModelRepository:
 
     def config(self, name: str) -> ModelConfig:
         """The validated config, or ModelNotFound / ModelConfigError."""
+        # A name like `demo-mlp/` or `../x/demo-mlp` would otherwise find the folder and
+        # then route to an illegal topic name, which the producer can never send to.
         path = self.root / name / "model.yaml"
-        if not path.is_file():
+        if not is_legal_model_name(name) or not path.is_file():
             raise ModelNotFound(f"model {name!r} is not in the repository", model=name)
         return ModelConfig.load(path)
 
     def versions(self, name: str) -> list[str]:
         """Complete versions, oldest first; a folder without its model file is skipped."""
         base = self.root / name
-        if not base.is_dir():
+        if not is_legal_model_name(name) or not base.is_dir():
             return []
         found = [
             d.name

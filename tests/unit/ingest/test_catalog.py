@@ -1,0 +1,312 @@
+"""Ingest's catalog: queue depth arithmetic from acks and committed offsets, cached configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+
+from schemas.errors import ModelNotFound
+from services.ingest import catalog as catalog_module
+from services.ingest.catalog import CachedModelCatalog, QueueDepths
+from services.models.config import ModelConfig, ModelConfigError
+from services.models.demo import mlp_config, write_demo_models
+from services.models.repository import ModelRepository
+
+T = "inferbus.req.demo-mlp.interactive"
+OTHER = "inferbus.req.demo-mlp.batch"
+
+
+def tp(partition: int, topic: str = T) -> TopicPartition:
+    return TopicPartition(topic, partition)
+
+
+def depths(
+    *,
+    acks: list[tuple[str, int, int]] = (),  # type: ignore[assignment]
+    committed: dict[TopicPartition, int] | None = None,
+    listed: dict[TopicPartition, int] | None = None,
+) -> QueueDepths:
+    queue = QueueDepths("unused:9092", refresh_ms=500)
+    for topic, partition, offset in acks:
+        queue.observe_ack(topic, partition, offset)
+    queue._committed.update(committed or {})
+    queue._listed_end.update(listed or {})
+    return queue
+
+
+@pytest.mark.parametrize(
+    ("queue", "expected"),
+    [
+        pytest.param(depths(), None, id="never-seen"),
+        # Regression: before the first refresh an acked end alone counted all history as lag.
+        pytest.param(depths(acks=[(T, 0, 1_000_000)]), None, id="acked-before-first-refresh"),
+        pytest.param(depths(committed={tp(0): 0}), 0, id="committed-no-end"),
+        pytest.param(depths(acks=[(T, 0, 9)], committed={tp(0): 0}), 10, id="no-commit-yet"),
+        pytest.param(depths(acks=[(T, 0, 9)], committed={tp(0): 4}), 6, id="ack-minus-committed"),
+        pytest.param(depths(acks=[(T, 0, 9)], committed={tp(0): 10}), 0, id="all-consumed"),
+        pytest.param(depths(acks=[(T, 0, 9)], committed={tp(0): 50}), 0, id="committed-past-ack"),
+        pytest.param(
+            depths(acks=[(T, 0, 9)], committed={tp(0): 4}, listed={tp(0): 30}),
+            26,
+            id="listed-end-ahead-of-acks",
+        ),
+        pytest.param(
+            depths(acks=[(T, 0, 39)], committed={tp(0): 4}, listed={tp(0): 30}),
+            36,
+            id="acks-ahead-of-listed-end",
+        ),
+        pytest.param(
+            depths(committed={tp(0): 3, tp(1): 5}, listed={tp(0): 10, tp(1): 5}),
+            7,
+            id="listed-only",
+        ),
+        pytest.param(
+            depths(
+                acks=[(T, 0, 9), (T, 1, 19), (T, 2, 4)], committed={tp(0): 5, tp(1): 5, tp(2): 5}
+            ),
+            5 + 15 + 0,
+            id="partitions-sum",
+        ),
+        pytest.param(
+            depths(acks=[(T, 0, 9), (T, 1, 1_000)], committed={tp(0): 5}),
+            5,
+            id="unrefreshed-partition-skipped",
+        ),
+        pytest.param(
+            depths(
+                acks=[(T, 0, 9), (OTHER, 0, 999)],
+                committed={tp(0): 0, tp(0, OTHER): 0},
+            ),
+            10,
+            id="other-topics-ignored",
+        ),
+        pytest.param(
+            depths(acks=[(T, 0, 9), (T, 0, 3), (T, 0, 7)], committed={tp(0): 0}),
+            10,
+            id="acks-out-of-order-keep-max",
+        ),
+    ],
+)
+def test_depth(queue: QueueDepths, expected: int | None) -> None:
+    assert queue.depth(T) == expected
+
+
+def test_depth_watches_the_topics_it_is_asked_about() -> None:
+    queue = depths()
+
+    queue.depth("inferbus.req.other.batch")
+
+    assert "inferbus.req.other.batch" in queue._topics
+
+
+def test_watch_models_tracks_every_tier_topic() -> None:
+    queue = depths()
+
+    queue.watch_models(["demo-mlp", "demo-encoder"])
+
+    assert queue._topics == {
+        f"inferbus.req.{model}.{tier}"
+        for model in ("demo-mlp", "demo-encoder")
+        for tier in ("critical", "interactive", "batch")
+    }
+
+
+def test_observe_ack_keeps_the_highest_end() -> None:
+    queue = depths()
+
+    for offset in (5, 2, 8, 8, 0):
+        queue.observe_ack(T, 3, offset)
+
+    assert queue._acked_end == {tp(3): 9}
+
+
+# ---- CachedModelCatalog ---------------------------------------------------------------------
+
+
+class CountingRepository:
+    """A repository whose answers can be changed, counting reads."""
+
+    def __init__(self) -> None:
+        self.result: ModelConfig | Exception = mlp_config()
+        self.version_list = ["1"]
+        self.config_reads = 0
+        self.version_reads = 0
+
+    def config(self, name: str) -> ModelConfig:
+        self.config_reads += 1
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+    def versions(self, name: str) -> list[str]:
+        self.version_reads += 1
+        return self.version_list
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(catalog_module.time, "monotonic", fake)
+    return fake
+
+
+def make_catalog(
+    repository: CountingRepository, queue: QueueDepths | None = None
+) -> CachedModelCatalog:
+    return CachedModelCatalog(
+        repository,  # type: ignore[arg-type]
+        refresh_s=5.0,
+        depths=queue or depths(),
+    )
+
+
+def test_config_is_read_at_most_once_per_refresh(clock: Clock) -> None:
+    repository = CountingRepository()
+    catalog = make_catalog(repository)
+
+    for step in (0.0, 1.0, 5.0):
+        clock.now = 100.0 + step
+        assert catalog.config("demo-mlp").name == "demo-mlp"
+    assert repository.config_reads == 1
+
+    clock.now = 105.5
+    catalog.config("demo-mlp")
+    assert repository.config_reads == 2
+
+
+def test_config_errors_are_cached_and_raised_every_time(clock: Clock) -> None:
+    repository = CountingRepository()
+    repository.result = ModelNotFound("model 'x' is not in the repository", model="x")
+    catalog = make_catalog(repository)
+
+    for _ in range(3):
+        with pytest.raises(ModelNotFound):
+            catalog.config("x")
+    assert repository.config_reads == 1
+
+    repository.result = mlp_config()
+    clock.now += 6
+    assert catalog.config("x").name == "demo-mlp"
+
+
+def test_config_picks_up_a_fix_after_refresh(clock: Clock) -> None:
+    repository = CountingRepository()
+    repository.result = ModelConfigError("models/x/model.yaml: inputs: Field required")
+    catalog = make_catalog(repository)
+    with pytest.raises(ModelConfigError, match="inputs"):
+        catalog.config("x")
+
+    repository.result = mlp_config()
+    clock.now += 5.1
+
+    assert catalog.config("x") is repository.result
+
+
+def test_versions_are_cached_per_refresh(clock: Clock) -> None:
+    repository = CountingRepository()
+    catalog = make_catalog(repository)
+
+    assert catalog.has_version("demo-mlp", "1")
+    assert not catalog.has_version("demo-mlp", "2")
+    repository.version_list = ["1", "2"]
+    assert not catalog.has_version("demo-mlp", "2")
+    clock.now += 6
+    assert catalog.has_version("demo-mlp", "2")
+    assert repository.version_reads == 2
+
+
+def test_queue_depth_comes_from_the_depths() -> None:
+    queue = depths(acks=[(T, 0, 9)], committed={tp(0): 2})
+    catalog = make_catalog(CountingRepository(), queue)
+
+    assert catalog.queue_depth(T) == 8
+    assert catalog.queue_depth(OTHER) is None
+
+
+# ---- the repository behind it ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> ModelRepository:
+    root = tmp_path_factory.mktemp("models")
+    write_demo_models(root)
+    return ModelRepository(root)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("missing", id="absent"),
+        pytest.param("demo-mlp/", id="trailing-slash"),
+        pytest.param("./demo-mlp", id="dot-slash"),
+        pytest.param("../models0/demo-mlp", id="parent"),
+        pytest.param("demo-mlp/.", id="slash-dot"),
+        pytest.param("DEMO-MLP", id="upper-case"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_repository_refuses_names_that_are_not_model_folders(
+    repo: ModelRepository, name: str
+) -> None:
+    with pytest.raises(ModelNotFound):
+        repo.config(name)
+    assert repo.versions(name) == []
+    with pytest.raises(ModelNotFound):
+        repo.resolve(name)
+
+
+def test_repository_lists_and_resolves_demo_models(repo: ModelRepository) -> None:
+    assert repo.names() == ["demo-encoder", "demo-mlp"]
+    assert repo.versions("demo-mlp") == ["1"]
+    version = repo.resolve("demo-mlp")
+    assert (version.name, version.version) == ("demo-mlp", "1")
+    assert version.model_file.is_file()
+    assert version.config == mlp_config()
+
+
+@pytest.mark.parametrize(
+    ("folders", "expected"),
+    [
+        pytest.param({"1": b"x", "2": b"x", "10": b"x"}, ["1", "2", "10"], id="numeric-order"),
+        pytest.param({"1": b"x", "2": b""}, ["1"], id="empty-file-is-half-written"),
+        pytest.param({"1": b"x", "2": None}, ["1"], id="no-model-file"),
+        pytest.param({"1": b"x", ".3": b"x"}, ["1"], id="hidden-folder"),
+        pytest.param({"1": b"x", "v2": b"x"}, ["1", "v2"], id="names-after-numbers"),
+    ],
+)
+def test_repository_versions(
+    tmp_path: Path, folders: dict[str, bytes | None], expected: list[str]
+) -> None:
+    base = tmp_path / "demo-mlp"
+    base.mkdir()
+    mlp_config().dump(base / "model.yaml")
+    for folder, content in folders.items():
+        (base / folder).mkdir()
+        if content is not None:
+            (base / folder / "model.onnx").write_bytes(content)
+
+    assert ModelRepository(tmp_path).versions("demo-mlp") == expected
+
+
+def test_ready_marker_makes_a_version_complete(tmp_path: Path) -> None:
+    (tmp_path / "demo-mlp" / "1").mkdir(parents=True)
+    mlp_config().dump(tmp_path / "demo-mlp" / "model.yaml")
+    (tmp_path / "demo-mlp" / "1" / "model.onnx").write_bytes(b"onnx")
+    (tmp_path / "demo-mlp" / "2").mkdir()
+    (tmp_path / "demo-mlp" / "2" / "READY").touch()
+
+    repository = ModelRepository(tmp_path)
+
+    assert repository.versions("demo-mlp") == ["1", "2"]
+    with pytest.raises(ModelNotFound, match="no version '3'"):
+        repository.resolve("demo-mlp", "3")

@@ -1,0 +1,727 @@
+"""handle_event: every bad input gets its named status (or the DLQ); a good one is routed as is."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from schemas import headers as h
+from schemas.errors import (
+    DeadlineExceeded,
+    InvalidInput,
+    ModelNotFound,
+    Overloaded,
+    Unauthorized,
+    Unparseable,
+)
+from schemas.topics import RESULTS
+from services.ingest.catalog import CachedModelCatalog, QueueDepths
+from services.ingest.handlers import (
+    Answer,
+    DeadLetter,
+    Route,
+    dead_letter_headers,
+    handle_event,
+)
+from services.ingest.settings import IngestSettings
+from services.models.demo import write_demo_models
+from services.models.repository import ModelRepository
+from tests.unit.ingest.conftest import (
+    NOW,
+    PRODUCED_AT,
+    FakeCatalog,
+    encode,
+    mlp_event,
+    with_changes,
+)
+
+MLP_TOPIC = "inferbus.req.demo-mlp.interactive"
+
+
+def run(value: bytes | None, catalog: FakeCatalog, settings: IngestSettings) -> Any:
+    return handle_event(value, produced_at=PRODUCED_AT, catalog=catalog, settings=settings, now=NOW)
+
+
+def x_tensor(**changes: Any) -> dict[str, Any]:
+    tensor: dict[str, Any] = {"dtype": "float32", "shape": [1, 16], "data": [[0.5] * 16]}
+    for key, value in changes.items():
+        if value is ...:
+            tensor.pop(key, None)
+        else:
+            tensor[key] = value
+    return tensor
+
+
+def b64(array: np.ndarray[Any, Any]) -> str:
+    return base64.b64encode(array.tobytes()).decode()
+
+
+def encoder_inputs(ids_shape: list[int], mask_shape: list[int] | None = None) -> dict[str, Any]:
+    mask_shape = mask_shape or ids_shape
+    return {
+        "input_ids": {
+            "dtype": "int64",
+            "shape": ids_shape,
+            "data": np.ones(ids_shape, int).tolist(),
+        },
+        "attention_mask": {
+            "dtype": "int64",
+            "shape": mask_shape,
+            "data": np.ones(mask_shape, int).tolist(),
+        },
+    }
+
+
+# ---- dead letters: no request id to answer -------------------------------------------------
+
+DEAD_LETTERS = [
+    pytest.param(None, "no value", id="tombstone"),
+    pytest.param(b'{"request_id": "r-1", "model":', "not JSON", id="truncated-json"),
+    pytest.param(b"\xff\xfe\x00garbage", "not JSON", id="not-utf8"),
+    pytest.param(b"", "not JSON", id="empty-bytes"),
+    pytest.param(b"[1, 2, 3]", "JSON list, not an object", id="json-array"),
+    pytest.param(b'"r-1"', "JSON str, not an object", id="json-string"),
+    pytest.param(b"null", "JSON NoneType, not an object", id="json-null"),
+    pytest.param(b"42", "JSON int, not an object", id="json-number"),
+    pytest.param(encode(mlp_event(request_id=...)), "request_id", id="no-request-id"),
+    pytest.param(encode(mlp_event(request_id="")), "request_id", id="empty-request-id"),
+    pytest.param(encode(mlp_event(request_id="r" * 129)), "request_id", id="request-id-too-long"),
+    pytest.param(encode(mlp_event(request_id=17)), "request_id", id="request-id-not-a-string"),
+    pytest.param(encode(mlp_event(request_id=None)), "request_id", id="request-id-null"),
+    # Regressions: these raised out of handle_event and nacked the whole poll forever.
+    pytest.param(b"[" * 50_000 + b"]" * 50_000, "not JSON", id="nested-too-deep"),
+    pytest.param(b'{"request_id": ' + b"1" * 5000 + b"}", "not JSON", id="int-over-digit-limit"),
+    pytest.param(
+        b'{"request_id": "r-1", "inputs": {"x": {"data": ' + b"[" * 5000 + b"]" * 5000 + b"}}}",
+        "not JSON",
+        id="tensor-nested-too-deep",
+    ),
+]
+
+
+@pytest.mark.parametrize(("value", "reason"), DEAD_LETTERS)
+def test_unanswerable_events_are_dead_lettered_with_their_bytes(
+    value: bytes | None, reason: str, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    outcome = run(value, catalog, settings)
+
+    assert isinstance(outcome, DeadLetter)
+    assert outcome.value == (value or b"")
+    assert isinstance(outcome.error, Unparseable)
+    assert reason in str(outcome.error)
+
+
+def test_dead_letter_headers_say_why_and_where_from() -> None:
+    error = Unparseable("event is not JSON: " + "x" * 5000)
+
+    headers = dict(dead_letter_headers(error, topic="inferbus.ingest", partition=3, offset=41))
+
+    assert headers[h.ERROR_CODE] == b"unparseable"
+    assert headers[h.ERROR_MESSAGE].startswith(b"event is not JSON")
+    assert len(headers[h.ERROR_MESSAGE]) == 1000
+    assert headers[h.SOURCE_TOPIC] == b"inferbus.ingest"
+    assert headers[h.SOURCE_PARTITION] == b"3"
+    assert headers[h.SOURCE_OFFSET] == b"41"
+
+
+# ---- answered with a named status ----------------------------------------------------------
+
+ANSWERS = [
+    # schema
+    pytest.param(
+        mlp_event(model=...), "invalid_input", "model: Field required", id="missing-model"
+    ),
+    pytest.param(
+        mlp_event(inputs=...), "invalid_input", "inputs: Field required", id="missing-inputs"
+    ),
+    pytest.param(mlp_event(inputs={}), "invalid_input", "inputs", id="empty-inputs"),
+    pytest.param(mlp_event(inputs=[1, 2]), "invalid_input", "inputs", id="inputs-not-a-mapping"),
+    pytest.param(mlp_event(schema_version=2), "invalid_input", "schema_version", id="schema-v2"),
+    pytest.param(
+        mlp_event(request_id="has space"), "invalid_input", "request_id", id="request-id-pattern"
+    ),
+    pytest.param(mlp_event(timeout_ms=0), "invalid_input", "timeout_ms", id="timeout-zero"),
+    pytest.param(
+        mlp_event(deadline="tomorrow"), "invalid_input", "deadline", id="deadline-not-a-date"
+    ),
+    # model and version
+    pytest.param(mlp_event(model="nope"), "model_not_found", "'nope'", id="unknown-model"),
+    pytest.param(
+        mlp_event(model_version="7"), "model_not_found", "no version '7'", id="unknown-version"
+    ),
+    # tier
+    pytest.param(mlp_event(tier="gold"), "invalid_input", "tier", id="unknown-tier"),
+    pytest.param(
+        mlp_event(model="mlp-batch-only"),
+        "invalid_input",
+        "not served on tier 'interactive' (tiers: batch)",
+        id="tier-not-served",
+    ),
+    # tenant
+    pytest.param(
+        mlp_event(model="mlp-team-a", tenant="team-b"),
+        "unauthorized",
+        "'team-b'",
+        id="tenant-not-allowed",
+    ),
+    pytest.param(
+        mlp_event(model="mlp-team-a", tenant=...),
+        "unauthorized",
+        "tenant None",
+        id="tenant-missing",
+    ),
+    # dtype, shape, rank, size
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(dtype="complex64")}),
+        "invalid_input",
+        "dtype",
+        id="unsupported-dtype",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(dtype="int64", data=[[1] * 16])}),
+        "invalid_input",
+        "input 'x' must be float32, got int64",
+        id="wrong-dtype",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(shape=[1, 15], data=[[0.5] * 15])}),
+        "invalid_input",
+        "input 'x' has shape [1, 15]; the model takes [-1, 16]",
+        id="wrong-shape",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(shape=[16], data=[0.5] * 16)}),
+        "invalid_input",
+        "input 'x' has shape [16]",
+        id="wrong-rank",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(shape=[1, 16], data=[[0.5] * 15])}),
+        "invalid_input",
+        "`data` has shape [1, 15] but the tensor declares [1, 16]",
+        id="data-disagrees-with-shape",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(data=[["a"] * 16])}),
+        "invalid_input",
+        "is not a float32 nested list",
+        id="data-not-numbers",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(shape=[1, -16])}),
+        "invalid_input",
+        "negative",
+        id="negative-dim",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(shape=[0, 16], data=[])}),
+        "invalid_input",
+        "empty batch dimension",
+        id="empty-batch-dimension",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(shape=[128, 16], data=[[0.5] * 16] * 128)}),
+        "invalid_input",
+        "input 'x' is 8192 bytes; the limit is 4096",
+        id="oversized-tensor",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(shape=[10**12, 16])}),
+        "invalid_input",
+        "the limit is 4096",
+        id="oversized-tensor-declared-not-sent",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(shape=[9, 16], data=[[0.5] * 16] * 9)}),
+        "invalid_input",
+        "request holds 9 samples; the limit is 8",
+        id="too-many-samples",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(data=[[float("nan")] + [0.5] * 15])}),
+        "invalid_input",
+        "input 'x' holds NaN or infinity",
+        id="nan-forbidden",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(data=[[float("-inf")] + [0.5] * 15])}),
+        "invalid_input",
+        "NaN or infinity",
+        id="inf-forbidden",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(data=..., b64=b64(np.full((1, 16), np.inf, dtype="<f4")))}),
+        "invalid_input",
+        "NaN or infinity",
+        id="inf-in-b64-forbidden",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(dtype="float16", data=[[1e10] * 16])}),
+        "invalid_input",
+        "must be float32, got float16",
+        id="float16-for-float32",
+    ),
+    # payload: data / b64
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(data=..., b64=b64(np.zeros((1, 15), dtype="<f4")))}),
+        "invalid_input",
+        "`b64` holds 60 bytes; shape [1, 16] of float32 needs 64",
+        id="b64-wrong-byte-count",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(data=..., b64="not base64!")}),
+        "invalid_input",
+        "`b64` is not valid base64",
+        id="b64-not-base64",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(b64=b64(np.zeros((1, 16), dtype="<f4")))}),
+        "invalid_input",
+        "exactly one of `data` (nested list) or `b64`",
+        id="data-and-b64",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(data=...)}),
+        "invalid_input",
+        "exactly one of `data` (nested list) or `b64`",
+        id="neither-data-nor-b64",
+    ),
+    # names
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(), "z": x_tensor()}),
+        "invalid_input",
+        "unknown input(s) ['z']",
+        id="unknown-input",
+    ),
+    pytest.param(
+        mlp_event(model="demo-encoder", inputs={"input_ids": encoder_inputs([1, 4])["input_ids"]}),
+        "invalid_input",
+        "missing input(s) ['attention_mask']",
+        id="missing-input",
+    ),
+    pytest.param(
+        mlp_event(model="demo-encoder", inputs=encoder_inputs([2, 4], [1, 4])),
+        "invalid_input",
+        "inputs disagree on the batch dimension (2 vs 1)",
+        id="batch-dims-disagree",
+    ),
+    # text
+    pytest.param(
+        mlp_event(inputs={"x": {"text": "hello"}}),
+        "invalid_input",
+        "model 'demo-mlp' has no tokenizer",
+        id="text-to-model-without-tokenizer",
+    ),
+    pytest.param(
+        mlp_event(model="demo-encoder", inputs={"text": {"text": "hi"}, **encoder_inputs([1, 4])}),
+        "invalid_input",
+        "send one text input, or tensors, not both",
+        id="text-and-tensors",
+    ),
+    pytest.param(
+        mlp_event(model="demo-encoder", inputs={"text": {"text": []}}),
+        "invalid_input",
+        "empty batch",
+        id="text-empty-list",
+    ),
+    pytest.param(
+        mlp_event(model="demo-encoder", inputs={"text": {"text": ["ok", ""]}}),
+        "invalid_input",
+        "non-empty string",
+        id="text-empty-string",
+    ),
+    # deadlines (now is 12:00:00, the event was produced at 11:59:59)
+    pytest.param(
+        mlp_event(deadline="2025-01-01T11:59:59.500Z"),
+        "deadline_exceeded",
+        "passed before ingest",
+        id="deadline-passed",
+    ),
+    pytest.param(
+        mlp_event(deadline="2025-01-01T12:00:00Z"),
+        "deadline_exceeded",
+        "passed before ingest",
+        id="deadline-now",
+    ),
+    pytest.param(
+        mlp_event(timeout_ms=500),
+        "deadline_exceeded",
+        "2025-01-01T11:59:59.500000+00:00 passed",
+        id="timeout-since-produce-passed",
+    ),
+    pytest.param(
+        mlp_event(timeout_ms=5_000, created_at="2025-01-01T11:59:50Z"),
+        "deadline_exceeded",
+        "11:59:55",
+        id="timeout-since-created-passed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("event", "status", "message"), ANSWERS)
+def test_bad_requests_are_answered_with_a_named_status(
+    event: dict[str, Any],
+    status: str,
+    message: str,
+    catalog: FakeCatalog,
+    settings: IngestSettings,
+) -> None:
+    outcome = run(encode(event), catalog, settings)
+
+    assert isinstance(outcome, Answer), outcome
+    result = outcome.result
+    assert result.status == status
+    assert outcome.error.status == status
+    assert result.error is not None
+    assert result.error.code == status
+    assert message in result.error.message
+    assert result.request_id == event["request_id"]
+    assert outcome.key == event["request_id"].encode()
+    assert outcome.topic == event.get("reply_to", RESULTS)
+    assert result.tenant == event.get("tenant")
+    assert result.model == event.get("model", "")
+    assert result.outputs == {}
+    assert result.timings.ingest_ms is not None
+    assert result.completed_at is not None
+
+
+def test_oversized_event_is_answered_before_validation(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    event = mlp_event(metadata={"padding": "p" * settings.max_event_bytes})
+    value = encode(event)
+
+    outcome = run(value, catalog, settings)
+
+    assert isinstance(outcome, Answer)
+    assert outcome.result.status == "invalid_input"
+    assert f"event is {len(value)} bytes; the limit is 65536" in outcome.result.error.message  # type: ignore[union-attr]
+    assert outcome.error.context == {"size": len(value)}
+
+
+@pytest.mark.parametrize(
+    "reply_to",
+    [
+        pytest.param("bad topic!", id="space-and-bang"),
+        pytest.param("..", id="dot-dot"),
+        pytest.param(".", id="dot"),
+        pytest.param("", id="empty"),
+        pytest.param("t" * 250, id="too-long"),
+        pytest.param("inferbus/results", id="slash"),
+    ],
+)
+def test_illegal_reply_to_is_answered_on_the_default_results_topic(
+    reply_to: str, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    outcome = run(encode(mlp_event(reply_to=reply_to)), catalog, settings)
+
+    assert isinstance(outcome, Answer)
+    assert outcome.topic == RESULTS
+    assert outcome.result.status == "invalid_input"
+    assert "reply_to" in outcome.result.error.message  # type: ignore[union-attr]
+    assert "legal Kafka topic name" in outcome.result.error.message  # type: ignore[union-attr]
+
+
+def test_reply_to_that_is_not_a_string_falls_back_to_results(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    outcome = run(encode(mlp_event(reply_to=["a"])), catalog, settings)
+
+    assert isinstance(outcome, Answer)
+    assert outcome.topic == RESULTS
+    assert "reply_to" in outcome.result.error.message  # type: ignore[union-attr]
+
+
+def test_answer_goes_to_a_legal_reply_to(catalog: FakeCatalog, settings: IngestSettings) -> None:
+    outcome = run(encode(mlp_event(model="nope", reply_to="team-a.results")), catalog, settings)
+
+    assert isinstance(outcome, Answer)
+    assert outcome.topic == "team-a.results"
+
+
+@pytest.mark.parametrize(
+    ("depth", "routed"),
+    [
+        pytest.param(None, True, id="depth-unknown"),
+        pytest.param(0, True, id="empty"),
+        pytest.param(4, True, id="below-bound"),
+        pytest.param(5, False, id="at-bound"),
+        pytest.param(9_999, False, id="far-over-bound"),
+    ],
+)
+def test_queue_over_its_bound_is_rejected_at_once(
+    depth: int | None, routed: bool, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    catalog.configs["demo-mlp"] = with_changes(
+        catalog.configs["demo-mlp"],
+        slo={"interactive": {"p99_e2e_ms": 500, "max_queue": 5}},
+    )
+    if depth is not None:
+        catalog.depths[MLP_TOPIC] = depth
+
+    outcome = run(encode(mlp_event()), catalog, settings)
+
+    if routed:
+        assert isinstance(outcome, Route)
+        return
+    assert isinstance(outcome, Answer)
+    assert outcome.result.status == "rejected_overload"
+    assert isinstance(outcome.error, Overloaded)
+    assert outcome.error.context == {"tier": "interactive", "lag": depth, "bound": 5}
+    message = outcome.result.error.message  # type: ignore[union-attr]
+    assert "tier 'interactive'" in message
+    assert f"has {depth} queued requests" in message
+    assert "bound of 5" in message
+
+
+def test_overload_is_checked_per_tier(catalog: FakeCatalog, settings: IngestSettings) -> None:
+    catalog.depths[MLP_TOPIC] = 10**9
+
+    outcome = run(encode(mlp_event(tier="critical")), catalog, settings)
+
+    assert isinstance(outcome, Route)
+    assert outcome.topic == "inferbus.req.demo-mlp.critical"
+
+
+@pytest.mark.parametrize(
+    ("event", "error_type"),
+    [
+        pytest.param(mlp_event(model="nope"), ModelNotFound, id="model-not-found"),
+        pytest.param(mlp_event(model="mlp-team-a", tenant="x"), Unauthorized, id="unauthorized"),
+        pytest.param(mlp_event(timeout_ms=1), DeadlineExceeded, id="deadline"),
+        pytest.param(mlp_event(tier="gold"), InvalidInput, id="invalid"),
+    ],
+)
+def test_answer_carries_the_error_object(
+    event: dict[str, Any],
+    error_type: type[Exception],
+    catalog: FakeCatalog,
+    settings: IngestSettings,
+) -> None:
+    outcome = run(encode(event), catalog, settings)
+
+    assert isinstance(outcome, Answer)
+    assert type(outcome.error) is error_type
+
+
+# ---- routed ----------------------------------------------------------------------------------
+
+ROUTES = [
+    pytest.param(mlp_event(), "inferbus.req.demo-mlp.interactive", id="mlp-list-data"),
+    pytest.param(
+        mlp_event(
+            inputs={"x": x_tensor(data=..., b64=b64(np.ones((2, 16), "<f4")), shape=[2, 16])}
+        ),
+        "inferbus.req.demo-mlp.interactive",
+        id="mlp-b64",
+    ),
+    pytest.param(mlp_event(tier=...), "inferbus.req.demo-mlp.interactive", id="tier-defaults"),
+    pytest.param(mlp_event(tier="critical"), "inferbus.req.demo-mlp.critical", id="critical"),
+    pytest.param(mlp_event(tier="batch"), "inferbus.req.demo-mlp.batch", id="batch"),
+    pytest.param(
+        mlp_event(reply_to=...), "inferbus.req.demo-mlp.interactive", id="reply-to-defaults"
+    ),
+    pytest.param(
+        mlp_event(model_version="2"), "inferbus.req.demo-mlp.interactive", id="pinned-version"
+    ),
+    pytest.param(
+        mlp_event(tenant=...), "inferbus.req.demo-mlp.interactive", id="no-tenant-any-allowed"
+    ),
+    pytest.param(
+        mlp_event(model="mlp-team-a"), "inferbus.req.mlp-team-a.interactive", id="allowed-tenant"
+    ),
+    pytest.param(
+        mlp_event(model="mlp-batch-only", tier="batch"),
+        "inferbus.req.mlp-batch-only.batch",
+        id="served-tier",
+    ),
+    pytest.param(
+        mlp_event(model="mlp-nan-ok", inputs={"x": x_tensor(data=[[float("nan")] * 16])}),
+        "inferbus.req.mlp-nan-ok.interactive",
+        id="nan-allowed-by-spec",
+    ),
+    pytest.param(
+        mlp_event(surprise={"a": 1}, schema_extra=True),
+        "inferbus.req.demo-mlp.interactive",
+        id="extra-fields",
+    ),
+    pytest.param(
+        mlp_event(model="demo-encoder", inputs=encoder_inputs([2, 7])),
+        "inferbus.req.demo-encoder.interactive",
+        id="encoder-tensors",
+    ),
+    pytest.param(
+        mlp_event(model="demo-encoder", inputs={"text": {"text": ["hello", "world"]}}),
+        "inferbus.req.demo-encoder.interactive",
+        id="encoder-text",
+    ),
+    pytest.param(
+        mlp_event(deadline="2025-01-01T12:00:01Z"),
+        "inferbus.req.demo-mlp.interactive",
+        id="deadline-ahead",
+    ),
+    pytest.param(
+        mlp_event(timeout_ms=5_000), "inferbus.req.demo-mlp.interactive", id="timeout-ahead"
+    ),
+]
+
+
+@pytest.mark.parametrize(("event", "topic"), ROUTES)
+def test_valid_requests_route_to_their_tier_topic_unchanged(
+    event: dict[str, Any], topic: str, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    value = encode(event)
+
+    outcome = run(value, catalog, settings)
+
+    assert isinstance(outcome, Route), outcome
+    assert outcome.topic == topic
+    assert outcome.key == b"r-1"
+    assert outcome.value is value  # the producer's bytes, not a re-encoding
+    assert outcome.request.request_id == "r-1"
+    headers = dict(outcome.headers)
+    assert headers[h.CONTENT_TYPE] == h.JSON
+    assert headers[h.SCHEMA] == h.REQUEST_SCHEMA_V1
+    assert headers[h.TIER] == topic.rsplit(".", 1)[1].encode()
+    assert headers[h.PRODUCED_AT] == str(int(PRODUCED_AT.timestamp() * 1000)).encode()
+    assert float(headers[h.INGEST_MS]) >= 0
+
+
+@pytest.mark.parametrize(
+    ("changes", "deadline"),
+    [
+        pytest.param({}, None, id="none"),
+        pytest.param(
+            {"timeout_ms": 5_000}, PRODUCED_AT + timedelta(seconds=5), id="timeout-from-produce"
+        ),
+        pytest.param(
+            {"timeout_ms": 5_000, "created_at": "2025-01-01T11:59:58Z"},
+            PRODUCED_AT + timedelta(seconds=4),
+            id="timeout-from-created",
+        ),
+        pytest.param(
+            {"deadline": "2025-01-01T13:00:02+01:00"},
+            NOW + timedelta(seconds=2),
+            id="absolute-with-zone",
+        ),
+        pytest.param(
+            {"deadline": "2025-01-01T12:00:30", "timeout_ms": 1},
+            NOW + timedelta(seconds=30),
+            id="naive-deadline-is-utc-and-wins",
+        ),
+    ],
+)
+def test_route_headers_carry_the_absolute_deadline(
+    changes: dict[str, Any], deadline: Any, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    outcome = run(encode(mlp_event(**changes)), catalog, settings)
+
+    assert isinstance(outcome, Route), outcome
+    headers = dict(outcome.headers)
+    if deadline is None:
+        assert h.DEADLINE not in headers
+    else:
+        assert headers[h.DEADLINE] == str(int(deadline.timestamp() * 1000)).encode()
+
+
+# ---- a real repository behind the catalog ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def repository_catalog(tmp_path_factory: pytest.TempPathFactory) -> CachedModelCatalog:
+    root = tmp_path_factory.mktemp("models")
+    write_demo_models(root)
+    return CachedModelCatalog(
+        ModelRepository(root), refresh_s=60, depths=QueueDepths("unused:9092", refresh_ms=500)
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "status"),
+    [
+        pytest.param({}, None, id="ok"),
+        pytest.param(
+            {"model": "demo-encoder", "inputs": encoder_inputs([1, 3])}, None, id="encoder"
+        ),
+        pytest.param({"model_version": "1"}, None, id="version-1"),
+        pytest.param({"model_version": "2"}, "model_not_found", id="version-2-absent"),
+        pytest.param({"model": "missing"}, "model_not_found", id="no-such-folder"),
+        # Regressions: these found the demo-mlp folder and routed to an illegal topic name.
+        pytest.param({"model": "demo-mlp/"}, "model_not_found", id="trailing-slash"),
+        pytest.param({"model": "./demo-mlp"}, "model_not_found", id="dot-slash"),
+        pytest.param({"model": "../x/../demo-mlp"}, "model_not_found", id="dot-dot"),
+        pytest.param({"model": "Demo-Mlp"}, "model_not_found", id="upper-case"),
+    ],
+)
+def test_demo_repository_behind_the_catalog(
+    changes: dict[str, Any],
+    status: str | None,
+    repository_catalog: CachedModelCatalog,
+    settings: IngestSettings,
+) -> None:
+    outcome = handle_event(
+        encode(mlp_event(**changes)),
+        produced_at=PRODUCED_AT,
+        catalog=repository_catalog,
+        settings=settings,
+        now=NOW,
+    )
+
+    if status is None:
+        assert isinstance(outcome, Route), outcome
+        return
+    assert isinstance(outcome, Answer)
+    assert outcome.result.status == status
+
+
+# ---- never raises ----------------------------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+_events = st.fixed_dictionaries(
+    {"request_id": st.text(min_size=1, max_size=10)},
+    optional={
+        "model": st.sampled_from(["demo-mlp", "demo-encoder", "nope", ""]) | _json,
+        "tier": st.sampled_from(["critical", "interactive", "batch", "gold"]) | _json,
+        "inputs": st.dictionaries(st.sampled_from(["x", "input_ids", "text"]), _json, max_size=2)
+        | _json,
+        "reply_to": st.text(max_size=10) | _json,
+        "timeout_ms": st.integers() | _json,
+        "deadline": _json,
+        "tenant": _json,
+    },
+)
+
+
+@given(value=st.binary(max_size=200) | _json.map(lambda v: json.dumps(v).encode()))
+@hsettings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_never_raises_on_arbitrary_bytes(
+    value: bytes, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    assert isinstance(run(value, catalog, settings), Route | Answer | DeadLetter)
+
+
+@given(event=_events)
+@hsettings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_every_event_with_a_request_id_is_answered_or_routed(
+    event: dict[str, Any], catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    outcome = run(json.dumps(event).encode(), catalog, settings)
+
+    assert isinstance(outcome, Route | Answer)
+    if isinstance(outcome, Answer):
+        assert outcome.result.request_id == event["request_id"]
+        assert outcome.result.error is not None
