@@ -65,6 +65,9 @@ class Tensor(BaseModel):
             array = np.asarray(self.data, dtype=dtype)
         except (ValueError, TypeError, OverflowError) as exc:
             raise TensorDecodeError(f"`data` is not a {self.dtype} nested list: {exc}") from exc
+        if array.size == 0 and expected == 0:
+            # `[]` is how a nested list spells any empty tensor, e.g. shape [0, 16].
+            array = array.reshape(self.shape)
         if list(array.shape) != list(self.shape):
             raise TensorDecodeError(
                 f"`data` has shape {list(array.shape)} but the tensor declares {self.shape}"

@@ -23,12 +23,13 @@ _LEGAL_MODEL = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 def is_legal_topic(name: str) -> bool:
     """Kafka's own rule: 1-249 of [A-Za-z0-9._-], and not `.` or `..`."""
-    return bool(_LEGAL_TOPIC.match(name)) and name not in {".", ".."}
+    # fullmatch: with match, `$` also matches before a trailing newline ("results\n").
+    return bool(_LEGAL_TOPIC.fullmatch(name)) and name not in {".", ".."}
 
 
 def is_legal_model_name(name: str) -> bool:
     """Model names become topic segments: lower-case letters, digits, `-` and `_`."""
-    return bool(_LEGAL_MODEL.match(name))
+    return bool(_LEGAL_MODEL.fullmatch(name))
 
 
 def request_topic(model: str, tier: Tier) -> str:
@@ -46,4 +47,4 @@ def parse_request_topic(topic: str) -> tuple[str, Tier] | None:
     parts = topic.split(".")
     if len(parts) != 4 or parts[:2] != ["inferbus", "req"] or parts[3] not in TIERS:
         return None
-    return parts[2], parts[3]  # type: ignore[return-value]
+    return parts[2], parts[3]

@@ -416,6 +416,8 @@ def test_oversized_event_is_answered_before_validation(
         pytest.param("", id="empty"),
         pytest.param("t" * 250, id="too-long"),
         pytest.param("inferbus/results", id="slash"),
+        # Regression: `re.match` let "$" match before a trailing newline.
+        pytest.param("inferbus.results\n", id="trailing-newline"),
     ],
 )
 def test_illegal_reply_to_is_answered_on_the_default_results_topic(
@@ -659,6 +661,7 @@ def repository_catalog(tmp_path_factory: pytest.TempPathFactory) -> CachedModelC
         pytest.param({"model": "./demo-mlp"}, "model_not_found", id="dot-slash"),
         pytest.param({"model": "../x/../demo-mlp"}, "model_not_found", id="dot-dot"),
         pytest.param({"model": "Demo-Mlp"}, "model_not_found", id="upper-case"),
+        pytest.param({"model": "demo-mlp\n"}, "model_not_found", id="trailing-newline"),
     ],
 )
 def test_demo_repository_behind_the_catalog(

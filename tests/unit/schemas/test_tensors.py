@@ -1,0 +1,138 @@
+"""Tensors on the wire: exactly one payload, decoding checks bytes and shape, round trips."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from pydantic import ValidationError
+
+from schemas.tensors import DTYPES, Tensor, TensorDecodeError, TextInput, dtype_name
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        pytest.param({"shape": [1]}, "exactly one of", id="neither"),
+        pytest.param(
+            {"shape": [1], "data": [1], "b64": b64(b"\0" * 4)}, "exactly one of", id="both"
+        ),
+        pytest.param({"shape": [1, -2], "data": [[]]}, "negative dimension", id="negative-dim"),
+        pytest.param({"shape": [], "data": 1}, "at least 1 item", id="scalar-shape"),
+        pytest.param(
+            {"shape": [1], "data": [1], "dtype": "complex64"}, "dtype", id="unknown-dtype"
+        ),
+        pytest.param({"shape": "1x16", "data": [1]}, "shape", id="shape-not-a-list"),
+    ],
+)
+def test_invalid_tensors_are_refused(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Tensor.model_validate({"dtype": "float32", **fields})
+
+
+@pytest.mark.parametrize(
+    ("tensor", "message"),
+    [
+        pytest.param(
+            Tensor(dtype="float32", shape=[1, 4], b64=b64(b"\0" * 12)),
+            "`b64` holds 12 bytes; shape [1, 4] of float32 needs 16",
+            id="b64-short",
+        ),
+        pytest.param(
+            Tensor(dtype="int64", shape=[2], b64=b64(b"\0" * 24)),
+            "holds 24 bytes",
+            id="b64-long",
+        ),
+        pytest.param(
+            Tensor(dtype="int8", shape=[1], b64="%%%"), "not valid base64", id="b64-garbage"
+        ),
+        pytest.param(
+            Tensor(dtype="float32", shape=[2, 2], data=[[1, 2], [3]]),
+            "not a float32 nested list",
+            id="ragged",
+        ),
+        pytest.param(
+            Tensor(dtype="float32", shape=[1, 3], data=[[1, 2]]),
+            "`data` has shape [1, 2] but the tensor declares [1, 3]",
+            id="data-shape",
+        ),
+        pytest.param(
+            Tensor(dtype="int64", shape=[1], data=[2**70]),
+            "not a int64 nested list",
+            id="int-overflow",
+        ),
+        pytest.param(
+            Tensor(dtype="float32", shape=[1], data=[{"a": 1}]), "nested list", id="object-in-data"
+        ),
+    ],
+)
+def test_decode_errors_name_the_problem(tensor: Tensor, message: str) -> None:
+    with pytest.raises(TensorDecodeError) as info:
+        tensor.to_numpy()
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(DTYPES))
+@pytest.mark.parametrize("encoding", ["list", "b64"])
+def test_every_dtype_round_trips(name: str, encoding: str) -> None:
+    array = (np.arange(6).reshape(2, 3) % 2).astype(DTYPES[name])
+
+    tensor = Tensor.from_numpy(array, encoding=encoding)
+    decoded = Tensor.model_validate_json(tensor.model_dump_json()).to_numpy()
+
+    assert tensor.dtype == name
+    assert decoded.dtype == DTYPES[name]
+    np.testing.assert_array_equal(decoded, array)
+
+
+def test_big_endian_and_non_contiguous_arrays_encode_as_little_endian() -> None:
+    array = np.arange(12, dtype=">f4").reshape(3, 4)[:, ::2]
+
+    tensor = Tensor.from_numpy(array, encoding="b64")
+
+    assert tensor.dtype == "float32"
+    np.testing.assert_array_equal(tensor.to_numpy(), array.astype("<f4"))
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [pytest.param(np.dtype("complex64"), id="complex"), pytest.param(np.dtype("U4"), id="str")],
+)
+def test_dtypes_not_on_the_wire_are_refused(dtype: np.dtype[Any]) -> None:
+    with pytest.raises(TensorDecodeError, match="not carried on the wire"):
+        dtype_name(dtype)
+
+
+@given(
+    array=hnp.arrays(
+        dtype=st.sampled_from([np.dtype("<f4"), np.dtype("<i8"), np.dtype("u1"), np.dtype("?")]),
+        shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=4),
+    ),
+    encoding=st.sampled_from(["list", "b64"]),
+)
+def test_round_trip_property(array: np.ndarray[Any, Any], encoding: str) -> None:
+    decoded = Tensor.from_numpy(array, encoding=encoding).to_numpy()
+
+    assert list(decoded.shape) == list(array.shape)
+    np.testing.assert_array_equal(decoded, array)
+
+
+@pytest.mark.parametrize(
+    ("text", "texts"),
+    [
+        pytest.param("one", ["one"], id="string"),
+        pytest.param(["a", "b"], ["a", "b"], id="list"),
+        pytest.param([], [], id="empty-list"),
+    ],
+)
+def test_text_input_samples(text: str | list[str], texts: list[str]) -> None:
+    assert TextInput(text=text).texts() == texts
