@@ -37,16 +37,10 @@ def sequence_inputs(config: ModelConfig) -> set[str]:
     """Inputs whose axis 1 is the sequence (padded together in a batch)."""
     if config.batching.sequence_input is None:
         return set()
-    return {
-        spec.name
-        for spec in config.inputs
-        if len(spec.shape) >= 2 and spec.shape[1] == -1
-    }
+    return {spec.name for spec in config.inputs if len(spec.shape) >= 2 and spec.shape[1] == -1}
 
 
-def assemble(
-    requests: Sequence[Arrays], config: ModelConfig, pad_length: int | None
-) -> Arrays:
+def assemble(requests: Sequence[Arrays], config: ModelConfig, pad_length: int | None) -> Arrays:
     """One array per input: requests concatenated on axis 0, sequences padded on axis 1."""
     padded = sequence_inputs(config)
     pad_id = config.batching.pad_token_id
@@ -89,9 +83,12 @@ def run_batch(
 ) -> list[RequestOutcome]:
     """Run requests as one batch; on failure retry halves, then single requests."""
     started = time.perf_counter()
-    batch = assemble(requests, config, pad_length)
-    assembled = time.perf_counter()
+    assembled = started
     try:
+        # Assembling is inside the retry: requests whose non-padded dynamic axes differ
+        # cannot be concatenated, and that must not fail (and lose) the whole batch.
+        batch = assemble(requests, config, pad_length)
+        assembled = time.perf_counter()
         outputs = infer(batch)
     except Exception as exc:  # engine failures are answered per request below, never lost
         if len(requests) == 1:

@@ -58,7 +58,9 @@ class InHand:
         return self.deadline_s is not None and time.time() >= self.deadline_s
 
 
-def _deadline_s(request: InferenceRequest | None, record: ConsumerRecord[bytes, bytes]) -> float | None:
+def _deadline_s(
+    request: InferenceRequest | None, record: ConsumerRecord[bytes, bytes]
+) -> float | None:
     header = h.header_float(record.headers, h.DEADLINE)
     if header is not None:
         return header / 1000
@@ -98,9 +100,13 @@ def decode_record(
         invalid = exc
         try:
             raw = json.loads(record.value) if record.value is not None else None
-        except (json.JSONDecodeError, UnicodeDecodeError) as json_exc:
+        except (ValueError, RecursionError) as json_exc:  # incl. over-long ints, deep nesting
             raise Unparseable(f"record is not JSON: {json_exc}") from json_exc
-    if not isinstance(raw, dict) or not isinstance(raw.get("request_id"), str) or not raw["request_id"]:
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("request_id"), str)
+        or not raw["request_id"]
+    ):
         raise Unparseable("record has no usable request_id")
     reply_to = raw.get("reply_to")
     item = InHand(
@@ -138,7 +144,14 @@ def decode_record(
         if texts is not None:
             if tokenize is None:
                 raise InvalidInput(f"model {config.name!r} cannot tokenize text here")
-            arrays = tokenize(texts)
+            try:
+                arrays = tokenize(texts)
+            except InferbusError:
+                raise
+            except Exception as exc:  # a tokenizer bug must not kill the poll loop
+                raise InvalidInput(
+                    f"tokenization failed: {type(exc).__name__}: {str(exc)[:200]}"
+                ) from exc
         item.arrays = arrays
         item.samples = samples
         seq = config.batching.sequence_input

@@ -30,8 +30,14 @@ class OffsetTracker:
         self._partitions.setdefault((topic, partition), PartitionOffsets()).outstanding.add(offset)
 
     def answered(self, topic: str, partition: int, offset: int) -> None:
-        """A record's result is acked by the broker."""
-        state = self._partitions.setdefault((topic, partition), PartitionOffsets())
+        """A record's result is acked by the broker; ignored unless the record is outstanding.
+
+        A late answer for a forgotten (revoked) partition must not recreate its state with
+        `highest_done` past records that were dropped unanswered: the next commit would skip them.
+        """
+        state = self._partitions.get((topic, partition))
+        if state is None or offset not in state.outstanding:
+            return
         state.outstanding.discard(offset)
         state.highest_done = max(state.highest_done, offset)
 

@@ -1,0 +1,220 @@
+"""run_batch: stack and pad, infer, split; an engine failure is retried in halves, then per
+request, so only the poisoned request ends as an error."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.models.config import ModelConfig
+from services.models.demo import encoder_config, mlp_config
+from services.worker.execution import assemble, run_batch, sequence_inputs, split
+
+Arrays = dict[str, np.ndarray[Any, Any]]
+POISON = -999.0
+MLP = mlp_config()
+ENCODER = encoder_config()
+
+
+def mlp_request(value: float, samples: int = 1) -> Arrays:
+    return {"x": np.full((samples, 16), value, dtype=np.float32)}
+
+
+def encoder_request(length: int, samples: int = 1, token: int = 7) -> Arrays:
+    return {
+        "input_ids": np.full((samples, length), token, dtype=np.int64),
+        "attention_mask": np.ones((samples, length), dtype=np.int64),
+    }
+
+
+class FakeEngine:
+    """y = 2·x[:, :4]; raises when any sample in the batch is poisoned."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, batch: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
+        x = batch["x"]
+        self.calls.append(int(x.shape[0]))
+        if (x == POISON).any():
+            raise RuntimeError("CUDA out of memory (poisoned sample)")
+        return {"y": x[:, :4] * 2}
+
+
+# ---- assemble and split --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        pytest.param(MLP, set(), id="mlp-none"),
+        pytest.param(ENCODER, {"input_ids", "attention_mask"}, id="encoder-both"),
+    ],
+)
+def test_sequence_inputs(config: ModelConfig, expected: set[str]) -> None:
+    assert sequence_inputs(config) == expected
+
+
+def test_assemble_concatenates_on_the_batch_axis() -> None:
+    batch = assemble([mlp_request(1.0), mlp_request(2.0, samples=2)], MLP, None)
+
+    assert batch["x"].shape == (3, 16)
+    np.testing.assert_array_equal(batch["x"][:, 0], [1.0, 2.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    ("lengths", "pad_length", "width"),
+    [
+        pytest.param([3, 5], None, 5, id="to-longest"),
+        pytest.param([3, 5], 8, 8, id="to-bucket"),
+        pytest.param([3, 9], 8, 9, id="longer-than-bucket"),
+        pytest.param([4], 4, 4, id="single-exact"),
+        pytest.param([2], 32, 32, id="single-padded"),
+    ],
+)
+def test_assemble_pads_sequences(lengths: list[int], pad_length: int | None, width: int) -> None:
+    config = ModelConfig.model_validate(
+        {**ENCODER.model_dump(), "batching": {**ENCODER.batching.model_dump(), "pad_token_id": 3}}
+    )
+    requests = [encoder_request(n) for n in lengths]
+
+    batch = assemble(requests, config, pad_length)
+
+    assert batch["input_ids"].shape == (len(lengths), width)
+    assert batch["attention_mask"].shape == (len(lengths), width)
+    for row, n in enumerate(lengths):
+        assert (batch["input_ids"][row, :n] == 7).all()
+        assert (batch["input_ids"][row, n:] == 3).all()  # the pad token
+        assert (batch["attention_mask"][row, :n] == 1).all()
+        assert (batch["attention_mask"][row, n:] == 0).all()  # masks pad with 0
+
+
+@pytest.mark.parametrize(
+    ("samples", "sizes"),
+    [
+        pytest.param([1], [1], id="one"),
+        pytest.param([1, 1, 1], [1, 1, 1], id="singles"),
+        pytest.param([2, 1, 3], [2, 1, 3], id="mixed"),
+    ],
+)
+def test_split_cuts_outputs_back_per_request(samples: list[int], sizes: list[int]) -> None:
+    total = sum(samples)
+    outputs = {"y": np.arange(total * 2).reshape(total, 2), "z": np.arange(total)}
+
+    pieces = split(outputs, samples)
+
+    assert [piece["y"].shape[0] for piece in pieces] == sizes
+    np.testing.assert_array_equal(np.concatenate([p["z"] for p in pieces]), outputs["z"])
+
+
+# ---- run_batch -----------------------------------------------------------------------------
+
+
+def test_healthy_batch_runs_once() -> None:
+    engine = FakeEngine()
+    requests = [mlp_request(float(i), samples=1 + i % 2) for i in range(5)]
+    samples = [r["x"].shape[0] for r in requests]
+
+    outcomes = run_batch(engine, requests, samples, MLP, None)
+
+    assert engine.calls == [sum(samples)]
+    for request, outcome in zip(requests, outcomes, strict=True):
+        assert outcome.error is None
+        assert outcome.outputs is not None
+        np.testing.assert_array_equal(outcome.outputs["y"], request["x"][:, :4] * 2)
+        assert outcome.batch_size == sum(samples)
+        assert outcome.infer_ms >= 0 and outcome.assemble_ms >= 0 and outcome.split_ms >= 0
+
+
+@pytest.mark.parametrize(
+    ("count", "poisoned", "calls"),
+    [
+        pytest.param(1, {0}, [1], id="single-poisoned"),
+        pytest.param(2, {0}, [2, 1, 1], id="pair-first"),
+        pytest.param(4, {3}, [4, 2, 2, 1, 1], id="four-last"),
+        pytest.param(8, {5}, [8, 4, 4, 2, 1, 1, 2], id="eight-one-bad"),
+        pytest.param(4, {0, 3}, [4, 2, 1, 1, 2, 1, 1], id="two-bad-in-different-halves"),
+        pytest.param(4, {0, 1, 2, 3}, [4, 2, 1, 1, 2, 1, 1], id="all-bad"),
+        pytest.param(3, {1}, [3, 1, 2, 1, 1], id="odd-size"),
+    ],
+)
+def test_engine_failure_retries_halves_then_singles(
+    count: int, poisoned: set[int], calls: list[int]
+) -> None:
+    engine = FakeEngine()
+    requests = [mlp_request(POISON if i in poisoned else float(i)) for i in range(count)]
+
+    outcomes = run_batch(engine, requests, [1] * count, MLP, None)
+
+    assert engine.calls == calls
+    assert len(outcomes) == count
+    for i, outcome in enumerate(outcomes):
+        if i in poisoned:
+            assert outcome.outputs is None
+            assert outcome.error is not None
+            assert "RuntimeError: CUDA out of memory" in outcome.error
+            assert outcome.batch_size == 1
+        else:
+            assert outcome.error is None
+            assert outcome.outputs is not None
+            np.testing.assert_array_equal(outcome.outputs["y"], np.full((1, 4), 2.0 * i))
+
+
+def test_error_message_is_bounded() -> None:
+    def infer(batch: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
+        raise ValueError("x" * 10_000)
+
+    [outcome] = run_batch(infer, [mlp_request(1.0)], [1], MLP, None)
+
+    assert outcome.error is not None
+    assert len(outcome.error) == 500
+
+
+def test_requests_that_cannot_be_stacked_are_answered_one_by_one() -> None:
+    """Regression: assemble() raised outside the retry, losing the whole batch."""
+    config = ModelConfig.model_validate(
+        {
+            "name": "ragged",
+            "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, -1]}],
+            "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, -1]}],
+        }
+    )
+    requests = [{"x": np.ones((1, n), dtype=np.float32) * n} for n in (3, 5, 3)]
+
+    outcomes = run_batch(lambda batch: {"y": batch["x"] * 2}, requests, [1, 1, 1], config, None)
+
+    assert [o.error for o in outcomes] == [None, None, None]
+    for n, outcome in zip((3, 5, 3), outcomes, strict=True):
+        assert outcome.outputs is not None
+        np.testing.assert_array_equal(outcome.outputs["y"], np.full((1, n), 2.0 * n))
+
+
+@given(
+    flags=st.lists(st.booleans(), min_size=1, max_size=24),
+    sizes=st.lists(st.integers(1, 3), min_size=24, max_size=24),
+)
+def test_only_poisoned_requests_fail(flags: list[bool], sizes: list[int]) -> None:
+    engine = FakeEngine()
+    samples = sizes[: len(flags)]
+    requests = [
+        mlp_request(POISON if bad else float(i), samples=n)
+        for i, (bad, n) in enumerate(zip(flags, samples, strict=True))
+    ]
+
+    outcomes = run_batch(engine, requests, samples, MLP, None)
+
+    assert len(outcomes) == len(requests)
+    for i, (bad, outcome) in enumerate(zip(flags, outcomes, strict=True)):
+        assert (outcome.error is not None) is bad
+        if not bad:
+            assert outcome.outputs is not None
+            np.testing.assert_array_equal(
+                outcome.outputs["y"], np.full((samples[i], 4), 2.0 * i, dtype=np.float32)
+            )
+    # Halving bounds the work: at most 2n - 1 engine calls for n requests.
+    assert len(engine.calls) <= 2 * len(requests) - 1
