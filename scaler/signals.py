@@ -137,6 +137,8 @@ class GroupState:
     """The last good snapshot, to carry a missing group's identity and bounds."""
     observed_since: float | None = None
     """First good collection; no scale-down before a full window of history exists."""
+    last_scale_down_at: float | None = None
+    """When the SLO policy last scaled this group down (one rebalance per hold period)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,19 @@ class PolicyConfig:
     """keda-lag: target average lag per replica (KEDA `lagThreshold`)."""
     keda_activation_lag_threshold: float = 0.0
     """keda-lag: at or below this total lag the scaler is inactive (scale to min)."""
+    scale_up_min_step_share: float = 0.25
+    """slo: a scale-up adds at least this share of current replicas (min 1): fewer rebalances."""
+    scale_down_min_step_share: float = 0.15
+    """slo: skip a scale-down smaller than this share of current (min 1): not worth a rebalance."""
+    scale_down_hold_s: float | None = None
+    """slo: fast scale-down path; after this long of lower recommendations and a forecast that
+    is not rising, drop to the highest of them, once per period. None: 2 x time-to-ready.
+    `scale_down_window_s` still bounds everything else."""
+    scale_down_confident_share: float = 0.5
+    """slo: the fast path applies only when its target is at most this share of current (a
+    clear surplus after a burst, not the noise of a bursty steady load)."""
+    backlog_drain_s: float = 10.0
+    """slo: drain the backlog projected at the new replicas' ready time within this long."""
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -213,8 +228,28 @@ class PolicyConfig:
             problems.append("hpa_tolerance must be in [0, 1)")
         if self.keda_lag_threshold <= 0 or self.keda_activation_lag_threshold < 0:
             problems.append("keda_lag_threshold > 0, keda_activation_lag_threshold >= 0")
+        if not (self.scale_up_min_step_share >= 0 and 0 <= self.scale_down_min_step_share < 1):
+            problems.append("scale_up_min_step_share >= 0, scale_down_min_step_share in [0, 1)")
+        if self.scale_down_hold_s is not None and self.scale_down_hold_s < 0:
+            problems.append("scale_down_hold_s must be >= 0")
+        if not 0 < self.scale_down_confident_share <= 1:
+            problems.append("scale_down_confident_share must be in (0, 1]")
+        if self.backlog_drain_s <= 0:
+            problems.append("backlog_drain_s must be > 0")
         if problems:
             raise SignalsError("invalid policy config: " + "; ".join(problems))
+
+    def time_to_ready_s(self, signals: GroupSignals) -> float:
+        """A group's measured time-to-ready, else the default."""
+        if signals.time_to_ready_s is not None:
+            return signals.time_to_ready_s
+        return self.default_time_to_ready_s
+
+    def hold_s(self, signals: GroupSignals) -> float:
+        """The SLO policy's fast scale-down hold: configured, else 2 x time-to-ready."""
+        if self.scale_down_hold_s is not None:
+            return self.scale_down_hold_s
+        return 2 * self.time_to_ready_s(signals)
 
     def horizon_s(self, signals: GroupSignals) -> float:
         """Forecast horizon for a group: configured, else its measured time-to-ready."""

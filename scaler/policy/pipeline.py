@@ -18,6 +18,8 @@ from scaler.signals import (
 )
 
 SizeStep = Callable[[GroupSignals, GroupState, PolicyConfig, float], Plan]
+StabilizeStep = Callable[[Plan, PolicyConfig, float], Plan]
+"""Scale-down damping after the bounds: HPA's window for the baselines."""
 """A policy's own part: fresh signals in, a plan with an unbounded desired count out."""
 
 PolicyFn = Callable[
@@ -35,6 +37,7 @@ class Pipeline:
     warm_floor: bool
     partition_cap: bool
     global_budget: bool
+    stabilizer: StabilizeStep = stabilize
 
     def __call__(
         self,
@@ -69,7 +72,7 @@ class Pipeline:
             state = dataclasses.replace(state, observed_since=now)
         plan = self.size(signals, state, config, now)
         plan = apply_bounds(plan, warm_floor=self.warm_floor, partition_cap=self.partition_cap)
-        return stabilize(plan, config, now)
+        return self.stabilizer(plan, config, now)
 
 
 def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:

@@ -1,8 +1,9 @@
 """The SLO policy: size from arrival, forecast and backlog; hold when the engine is the bottleneck.
 
 Steps, in order (each a small pure function of a Plan):
-raw desired → forecast → backlog drain → queue breach → engine-bound hold;
-the pipeline then applies bounds, partition cap, warm floor, stabilization and the budget.
+raw desired → forecast → backlog drain → queue breach → engine-bound hold → scale-up step;
+the pipeline then applies bounds, partition cap, warm floor, rebalance-aware stabilization
+(`rebalance.py`) and the budget.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from scaler.forecast import holt
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction
+from scaler.policy.rebalance import queue_budget_ms, scale_up_step, stabilize_rebalance_aware
 from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
 
 _EPS = 1e-9
@@ -26,12 +28,6 @@ def _capacity_replicas(s: GroupSignals) -> int:
 def _needed(rps: float, per_replica_rps: float, utilization: float) -> int:
     """Replicas that carry `rps` at the target utilization."""
     return math.ceil(rps / (per_replica_rps * utilization) - _EPS)
-
-
-def queue_budget_ms(s: GroupSignals) -> float:
-    """Queue time the SLO leaves once the engine's p99 is spent (at least 10% of the SLO)."""
-    engine = s.engine_p99_ms or 0.0
-    return max(s.slo_p99_e2e_ms - engine, 0.1 * s.slo_p99_e2e_ms)
 
 
 def raw_desired(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
@@ -147,19 +143,33 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
     excess = lag - allowed
     if excess <= 0:
         return plan
-    # New replicas start serving only after time-to-ready: draining faster than that
-    # cannot be bought with replicas, and asking for it only leaves them idle later.
-    drain_s = max(s.slo_p99_e2e_ms / 1000, config.horizon_s(s))
+    # New replicas serve only after time-to-ready; until then the lag keeps growing at
+    # what the ready replicas cannot take. Size to drain the lag projected at that time
+    # within `backlog_drain_s` (capacity already starting was sized for it on earlier ticks).
+    ttr = config.time_to_ready_s(s)
+    short_rps = max(0.0, lam - mu * min(s.ready_replicas, s.partitions))
+    growth = short_rps * ttr if s.starting_replicas == 0 else 0.0
+    projected = excess + growth
+    drain_s = config.backlog_drain_s
     lam_plan = max(lam, _forecast_rps(plan))
-    needed = math.ceil(lam_plan / (mu * config.target_utilization) + excess / (mu * drain_s) - _EPS)
+    needed = math.ceil(
+        lam_plan / (mu * config.target_utilization) + projected / (mu * drain_s) - _EPS
+    )
     raised = needed > plan.desired
     return plan.with_(
         desired=max(needed, plan.desired),
         diagnosis="backlog" if raised else None,
         reason=Reason(
             "backlog",
-            f"lag {lag} > {allowed:.0f} the SLO allows: drain {excess:.0f} in {drain_s:.0f} s",
-            {"lag": lag, "allowed_lag": allowed, "drain_s": drain_s, "needed": needed},
+            f"lag {lag} > {allowed:.0f} the SLO allows, {projected:.0f} by ready in {ttr:.0f} s: "
+            f"drain in {drain_s:.0f} s",
+            {
+                "lag": lag,
+                "allowed_lag": allowed,
+                "projected_excess": projected,
+                "drain_s": drain_s,
+                "needed": needed,
+            },
         ),
     )
 
@@ -239,8 +249,16 @@ def size(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -
     plan = forecast(plan, config)
     plan = backlog(plan, config)
     plan = queue_breach(plan, config)
-    return engine_hold(plan, config)
+    plan = engine_hold(plan, config)
+    return scale_up_step(plan, config)
 
 
-decide = Pipeline(name="slo", size=size, warm_floor=True, partition_cap=True, global_budget=True)
+decide = Pipeline(
+    name="slo",
+    size=size,
+    warm_floor=True,
+    partition_cap=True,
+    global_budget=True,
+    stabilizer=stabilize_rebalance_aware,
+)
 """`decide(signals, state, config, now) -> (Decision, ScalerState)` for the SLO policy."""

@@ -63,8 +63,8 @@ def _one(s: GroupSignals, state: ScalerState | None = None, now: float = 0.0, **
         ),
         pytest.param({"max_replicas": 5, "arrival_rps": 2520.0}, 5, "max_capped", id="max"),
         pytest.param(
-            {"lag": 30_000, "queue_p99_ms": 3000.0, "oldest_age_ms": 4000.0},
-            7,
+            {"lag": 30_000, "queue_p99_ms": 3000.0, "oldest_age_ms": 4000.0, "partitions": 32},
+            14,
             "backlog",
             id="backlog-drains",
         ),
@@ -102,9 +102,12 @@ def test_scale_up_is_immediate_scale_down_waits_for_window(clock: FakeClock) -> 
     seen = []
     for _ in range(70):
         now = clock.tick(5)
-        g, state = _one(dataclasses.replace(quiet, collected_at=now), state, now)
+        g, state = _one(
+            dataclasses.replace(quiet, collected_at=now), state, now, scale_down_hold_s=300.0
+        )
         seen.append((now, g.desired))
-    # Held at 8 (the window's highest recommendation) until 300 s have passed.
+    # Without the fast path (hold = window): held at 8, the window's highest
+    # recommendation, until 300 s have passed.
     assert all(d == 8 for t, d in seen if t < 300)
     assert any(d == 4 for t, d in seen if t >= 300)
 
