@@ -34,7 +34,9 @@ def to_wire_inputs(inputs: Mapping[str, InputValue]) -> dict[str, Tensor | TextI
     for name, value in inputs.items():
         if isinstance(value, Tensor | TextInput):
             out[name] = value
-        elif isinstance(value, str | list):
+        elif isinstance(value, str) or (
+            isinstance(value, list) and all(isinstance(item, str) for item in value)
+        ):
             out[name] = TextInput(text=value)
         else:
             out[name] = Tensor.from_numpy(np.asarray(value), encoding="b64")
@@ -47,6 +49,9 @@ class _SeenIds:
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
         self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._ids
 
     def add(self, request_id: str) -> bool:
         """True the first time an id is seen."""
@@ -165,13 +170,19 @@ class InferenceClient:
         """Fire and forget: produce the request (acks=all) and return its id."""
         producer = self._require_producer()
         self._mine.add(request.request_id)
-        headers: list[tuple[str, bytes]] = [(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.REQUEST_SCHEMA_V1)]
+        headers: list[tuple[str, bytes]] = [
+            (h.CONTENT_TYPE, h.JSON),
+            (h.SCHEMA, h.REQUEST_SCHEMA_V1),
+        ]
         key = (request.tenant or request.request_id).encode()
         attrs = RequestAttrs(model=request.model, tier=request.tier, request_id=request.request_id)
         with send_span(INGEST, key=key, request=attrs) as span:
             inject(headers)
             metadata = await producer.send_and_wait(
-                INGEST, request.model_dump_json(exclude_none=True).encode(), key=key, headers=headers
+                INGEST,
+                request.model_dump_json(exclude_none=True).encode(),
+                key=key,
+                headers=headers,
             )
             set_delivery(span, partition=metadata.partition, offset=metadata.offset)
         return request.request_id
@@ -215,6 +226,9 @@ class InferenceClient:
             return
         ours = result.request_id in self._mine or result.request_id in self._waiters
         if not (ours or self.see_all_results):
+            # A repeat of one of our results arrives after its id left `_mine`: count it.
+            if result.request_id in self._seen:
+                self.duplicates_dropped += 1
             return
         with process_span(
             record.topic,

@@ -1,0 +1,225 @@
+"""Client without a broker: wire inputs, the bounded memory of seen ids, and result dedupe."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+from aiokafka.structs import ConsumerRecord
+
+from schemas.result import InferenceResult, error_result
+from schemas.tensors import Tensor, TextInput
+from services.client.client import InferenceClient, _SeenIds, to_wire_inputs
+
+REPLY = "inferbus.results"
+
+
+# ---- to_wire_inputs ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "kind", "decoded"),
+    [
+        pytest.param(
+            np.ones((1, 16), np.float32), Tensor, np.ones((1, 16), np.float32), id="ndarray"
+        ),
+        pytest.param(
+            np.arange(6, dtype=np.int64).reshape(2, 3),
+            Tensor,
+            np.arange(6, dtype=np.int64).reshape(2, 3),
+            id="int-ndarray",
+        ),
+        pytest.param(
+            Tensor(dtype="float32", shape=[1], data=[1.0]),
+            Tensor,
+            np.ones(1, np.float32),
+            id="tensor",
+        ),
+        pytest.param("hello", TextInput, ["hello"], id="text"),
+        pytest.param(["a", "b"], TextInput, ["a", "b"], id="texts"),
+        pytest.param(TextInput(text="x"), TextInput, ["x"], id="text-input"),
+        # Regression: any list became TextInput, so a nested list of numbers was refused.
+        pytest.param([[0.5, 1.5]], Tensor, np.array([[0.5, 1.5]]), id="nested-number-list"),
+        pytest.param([1, 2, 3], Tensor, np.array([1, 2, 3]), id="number-list"),
+    ],
+)
+def test_to_wire_inputs(value: Any, kind: type, decoded: Any) -> None:
+    [(name, wire)] = to_wire_inputs({"in": value}).items()
+
+    assert name == "in"
+    assert isinstance(wire, kind)
+    if isinstance(wire, Tensor):
+        np.testing.assert_array_equal(wire.to_numpy(), decoded)
+        assert wire.to_numpy().dtype == np.asarray(decoded).dtype
+    else:
+        assert wire.texts() == decoded
+
+
+def test_arrays_travel_as_base64() -> None:
+    wire = to_wire_inputs({"x": np.zeros((2, 16), np.float32)})["x"]
+
+    assert isinstance(wire, Tensor)
+    assert wire.b64 is not None
+    assert wire.data is None
+
+
+# ---- _SeenIds ------------------------------------------------------------------------------
+
+
+def test_seen_ids_report_the_first_sighting_only() -> None:
+    seen = _SeenIds(capacity=10)
+
+    assert [seen.add(i) for i in ("a", "b", "a", "b", "c")] == [True, True, False, False, True]
+    assert "a" in seen
+    assert "z" not in seen
+
+
+def test_seen_ids_forget_the_oldest_beyond_capacity() -> None:
+    seen = _SeenIds(capacity=3)
+    for request_id in ("a", "b", "c", "d"):
+        seen.add(request_id)
+
+    assert "a" not in seen
+    assert seen.add("a") is True  # forgotten, so new again
+    assert seen.add("d") is False
+
+
+# ---- _deliver ------------------------------------------------------------------------------
+
+
+def result(request_id: str, status: str = "ok") -> InferenceResult:
+    if status == "ok":
+        return InferenceResult(request_id=request_id, model="demo-mlp", status="ok")
+    return error_result(request_id, "demo-mlp", status, "why")  # type: ignore[arg-type]
+
+
+def record(value: bytes | None, offset: int = 0) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(
+        topic=REPLY,
+        partition=0,
+        offset=offset,
+        timestamp=0,
+        timestamp_type=0,
+        key=None,
+        value=value,
+        checksum=None,
+        serialized_key_size=0,
+        serialized_value_size=len(value or b""),
+        headers=[],
+    )
+
+
+def deliver(client: InferenceClient, *results: InferenceResult | bytes | None) -> None:
+    for i, item in enumerate(results):
+        value = item.model_dump_json().encode() if isinstance(item, InferenceResult) else item
+        client._deliver(record(value, offset=i))
+
+
+def streamed(client: InferenceClient) -> list[str]:
+    out = []
+    while not client._stream.empty():
+        out.append(client._stream.get_nowait().request_id)
+    return out
+
+
+@pytest.fixture
+def client() -> InferenceClient:
+    """Not started: `_deliver` needs no broker."""
+    return InferenceClient("localhost:1", reply_to=REPLY)
+
+
+@pytest.mark.parametrize(
+    ("mine", "see_all", "delivered", "streamed_ids", "dropped"),
+    [
+        pytest.param({"r1"}, False, ["r1"], ["r1"], 0, id="one-result"),
+        pytest.param(
+            {"r1"}, False, ["r1", "r1", "r1"], ["r1"], 2, id="repeats-dropped-and-counted"
+        ),
+        pytest.param({"r1"}, False, ["r2"], [], 0, id="other-clients-result-ignored"),
+        pytest.param({"r1", "r2"}, False, ["r2", "r1", "r2"], ["r2", "r1"], 1, id="interleaved"),
+        pytest.param(set(), True, ["x", "y", "x"], ["x", "y"], 1, id="see-all-dedupes"),
+        pytest.param({"r1"}, False, ["r1:internal_error", "r1"], ["r1"], 1, id="error-then-repeat"),
+    ],
+)
+def test_deliver_dedupes_by_request_id(
+    client: InferenceClient,
+    mine: set[str],
+    see_all: bool,
+    delivered: list[str],
+    streamed_ids: list[str],
+    dropped: int,
+) -> None:
+    client._mine.update(mine)
+    client.see_all_results = see_all
+
+    deliver(client, *(result(*item.split(":")) for item in delivered))
+
+    assert streamed(client) == streamed_ids
+    assert client.duplicates_dropped == dropped
+    assert not (client._mine & set(streamed_ids))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(None, id="tombstone"),
+        pytest.param(b"not json", id="not-json"),
+        pytest.param(b'{"request_id": "r1"}', id="not-a-result"),
+        pytest.param(b'{"request_id": "r1", "model": "m", "status": "maybe"}', id="bad-status"),
+    ],
+)
+def test_deliver_skips_records_that_are_not_results(
+    client: InferenceClient, value: bytes | None
+) -> None:
+    client._mine.add("r1")
+
+    deliver(client, value)
+
+    assert streamed(client) == []
+    assert "r1" in client._mine
+    deliver(client, result("r1"))  # the real result still gets through
+    assert streamed(client) == ["r1"]
+
+
+async def test_deliver_completes_the_waiter_once(client: InferenceClient) -> None:
+    future: asyncio.Future[InferenceResult] = asyncio.get_running_loop().create_future()
+    client._waiters["r1"] = future
+
+    deliver(client, result("r1", "deadline_exceeded"), result("r1"))
+
+    assert future.done()
+    assert future.result().status == "deadline_exceeded"
+    assert client.duplicates_dropped == 1
+    assert streamed(client) == ["r1"]
+
+
+async def test_deliver_leaves_a_cancelled_waiter_alone(client: InferenceClient) -> None:
+    future: asyncio.Future[InferenceResult] = asyncio.get_running_loop().create_future()
+    future.cancel()
+    client._waiters["r1"] = future
+
+    deliver(client, result("r1"))
+
+    assert streamed(client) == ["r1"]
+
+
+def test_build_request_uses_the_clients_reply_topic_and_tenant() -> None:
+    client = InferenceClient("localhost:1", reply_to="team-a.results", tenant="team-a")
+
+    request = client.build_request(
+        "demo-mlp", {"x": np.zeros((1, 16), np.float32)}, tier="batch", timeout_ms=500
+    )
+
+    assert (request.reply_to, request.tenant, request.tier) == ("team-a.results", "team-a", "batch")
+    assert request.timeout_ms == 500
+    assert request.created_at is not None
+    assert request.request_id
+
+
+async def test_submit_before_start_says_so(client: InferenceClient) -> None:
+    request = client.build_request("demo-mlp", {"x": np.zeros((1, 16), np.float32)})
+
+    with pytest.raises(RuntimeError, match="not started"):
+        await client.submit(request)
