@@ -1,0 +1,93 @@
+"""validate_inputs returns decoded arrays, texts and the sample count; shape specs match -1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from schemas.errors import InvalidInput
+from schemas.request import InferenceRequest
+from schemas.tensors import Tensor
+from services.models.config import TensorSpec, TierSlo
+from services.models.demo import encoder_config, mlp_config
+from services.models.inputs import tensor_nbytes, validate_inputs
+from tests.unit.ingest.conftest import with_changes
+
+
+def request(model: str, inputs: dict[str, Any]) -> InferenceRequest:
+    return InferenceRequest.model_validate({"request_id": "r", "model": model, "inputs": inputs})
+
+
+@pytest.mark.parametrize(
+    ("spec", "shape", "matches"),
+    [
+        pytest.param([-1, 16], [1, 16], True, id="dynamic-batch"),
+        pytest.param([-1, 16], [64, 16], True, id="large-batch"),
+        pytest.param([-1, 16], [1, 15], False, id="fixed-dim-differs"),
+        pytest.param([-1, 16], [16], False, id="rank-lower"),
+        pytest.param([-1, 16], [1, 16, 1], False, id="rank-higher"),
+        pytest.param([-1, -1], [3, 700], True, id="all-dynamic"),
+        pytest.param([2, 3], [2, 3], True, id="all-fixed"),
+    ],
+)
+def test_matches_shape(spec: list[int], shape: list[int], matches: bool) -> None:
+    assert TensorSpec(name="x", dtype="float32", shape=spec).matches_shape(shape) is matches
+
+
+def test_tensor_inputs_decode_to_arrays() -> None:
+    data = np.arange(32, dtype=np.float32).reshape(2, 16)
+
+    arrays, texts, samples = validate_inputs(
+        request("demo-mlp", {"x": {"dtype": "float32", "shape": [2, 16], "data": data.tolist()}}),
+        mlp_config(),
+        max_tensor_bytes=1024,
+        max_samples=4,
+    )
+
+    assert texts is None
+    assert samples == 2
+    np.testing.assert_array_equal(arrays["x"], data)
+    assert arrays["x"].dtype == np.float32
+
+
+def test_text_inputs_return_texts_and_no_arrays() -> None:
+    arrays, texts, samples = validate_inputs(
+        request("demo-encoder", {"text": {"text": ["a", "b", "c"]}}),
+        encoder_config(),
+        max_tensor_bytes=1024,
+        max_samples=4,
+    )
+
+    assert (arrays, texts, samples) == ({}, ["a", "b", "c"], 3)
+
+
+def test_too_many_texts_are_refused() -> None:
+    with pytest.raises(InvalidInput, match="5 samples; the limit is 4"):
+        validate_inputs(
+            request("demo-encoder", {"text": {"text": ["t"] * 5}}),
+            encoder_config(),
+            max_tensor_bytes=1024,
+            max_samples=4,
+        )
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "nbytes"),
+    [
+        pytest.param("float32", [1, 16], 64, id="f32"),
+        pytest.param("int64", [2, 512], 8192, id="i64"),
+        pytest.param("bool", [3], 3, id="bool"),
+        pytest.param("float16", [0, 4], 0, id="empty"),
+    ],
+)
+def test_tensor_nbytes_from_declared_shape(dtype: str, shape: list[int], nbytes: int) -> None:
+    assert tensor_nbytes(Tensor(dtype=dtype, shape=shape, data=[])) == nbytes  # type: ignore[arg-type]
+
+
+def test_slo_for_a_tier_missing_from_the_config_falls_back_to_defaults() -> None:
+    config = with_changes(mlp_config(), slo={"critical": {"p99_e2e_ms": 50, "max_queue": 7}})
+
+    assert config.slo_for("critical") == TierSlo(p99_e2e_ms=50, max_queue=7)
+    assert config.slo_for("batch").max_queue == 100_000
