@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from schemas.errors import EngineError
 from services.models.config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,17 @@ def split(outputs: Mapping[str, np.ndarray[Any, Any]], samples: Sequence[int]) -
     ]
 
 
+def _check_rows(outputs: Mapping[str, np.ndarray[Any, Any]], samples: int) -> None:
+    # split() would silently hand out short or empty slices: answered `ok`, but wrong.
+    wrong = {
+        name: list(array.shape)
+        for name, array in outputs.items()
+        if array.ndim == 0 or array.shape[0] != samples
+    }
+    if wrong:
+        raise EngineError(f"engine returned outputs {wrong} for a batch of {samples} samples")
+
+
 def run_batch(
     infer: InferFn,
     requests: Sequence[Arrays],
@@ -90,6 +102,7 @@ def run_batch(
         batch = assemble(requests, config, pad_length)
         assembled = time.perf_counter()
         outputs = infer(batch)
+        _check_rows(outputs, int(sum(samples)))
     except Exception as exc:  # engine failures are answered per request below, never lost
         if len(requests) == 1:
             log.warning("event=request_failed error=%r", exc)

@@ -194,6 +194,28 @@ def test_requests_that_cannot_be_stacked_are_answered_one_by_one() -> None:
         np.testing.assert_array_equal(outcome.outputs["y"], np.full((1, n), 2.0 * n))
 
 
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        pytest.param({"y": np.zeros((2, 4), np.float32)}, id="too-few-rows"),
+        pytest.param({"y": np.zeros((4, 4), np.float32)}, id="too-many-rows"),
+        pytest.param({"y": np.float32(1.0)}, id="scalar"),
+        pytest.param({"y": np.zeros((3, 4)), "z": np.zeros(1)}, id="one-output-wrong"),
+    ],
+)
+def test_outputs_without_one_row_per_sample_are_errors_not_ok(outputs: Arrays) -> None:
+    """Regression: split() handed out short or empty slices, answered `ok`."""
+
+    def infer(batch: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
+        return outputs if batch["x"].shape[0] == 3 else {"y": batch["x"][:, :4]}
+
+    outcomes = run_batch(infer, [mlp_request(1.0, samples=3)], [3], MLP, None)
+
+    assert outcomes[0].outputs is None
+    assert outcomes[0].error is not None
+    assert "EngineError: engine returned outputs" in outcomes[0].error
+
+
 @given(
     flags=st.lists(st.booleans(), min_size=1, max_size=24),
     sizes=st.lists(st.integers(1, 3), min_size=24, max_size=24),
