@@ -276,14 +276,19 @@ def start_process_span(
     context: Context | None = None,
     request: RequestAttrs | None = None,
     stage: Stage | None = None,
+    start_ns: int | None = None,
 ) -> Span:
     """`process <topic>` started but not made current, for a consumer that answers records
-    out of order (the worker); the caller ends it when the record is answered."""
+    out of order (the worker); the caller ends it when the record is answered.
+
+    `start_ns` (epoch ns, default now): when processing began, e.g. the poll, so that spans
+    timed from the poll (`batch.wait`) lie inside it."""
     return get_tracer().start_span(
         f"process {topic}",
         context=context if context is not None else Context(),
         kind=SpanKind.CONSUMER,
         attributes=_process_attributes(topic, group, partition, offset, key, request, stage),
+        start_time=start_ns,
     )
 
 

@@ -32,7 +32,14 @@ from services.ingest.handlers import Answer, DeadLetter, Outcome, Route, dead_le
 from services.ingest.settings import IngestSettings
 from services.models.repository import ModelRepository
 from tracing.attributes import RequestAttrs
-from tracing.kafka import extract, inject, process_span, record_error, start_send_span
+from tracing.kafka import (
+    extract,
+    inject,
+    record_error,
+    set_delivery,
+    start_process_span,
+    start_send_span,
+)
 from tracing.metrics import count_request, start_metrics_server
 from tracing.setup import init_tracing, shutdown_tracing
 from tracing.telemetry import TelemetryPublisher
@@ -100,7 +107,9 @@ class IngestService:
         now = datetime.now(UTC)
         sends = []
         for record in records:
-            with process_span(
+            # Open until its outcome is acked (ended in _send): the ingest stage covers the
+            # route to the tier topic, and model/tier are set on it before it ends.
+            span = start_process_span(
                 INGEST,
                 group=INGEST_GROUP,
                 partition=record.partition,
@@ -108,19 +117,30 @@ class IngestService:
                 key=record.key,
                 context=extract(record.headers),
                 stage="ingest",
-            ) as span:
-                outcome = handle_event(
-                    record.value,
-                    produced_at=datetime.fromtimestamp(record.timestamp / 1000, UTC),
-                    catalog=self.catalog,
-                    settings=self.settings,
-                    now=now,
-                )
-                sends.append(self._send(record, outcome, span))
+            )
+            outcome = handle_event(
+                record.value,
+                produced_at=datetime.fromtimestamp(record.timestamp / 1000, UTC),
+                catalog=self.catalog,
+                settings=self.settings,
+                now=now,
+            )
+            sends.append(self._send(record, outcome, span))
         # All acks before FastStream commits the poll; a failure raises and nacks it.
         await asyncio.gather(*sends)
 
     async def _send(
+        self, record: ConsumerRecord[bytes, bytes], outcome: Outcome, span: Span
+    ) -> None:
+        try:
+            await self._send_outcome(record, outcome, span)
+        except Exception as exc:
+            record_error(span, exc)
+            raise
+        finally:
+            span.end()
+
+    async def _send_outcome(
         self, record: ConsumerRecord[bytes, bytes], outcome: Outcome, span: Span
     ) -> None:
         if isinstance(outcome, Route):
@@ -131,6 +151,7 @@ class IngestService:
             headers = inject(list(outcome.headers), trace.set_span_in_context(send))
             try:
                 metadata = await (await self._raw_send(outcome.topic, outcome.key, outcome.value, headers))
+                set_delivery(send, partition=metadata.partition, offset=metadata.offset)
             finally:
                 send.end()
             self.depths.observe_ack(metadata.topic, metadata.partition, metadata.offset)

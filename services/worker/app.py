@@ -48,6 +48,7 @@ from tracing.kafka import (
     inject,
     kafka_timestamp_ns,
     record_error,
+    set_delivery,
     start_process_span,
     start_send_span,
     timed_span,
@@ -338,10 +339,12 @@ class Worker:
             return
         context = extract(record.headers)
         attrs = self._attrs(item)
+        # The poll: the same reading as the result's queue_ms; processing starts there.
+        polled_ns = int(item.polled_at_s * 1e9)
         timed_span(
             "queue",
             start_ns=kafka_timestamp_ns(record.timestamp),
-            end_ns=item.polled_ns,
+            end_ns=polled_ns,
             stage="queue",
             parent=context,
             request=attrs,
@@ -354,6 +357,7 @@ class Worker:
             key=record.key,
             context=context,
             request=attrs,
+            start_ns=polled_ns,
         )
         if item.error is not None:
             self._spawn_publish(self._answer_errors([(item, item.error)]))
@@ -407,8 +411,6 @@ class Worker:
                 )
             if not live:
                 continue
-            for item in live:
-                item.batch_wait_ms = (batch.formed_at - item.polled_mono) * 1000
             await self._publish_slots.acquire()
             outcomes = await self._infer(batch, live)
             self._spawn_publish(self._answer(live, outcomes), slot_taken=True)
@@ -417,6 +419,8 @@ class Worker:
         batch_id = uuid.uuid4().hex[:16]
         dispatch_ns = time.time_ns()
         for item in live:
+            # Poll to dispatch (a publish slot included), as the batch.wait span says.
+            item.batch_wait_ms = max(dispatch_ns - item.polled_ns, 0) / 1e6
             if item.span is not None:
                 timed_span(
                     "batch.wait",
@@ -586,13 +590,14 @@ class Worker:
                 )
             )
         try:
-            await asyncio.gather(*futures)
+            acks = await asyncio.gather(*futures)
         except Exception as exc:
             for span in sends:
                 record_error(span, exc)
                 span.end()
             raise
-        for (item, result), send in zip(results, sends, strict=True):
+        for (item, result), send, ack in zip(results, sends, acks, strict=True):
+            set_delivery(send, partition=ack.partition, offset=ack.offset)
             send.end()
             self.counts[result.status] += 1
             count_request("inferbus-worker", self.settings.model, item.tier, result.status)
