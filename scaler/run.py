@@ -62,4 +62,3 @@ async def run_scaler(bootstrap: str, models_dir: Path, settings: ScalerSettings)
         await service.close()
         await actuator.close()
         shutdown_tracing()
-

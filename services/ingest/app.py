@@ -125,6 +125,9 @@ class IngestService:
                 settings=self.settings,
                 now=now,
             )
+            if isinstance(outcome, Route):
+                # Counted at once, so this poll's later requests see it before its ack.
+                self.depths.reserve(outcome.topic)
             sends.append(self._send(record, outcome, span))
         # All acks before FastStream commits the poll; a failure raises and nacks it.
         await asyncio.gather(*sends)
@@ -152,6 +155,9 @@ class IngestService:
             try:
                 metadata = await (await self._raw_send(outcome.topic, outcome.key, outcome.value, headers))
                 set_delivery(send, partition=metadata.partition, offset=metadata.offset)
+            except BaseException:
+                self.depths.release(outcome.topic)
+                raise
             finally:
                 send.end()
             self.depths.observe_ack(metadata.topic, metadata.partition, metadata.offset)

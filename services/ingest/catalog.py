@@ -69,6 +69,7 @@ class QueueDepths:
         self._acked_end: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._listed_end: dict[TopicPartition, int] = {}
+        self._in_flight: dict[str, int] = {}
         self._consumers: dict[str, AIOKafkaConsumer] = {}
         self._topics: set[str] = set()
         self._task: asyncio.Task[None] | None = None
@@ -77,11 +78,21 @@ class QueueDepths:
         """Track the tier topics of these models."""
         self._topics.update(request_topic(m, t) for m in models for t in TIERS)
 
+    def reserve(self, topic: str) -> None:
+        """A request was routed to `topic` and is being produced: count it now, so that a
+        poll's later requests see it before its ack arrives."""
+        self._in_flight[topic] = self._in_flight.get(topic, 0) + 1
+
     def observe_ack(self, topic: str, partition: int, offset: int) -> None:
         """Record a produce ack: the partition's end is at least offset + 1."""
+        self._in_flight[topic] = max(self._in_flight.get(topic, 0) - 1, 0)
         tp = TopicPartition(topic, partition)
         if offset + 1 > self._acked_end.get(tp, 0):
             self._acked_end[tp] = offset + 1
+
+    def release(self, topic: str) -> None:
+        """A reserved request was not produced after all (the send failed)."""
+        self._in_flight[topic] = max(self._in_flight.get(topic, 0) - 1, 0)
 
     def depth(self, topic: str) -> int | None:
         """Unconsumed requests on a tier topic, or None before its committed offsets are read.
@@ -91,10 +102,11 @@ class QueueDepths:
         every request as overloaded.
         """
         self._topics.add(topic)
+        in_flight = self._in_flight.get(topic, 0)
         parts = [tp for tp in self._committed if tp.topic == topic]
         if not parts:
-            return None
-        total = 0
+            return in_flight or None
+        total = in_flight
         for tp in parts:
             end = max(self._acked_end.get(tp, 0), self._listed_end.get(tp, 0))
             total += max(end - self._committed[tp], 0)

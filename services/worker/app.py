@@ -23,12 +23,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 from opentelemetry import trace
 
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from schemas import headers as h
-from schemas.errors import DeadlineExceeded, InferbusError, Unparseable
+from schemas.errors import DeadlineExceeded, EngineError, InferbusError, Unparseable
 from schemas.result import ErrorInfo, InferenceResult, Timings
 from schemas.telemetry import InstanceRecord, InstanceState, WorkerLoad
 from schemas.tensors import Tensor
@@ -79,6 +80,10 @@ class LoadCounters:
     since: float = 0.0
 
 
+class WorkerFailed(InferbusError):
+    """The worker could not publish results after retries and left its groups."""
+
+
 class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -111,6 +116,9 @@ class Worker:
         )
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
+        self.fatal: BaseException | None = None
+        """Set when the worker had to give up (results it could not publish)."""
+        self._stop_requested = asyncio.Event()
         self.counts: Counter[str] = Counter()
         self.engine: Engine | None = None
         self.version: ModelVersion | None = None
@@ -174,8 +182,8 @@ class Worker:
                 max_poll_records=self.settings.poll_max_records,
             )
             consumer.subscribe([request_topic(self.settings.model, tier)], listener=_Revocations(self))
+            self._consumers[tier] = consumer  # before start: a cancelled start still closes it
             await start_with_retry(consumer.start, what=f"consumer-{tier}")
-            self._consumers[tier] = consumer
         self._tasks = [
             asyncio.create_task(self._poll_loop(tier), name=f"poll-{tier}") for tier in self.tiers
         ]
@@ -228,8 +236,13 @@ class Worker:
         return TextTokenizer.for_model(version).encode
 
     async def run(self) -> None:
-        """Start, then serve until SIGTERM/SIGINT (a second signal exits at once)."""
+        """Start, then serve until SIGTERM/SIGINT (a second signal exits at once).
+
+        A signal during start-up (loading, warming, joining) cancels the start and
+        deregisters; it never leaves a half-started consumer behind.
+        """
         loop = asyncio.get_running_loop()
+        stop_requested = self._stop_requested
         signals = 0
 
         def on_signal() -> None:
@@ -237,15 +250,30 @@ class Worker:
             signals += 1
             if signals == 1:
                 log.info("event=drain_requested instance=%s", self.instance_id)
-                asyncio.ensure_future(self.stop())
+                stop_requested.set()
             else:
                 log.warning("event=second_signal exit=now")
                 os._exit(1)
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
-        await self.start()
-        await self.stopped.wait()
+        starting = asyncio.create_task(self.start(), name="start")
+        stopping = asyncio.create_task(stop_requested.wait(), name="stop-requested")
+        try:
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+                log.info("event=start_cancelled instance=%s", self.instance_id)
+            else:
+                starting.result()  # a failed start (bad model, broker down) raises here
+                await stopping
+        finally:
+            stopping.cancel()
+            await self.stop(drain=self.fatal is None)
+        if self.fatal is not None:
+            raise WorkerFailed(f"worker gave up: {self.fatal!r}") from self.fatal
 
     async def stop(self, *, drain: bool = True) -> None:
         """Stop polling, finish in-hand work, commit, leave the groups, deregister."""
@@ -316,9 +344,9 @@ class Worker:
 
     async def _poll_loop(self, tier: Tier) -> None:
         consumer = self._consumers[tier]
-        config = self._config()
         while True:
             batches = await consumer.getmany(timeout_ms=100, max_records=self.settings.poll_max_records)
+            config = self._config()  # per poll: a hot reload may have switched versions
             for records in batches.values():
                 for record in records:
                     await self._take(record, tier, config)
@@ -332,7 +360,11 @@ class Worker:
         self._in_hand += 1
         try:
             item = decode_record(
-                record, tier=tier, config=config, tokenize=self._tokenize, max_samples=1024
+                record,
+                tier=tier,
+                config=config,
+                tokenize=self._tokenize,
+                max_samples=config.batching.max_batch_size,
             )
         except Unparseable as exc:
             self._spawn_publish(self._dead_letter(record, exc))
@@ -412,7 +444,14 @@ class Worker:
             if not live:
                 continue
             await self._publish_slots.acquire()
-            outcomes = await self._infer(batch, live)
+            try:
+                outcomes = await self._infer(batch, live)
+            except Exception as exc:  # answered as internal_error below, never lost
+                log.error("event=batch_crashed size=%d error=%r", len(live), exc)
+                self._publish_slots.release()
+                failure = EngineError(f"the worker failed on this batch: {type(exc).__name__}")
+                self._spawn_publish(self._answer_errors([(item, failure) for item in live]))
+                continue
             self._spawn_publish(self._answer(live, outcomes), slot_taken=True)
 
     async def _infer(self, batch: Batch[InHand], live: list[InHand]) -> list[RequestOutcome]:
@@ -488,8 +527,11 @@ class Worker:
     def _publish_done(self, task: asyncio.Task[None]) -> None:
         self._publishes.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            # Results not acked are not committed: the records are redelivered after restart.
-            log.error("event=publish_failed error=%r", task.exception())
+            # `_publish` already retried. Its records stay uncommitted, so leaving the group
+            # hands them to another worker (or to this one restarted): nothing is lost.
+            self.fatal = task.exception()
+            log.error("event=publish_failed_leaving error=%r", self.fatal)
+            self._stop_requested.set()
 
     def _timings(self, item: InHand, outcome: RequestOutcome | None) -> Timings:
         now_ms = time.time() * 1000
@@ -568,8 +610,8 @@ class Worker:
     async def _publish(self, results: list[tuple[InHand, InferenceResult]]) -> None:
         producer = self._producer
         assert producer is not None
-        futures = []
         sends = []
+        payloads = []
         for item, result in results:
             send = start_send_span(
                 item.reply_to,
@@ -581,16 +623,11 @@ class Worker:
             headers = [(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.RESULT_SCHEMA_V1)]
             inject(headers, trace.set_span_in_context(send))
             sends.append(send)
-            futures.append(
-                await producer.send(
-                    item.reply_to,
-                    result.model_dump_json(exclude_none=True).encode(),
-                    key=item.request_id.encode(),
-                    headers=headers,
-                )
+            payloads.append(
+                (item.reply_to, result.model_dump_json(exclude_none=True).encode(), item.request_id.encode(), headers)
             )
         try:
-            acks = await asyncio.gather(*futures)
+            acks = await self._send_all(producer, payloads)
         except Exception as exc:
             for span in sends:
                 record_error(span, exc)
@@ -610,6 +647,25 @@ class Worker:
             self._offsets.answered(item.topic, item.partition, item.offset)
             self._in_hand -= 1
         await self._commit()
+
+    async def _send_all(
+        self, producer: AIOKafkaProducer, payloads: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]
+    ) -> list[Any]:
+        """Send and await every ack; on failure send all again (at-least-once), with backoff."""
+        for attempt in range(1, self.settings.publish_attempts + 1):
+            try:
+                futures = [
+                    await producer.send(topic, value, key=key, headers=headers)
+                    for topic, value, key, headers in payloads
+                ]
+                return list(await asyncio.gather(*futures))
+            except KafkaError as exc:
+                if attempt == self.settings.publish_attempts:
+                    raise
+                delay = 0.2 * 2**attempt
+                log.warning("event=publish_retry attempt=%d delay_s=%.1f error=%r", attempt, delay, exc)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: Unparseable) -> None:
         producer = self._producer
@@ -643,7 +699,13 @@ class Worker:
                         by_tier.setdefault(tier, {})[tp] = OffsetAndMetadata(offset, "")
             committed: dict[tuple[str, int], int] = {}
             for tier, tps in by_tier.items():
-                await self._consumers[tier].commit(tps)
+                try:
+                    await self._consumers[tier].commit(tps)
+                except (CommitFailedError, IllegalStateError) as exc:
+                    # A rebalance took the partitions: results are out, the new owner may
+                    # repeat some (the client drops repeats by request id).
+                    log.warning("event=commit_skipped tier=%s reason=%r", tier, exc)
+                    continue
                 committed.update({(tp.topic, tp.partition): om.offset for tp, om in tps.items()})
             self._offsets.mark_committed(committed)
 
