@@ -67,6 +67,7 @@ class QueueDepths:
         self.bootstrap = bootstrap
         self.refresh_s = refresh_ms / 1000
         self._acked_end: dict[TopicPartition, int] = {}
+        self._first_acked: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._listed_end: dict[TopicPartition, int] = {}
         self._in_flight: dict[str, int] = {}
@@ -89,27 +90,33 @@ class QueueDepths:
         tp = TopicPartition(topic, partition)
         if offset + 1 > self._acked_end.get(tp, 0):
             self._acked_end[tp] = offset + 1
+        if offset < self._first_acked.get(tp, offset + 1):
+            self._first_acked[tp] = offset
 
     def release(self, topic: str) -> None:
         """A reserved request was not produced after all (the send failed)."""
         self._in_flight[topic] = max(self._in_flight.get(topic, 0) - 1, 0)
 
     def depth(self, topic: str) -> int | None:
-        """Unconsumed requests on a tier topic, or None before its committed offsets are read.
+        """Unconsumed requests on a tier topic, or None while nothing is known of it.
 
-        Only partitions whose committed offset is known count: an acked end alone (before
-        the first refresh) would count the partition's whole history as lag and reject
-        every request as overloaded.
+        A partition whose committed offset is known counts end − committed. One not read
+        yet counts only what this ingest routed to it since it started (from its first
+        ack): counting from offset 0 would take the partition's whole history for lag and
+        reject every request as overloaded.
         """
         self._topics.add(topic)
         in_flight = self._in_flight.get(topic, 0)
-        parts = [tp for tp in self._committed if tp.topic == topic]
-        if not parts:
+        known = {tp for tp in self._committed if tp.topic == topic}
+        ours = {tp for tp in self._acked_end if tp.topic == topic} - known
+        if not known and not ours:
             return in_flight or None
         total = in_flight
-        for tp in parts:
+        for tp in known:
             end = max(self._acked_end.get(tp, 0), self._listed_end.get(tp, 0))
             total += max(end - self._committed[tp], 0)
+        for tp in ours:
+            total += self._acked_end[tp] - self._first_acked[tp]
         return total
 
     async def start(self) -> None:
@@ -143,21 +150,23 @@ class QueueDepths:
             parsed = parse_request_topic(topic)
             if parsed is not None:
                 by_group[worker_group(*parsed)].append(topic)
-        for group, topics in by_group.items():
-            consumer = await self._consumer(group)
-            for topic in topics:
-                partitions = consumer.partitions_for_topic(topic)
-                if partitions is None:
-                    await consumer.topics()
-                    partitions = consumer.partitions_for_topic(topic) or set()
-                tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-                if not tps:
-                    continue
-                ends = await consumer.end_offsets(tps)
-                self._listed_end.update(ends)
-                for tp in tps:
-                    committed = await consumer.committed(tp)
-                    self._committed[tp] = committed if committed is not None else 0
+        await asyncio.gather(*(self._refresh_group(g, t) for g, t in by_group.items()))
+
+    async def _refresh_group(self, group: str, topics: list[str]) -> None:
+        consumer = await self._consumer(group)
+        for topic in topics:
+            partitions = consumer.partitions_for_topic(topic)
+            if partitions is None:
+                await consumer.topics()
+                partitions = consumer.partitions_for_topic(topic) or set()
+            tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+            if not tps:
+                continue
+            ends = await consumer.end_offsets(tps)
+            self._listed_end.update(ends)
+            for tp in tps:
+                committed = await consumer.committed(tp)
+                self._committed[tp] = committed if committed is not None else 0
 
     async def _consumer(self, group: str) -> AIOKafkaConsumer:
         consumer = self._consumers.get(group)

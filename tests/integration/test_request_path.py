@@ -393,7 +393,8 @@ async def test_a_full_tier_rejects_with_a_named_overload(stack: Stack) -> None:
         for rid in ids:
             event = json.loads(raw_event(rid, np.ones((1, 16), np.float32)))
             event["model"] = "tiny-queue"
-            await producer.send_and_wait(INGEST, json.dumps(event).encode())
+            # One key, one ingest partition: ingest sees them in this order.
+            await producer.send_and_wait(INGEST, json.dumps(event).encode(), key=b"flood")
         rejected = await collect(results, ids[3:], key=by_request_id, timeout_s=60)
     finally:
         await producer.stop()

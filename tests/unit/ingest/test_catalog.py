@@ -40,8 +40,11 @@ def depths(
     ("queue", "expected"),
     [
         pytest.param(depths(), None, id="never-seen"),
-        # Regression: before the first refresh an acked end alone counted all history as lag.
-        pytest.param(depths(acks=[(T, 0, 1_000_000)]), None, id="acked-before-first-refresh"),
+        # Before the first refresh only what this ingest routed counts, never all history.
+        pytest.param(depths(acks=[(T, 0, 1_000_000)]), 1, id="acked-before-first-refresh"),
+        pytest.param(
+            depths(acks=[(T, 0, 1_000_000), (T, 0, 1_000_002)]), 3, id="routed-since-start"
+        ),
         pytest.param(depths(committed={tp(0): 0}), 0, id="committed-no-end"),
         pytest.param(depths(acks=[(T, 0, 9)], committed={tp(0): 0}), 10, id="no-commit-yet"),
         pytest.param(depths(acks=[(T, 0, 9)], committed={tp(0): 4}), 6, id="ack-minus-committed"),
@@ -71,8 +74,8 @@ def depths(
         ),
         pytest.param(
             depths(acks=[(T, 0, 9), (T, 1, 1_000)], committed={tp(0): 5}),
-            5,
-            id="unrefreshed-partition-skipped",
+            5 + 1,
+            id="unrefreshed-partition-counts-own-routes",
         ),
         pytest.param(
             depths(
@@ -91,6 +94,17 @@ def depths(
 )
 def test_depth(queue: QueueDepths, expected: int | None) -> None:
     assert queue.depth(T) == expected
+
+
+def test_reserved_routes_count_until_acked_or_released() -> None:
+    queue = depths(committed={tp(0): 0})
+    queue.reserve(T)
+    queue.reserve(T)
+    assert queue.depth(T) == 2, "a poll's routes count before their acks"
+    queue.observe_ack(T, 0, 0)
+    assert queue.depth(T) == 2, "one acked (end 1) plus one still in flight"
+    queue.release(T)
+    assert queue.depth(T) == 1
 
 
 def test_depth_watches_the_topics_it_is_asked_about() -> None:
