@@ -14,7 +14,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def make_producer(bootstrap: str, *, client_id: str = "inferbus", **overrides: Any) -> AIOKafkaProducer:
+def make_producer(
+    bootstrap: str, *, client_id: str = "inferbus", **overrides: Any
+) -> AIOKafkaProducer:
     """A producer that waits for all in-sync replicas (acks=all).
 
     Idempotence stays off: Tansu has no InitProducerId; at-least-once plus request-id

@@ -73,7 +73,12 @@ class ChildProcess:
             try:
                 process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                log.warning("event=child_kill name=%s pid=%d after_s=%.0f", self.name, process.pid, timeout_s)
+                log.warning(
+                    "event=child_kill name=%s pid=%d after_s=%.0f",
+                    self.name,
+                    process.pid,
+                    timeout_s,
+                )
                 process.kill()
                 process.wait(timeout=5)
         log.info("event=child_stopped name=%s returncode=%s", self.name, process.returncode)

@@ -43,7 +43,9 @@ def standard_topics(
         TopicSpec(topics.DECISIONS, 1),
     ]
     for model in sorted(set(models)):
-        specs.extend(TopicSpec(topics.request_topic(model, tier), tier_partitions) for tier in tiers)
+        specs.extend(
+            TopicSpec(topics.request_topic(model, tier), tier_partitions) for tier in tiers
+        )
     return specs
 
 

@@ -29,8 +29,14 @@ def write_flat_variant(root: Path) -> None:
 
 
 async def bench_buckets(
-    *, requests: int, window: int, short_len: int, long_len: int, long_share: float,
-    bootstrap: str | None, progress: Progress,
+    *,
+    requests: int,
+    window: int,
+    short_len: int,
+    long_len: int,
+    long_share: float,
+    bootstrap: str | None,
+    progress: Progress,
 ) -> dict[str, Any]:
     """Saturation throughput of the same mix with and without length buckets."""
     root = Path(tempfile.mkdtemp(prefix="inferbus-bench-buckets-"))

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from aiokafka import TopicPartition
 
 from infra.kafka import make_consumer, make_producer, start_with_retry
@@ -80,7 +79,11 @@ def encoder_event(request_id: str, model: str, seq_len: int, rng: np.random.Gene
             "tier": "interactive",
             "inputs": {
                 "input_ids": {"dtype": "int64", "shape": [1, seq_len], "data": ids},
-                "attention_mask": {"dtype": "int64", "shape": [1, seq_len], "data": [[1] * seq_len]},
+                "attention_mask": {
+                    "dtype": "int64",
+                    "shape": [1, seq_len],
+                    "data": [[1] * seq_len],
+                },
             },
             "timeout_ms": 60_000,
         }
@@ -94,7 +97,9 @@ class LoadGenerator:
         self.bootstrap = bootstrap
         self.make_event = make_event
         self._producer = make_producer(bootstrap, client_id="inferbus-bench", linger_ms=2)
-        self._consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id="inferbus-bench")
+        self._consumer = make_consumer(
+            bootstrap=bootstrap, group_id=None, client_id="inferbus-bench"
+        )
         self._sent: dict[str, tuple[float, int]] = {}
         self._report = LoadReport()
         self._done = asyncio.Event()
@@ -131,11 +136,20 @@ class LoadGenerator:
                     if sent is None:
                         continue
                     t = result.get("timings") or {}
-                    engine = sum(t.get(k) or 0.0 for k in ("preprocess_ms", "infer_ms", "postprocess_ms"))
+                    engine = sum(
+                        t.get(k) or 0.0 for k in ("preprocess_ms", "infer_ms", "postprocess_ms")
+                    )
                     self._report.completed.append(
                         Completed(
-                            result["request_id"], result["status"], sent[0], now,
-                            t.get("e2e_ms"), engine, result.get("batch_size"), sent[1], t,
+                            result["request_id"],
+                            result["status"],
+                            sent[0],
+                            now,
+                            t.get("e2e_ms"),
+                            engine,
+                            result.get("batch_size"),
+                            sent[1],
+                            t,
                         )
                     )
                     self.in_flight_changed.set()
@@ -146,7 +160,9 @@ class LoadGenerator:
         request_id = uuid.uuid4().hex
         self._sent[request_id] = (time.perf_counter(), seq_len)
         self._report.sent += 1
-        await self._producer.send(INGEST, self.make_event(request_id, seq_len), key=request_id.encode())
+        await self._producer.send(
+            INGEST, self.make_event(request_id, seq_len), key=request_id.encode()
+        )
 
     async def closed_loop(
         self, count: int, window: int, lengths: Callable[[], int], progress: Callable[[int], None]
@@ -164,7 +180,11 @@ class LoadGenerator:
         return await self._finish(progress)
 
     async def open_loop(
-        self, count: int, rate_rps: float, lengths: Callable[[], int], progress: Callable[[int], None]
+        self,
+        count: int,
+        rate_rps: float,
+        lengths: Callable[[], int],
+        progress: Callable[[int], None],
     ) -> LoadReport:
         """Send `count` requests at a fixed rate, regardless of answers (Poisson-free, paced)."""
         self._reset(count)

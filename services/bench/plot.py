@@ -8,7 +8,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def plot_throughput(report: dict[str, Any], path: Path) -> None:
@@ -18,7 +18,9 @@ def plot_throughput(report: dict[str, Any], path: Path) -> None:
     e2e = report["saturation"]["samples_per_s"]
     left.bar(["raw engine", "end to end"], [raw, e2e], color=["#777", "#2a7"])
     left.set_ylabel("samples / s")
-    left.set_title(f"{report['model']} seq {report['seq_len']}: ratio {report['ratio_e2e_over_raw']:.2f}")
+    left.set_title(
+        f"{report['model']} seq {report['seq_len']}: ratio {report['ratio_e2e_over_raw']:.2f}"
+    )
     sizes = report["saturation"]["batch_sizes"]
     right.bar(list(sizes), list(sizes.values()), color="#27a")
     right.set_xlabel("batch size")
@@ -36,7 +38,9 @@ def plot_buckets(report: dict[str, Any], path: Path) -> None:
     ax.bar(["length buckets", "one bucket"], values, color=["#2a7", "#a72"])
     ax.set_ylabel("requests / s")
     mix = report["mix"]
-    ax.set_title(f"{1 - mix['long_share']:.0%} × {mix['short_len']} + {mix['long_share']:.0%} × {mix['long_len']} tokens")
+    ax.set_title(
+        f"{1 - mix['long_share']:.0%} × {mix['short_len']} + {mix['long_share']:.0%} × {mix['long_len']} tokens"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -48,7 +48,9 @@ class ThroughputOptions:
     long_share: float = 0.0
 
 
-def sequence_batch(version: ModelVersion, batch: int, seq_len: int) -> dict[str, np.ndarray[Any, Any]]:
+def sequence_batch(
+    version: ModelVersion, batch: int, seq_len: int
+) -> dict[str, np.ndarray[Any, Any]]:
     """A batch like the load generator's: random ids, full mask."""
     rng = np.random.default_rng(0)
     inputs: dict[str, np.ndarray[Any, Any]] = {}
@@ -102,8 +104,17 @@ def summarize(report: LoadReport) -> dict[str, Any]:
         "overhead_ms": percentiles(overhead),
         "batch_sizes": batch_histogram(ok),
         "stage_p50_ms": {
-            stage: percentiles([c.timings[stage] or 0.0 for c in ok if c.timings.get(stage) is not None])["p50"]
-            for stage in ("ingest_ms", "queue_ms", "batch_wait_ms", "preprocess_ms", "infer_ms", "postprocess_ms")
+            stage: percentiles(
+                [c.timings[stage] or 0.0 for c in ok if c.timings.get(stage) is not None]
+            )["p50"]
+            for stage in (
+                "ingest_ms",
+                "queue_ms",
+                "batch_wait_ms",
+                "preprocess_ms",
+                "infer_ms",
+                "postprocess_ms",
+            )
         },
     }
 
@@ -111,7 +122,9 @@ def summarize(report: LoadReport) -> dict[str, Any]:
 class Deployment:
     """Broker (embedded unless given), topics, one ingest and one worker per model."""
 
-    def __init__(self, bootstrap: str | None, models_dir: Path, models: list[str], log_dir: Path) -> None:
+    def __init__(
+        self, bootstrap: str | None, models_dir: Path, models: list[str], log_dir: Path
+    ) -> None:
         self.broker = EmbeddedBroker(port=0) if bootstrap is None else None
         self.bootstrap = bootstrap or ""
         self.models_dir = models_dir
@@ -124,9 +137,18 @@ class Deployment:
             self.bootstrap = await asyncio.to_thread(self.broker.start)
         await ensure_topics(self.bootstrap, standard_topics(self.models))
         env = {"INFERBUS_WORKER_HEARTBEAT_INTERVAL_S": "2"}
-        common = ["--bootstrap", self.bootstrap, "--models", str(self.models_dir), "--log-level", "WARNING"]
+        common = [
+            "--bootstrap",
+            self.bootstrap,
+            "--models",
+            str(self.models_dir),
+            "--log-level",
+            "WARNING",
+        ]
         self.children.append(
-            ChildProcess("ingest", inferbus_command("ingest", *common), log_path=self.log_dir / "ingest.log")
+            ChildProcess(
+                "ingest", inferbus_command("ingest", *common), log_path=self.log_dir / "ingest.log"
+            )
         )
         for model in self.models:
             self.children.append(
@@ -190,7 +212,9 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
     try:
         version = ModelRepository(models_dir).resolve(options.model)
         progress(f"raw engine: {options.model} seq {options.seq_len}, {options.raw_seconds:.0f}s")
-        raw = await asyncio.to_thread(raw_engine_throughput, version, options.seq_len, options.raw_seconds)
+        raw = await asyncio.to_thread(
+            raw_engine_throughput, version, options.seq_len, options.raw_seconds
+        )
         progress(f"raw engine: {raw['samples_per_s']:.0f} samples/s at batch {raw['batch_size']}")
         deployment = Deployment(options.bootstrap, models_dir, [options.model], log_dir)
         bootstrap = await deployment.start()
@@ -208,7 +232,9 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             progress("warm-up: 300 requests")
             await gen.closed_loop(300, options.window, lengths, tick)
             progress(f"saturation: {options.requests} requests, window {options.window}")
-            saturated = summarize(await gen.closed_loop(options.requests, options.window, lengths, tick))
+            saturated = summarize(
+                await gen.closed_loop(options.requests, options.window, lengths, tick)
+            )
             half_rate = max(saturated["samples_per_s"] / 2, 1.0)
             half_count = max(int(half_rate * 10), 200)
             progress(f"half load: {half_rate:.0f} req/s open loop, {half_count} requests")

@@ -12,7 +12,9 @@ from rich.console import Console
 
 from services.cli.common import setup_logging
 
-bench_app = typer.Typer(help="Benchmarks that report ratios measured in one run.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks that report ratios measured in one run.", no_args_is_help=True
+)
 console = Console(stderr=True)
 
 
@@ -34,8 +36,12 @@ def throughput(
     seq: Annotated[int, typer.Option(help="Tokens per request.")] = 32,
     requests: Annotated[int, typer.Option(help="Requests in the saturation phase.")] = 3000,
     window: Annotated[int, typer.Option(help="Requests kept outstanding at saturation.")] = 128,
-    bootstrap: Annotated[str | None, typer.Option(help="Use this Kafka, not the embedded one.")] = None,
-    models: Annotated[Path | None, typer.Option(help="Model repository (default: fresh demo models).")] = None,
+    bootstrap: Annotated[
+        str | None, typer.Option(help="Use this Kafka, not the embedded one.")
+    ] = None,
+    models: Annotated[
+        Path | None, typer.Option(help="Model repository (default: fresh demo models).")
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
 ) -> None:
@@ -45,7 +51,12 @@ def throughput(
 
     setup_logging("WARNING")
     options = ThroughputOptions(
-        model=model, seq_len=seq, requests=requests, window=window, bootstrap=bootstrap, models_dir=models
+        model=model,
+        seq_len=seq,
+        requests=requests,
+        window=window,
+        bootstrap=bootstrap,
+        models_dir=models,
     )
     report = asyncio.run(bench_throughput(options, _progress))
     _write(report, json_out)
@@ -68,7 +79,9 @@ def buckets(
     short: Annotated[int, typer.Option(help="Short request tokens.")] = 32,
     long: Annotated[int, typer.Option(help="Long request tokens.")] = 512,
     long_share: Annotated[float, typer.Option(help="Share of long requests.")] = 0.1,
-    bootstrap: Annotated[str | None, typer.Option(help="Use this Kafka, not the embedded one.")] = None,
+    bootstrap: Annotated[
+        str | None, typer.Option(help="Use this Kafka, not the embedded one.")
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
 ) -> None:
@@ -79,8 +92,13 @@ def buckets(
     setup_logging("WARNING")
     report = asyncio.run(
         bench_buckets(
-            requests=requests, window=window, short_len=short, long_len=long,
-            long_share=long_share, bootstrap=bootstrap, progress=_progress,
+            requests=requests,
+            window=window,
+            short_len=short,
+            long_len=long,
+            long_share=long_share,
+            bootstrap=bootstrap,
+            progress=_progress,
         )
     )
     _write(report, json_out)
@@ -90,5 +108,7 @@ def buckets(
     typer.echo(
         f"with buckets {report['with_buckets']['samples_per_s']:.0f} req/s | one bucket "
         f"{report['one_bucket']['samples_per_s']:.0f} req/s | speedup "
-        f"{speedup:.2f}x" if speedup else "one-bucket run answered nothing"
+        f"{speedup:.2f}x"
+        if speedup
+        else "one-bucket run answered nothing"
     )

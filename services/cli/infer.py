@@ -54,7 +54,9 @@ async def infer_once(
     init_tracing("inferbus-client", instance_id=client.client_id)
     try:
         async with client:
-            request = client.build_request(model, inputs, tier=tier, timeout_ms=int(timeout_s * 1000))
+            request = client.build_request(
+                model, inputs, tier=tier, timeout_ms=int(timeout_s * 1000)
+            )
             return await client.infer(request, timeout_s=timeout_s)
     finally:
         shutdown_tracing()

@@ -188,7 +188,8 @@ def scaler_run(
     bootstrap: Bootstrap = "127.0.0.1:9092",
     models: ModelsDir = Path("models"),
     actuator: Annotated[
-        str | None, typer.Option(help="local, kubernetes, compose or auto (env INFERBUS_SCALER_ACTUATOR).")
+        str | None,
+        typer.Option(help="local, kubernetes, compose or auto (env INFERBUS_SCALER_ACTUATOR)."),
     ] = None,
     policy: Annotated[str | None, typer.Option(help="slo, keda-lag or hpa-util.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Decide and publish, never scale.")] = False,

@@ -68,8 +68,16 @@ def status_table(views: dict[str, GroupView], bootstrap: str, elapsed_s: float) 
     """The live view: one row per worker group."""
     table = Table(title=f"inferbus on {bootstrap} — up {elapsed_s:.0f}s (Ctrl-C stops)")
     for column in (
-        "group", "ready/all", "lag", "arrival/s", "svc/s/rep", "queue p99", "engine p99",
-        "e2e p99", "SLO", "last decision",
+        "group",
+        "ready/all",
+        "lag",
+        "arrival/s",
+        "svc/s/rep",
+        "queue p99",
+        "engine p99",
+        "e2e p99",
+        "SLO",
+        "last decision",
     ):
         table.add_column(column, overflow="fold")
     for group in sorted(views):
@@ -77,7 +85,9 @@ def status_table(views: dict[str, GroupView], bootstrap: str, elapsed_s: float) 
         s = view.collection.signals
         decision = view.decision.line() if view.decision else "-"
         if s is None:
-            table.add_row(group, "-", "-", "-", "-", "-", "-", "-", "-", view.collection.error or "")
+            table.add_row(
+                group, "-", "-", "-", "-", "-", "-", "-", "-", view.collection.error or ""
+            )
             continue
         table.add_row(
             group.removeprefix("inferbus.workers."),
@@ -131,7 +141,9 @@ class Stack:
             options.log_dir.mkdir(parents=True, exist_ok=True)
             self.ingest = ChildProcess(
                 "ingest",
-                inferbus_command("ingest", "--bootstrap", bootstrap, "--models", str(options.models_dir)),
+                inferbus_command(
+                    "ingest", "--bootstrap", bootstrap, "--models", str(options.models_dir)
+                ),
                 log_path=options.log_dir / "ingest.log",
             )
             self.ingest.start()
@@ -149,13 +161,17 @@ class Stack:
                 tiers=options.tiers,
             )
             for group in scaler.collector.groups:
-                await actuator.scale(group, options.workers_per_group, "inferbus up: initial workers")
+                await actuator.scale(
+                    group, options.workers_per_group, "inferbus up: initial workers"
+                )
             await scaler.start()
             self._say(
                 f"ingest and {len(scaler.collector.groups) * options.workers_per_group} worker(s) "
                 f"starting; scaler {'on' if options.with_scaler else 'off'}; logs in {options.log_dir}"
             )
-            self._say(f"try: inferbus infer demo-mlp --bootstrap {bootstrap} --json '{{\"x\": [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]]}}'")
+            self._say(
+                f"try: inferbus infer demo-mlp --bootstrap {bootstrap} --json '{{\"x\": [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]]}}'"
+            )
             scaler_task = asyncio.create_task(scaler.run(self.stop), name="scaler")
             await self._show(scaler, bootstrap)
             self.stop.set()

@@ -19,7 +19,9 @@ T = TypeVar("T")
 class SyncInferenceClient:
     """Runs an InferenceClient on a private event loop thread."""
 
-    def __init__(self, bootstrap: str, *, reply_to: str = RESULTS, tenant: str | None = None) -> None:
+    def __init__(
+        self, bootstrap: str, *, reply_to: str = RESULTS, tenant: str | None = None
+    ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -38,7 +40,9 @@ class SyncInferenceClient:
         timeout_s: float = 30.0,
     ) -> InferenceResult:
         """Submit and wait for the result."""
-        request = self._client.build_request(model, inputs, tier=tier, timeout_ms=int(timeout_s * 1000))
+        request = self._client.build_request(
+            model, inputs, tier=tier, timeout_ms=int(timeout_s * 1000)
+        )
         return self._call(self._client.infer(request, timeout_s=timeout_s))
 
     def submit(self, request: InferenceRequest) -> str:

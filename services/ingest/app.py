@@ -28,7 +28,14 @@ from infra.kafka import make_producer, start_with_retry
 from schemas import headers as h
 from schemas.topics import DLQ, INGEST, INGEST_GROUP
 from services.ingest.catalog import CachedModelCatalog, QueueDepths
-from services.ingest.handlers import Answer, DeadLetter, Outcome, Route, dead_letter_headers, handle_event
+from services.ingest.handlers import (
+    Answer,
+    DeadLetter,
+    Outcome,
+    Route,
+    dead_letter_headers,
+    handle_event,
+)
 from services.ingest.settings import IngestSettings
 from services.models.repository import ModelRepository
 from tracing.attributes import RequestAttrs
@@ -53,7 +60,9 @@ class IngestService:
     def __init__(self, bootstrap: str, settings: IngestSettings | None = None) -> None:
         self.settings = settings or IngestSettings()
         self.bootstrap = bootstrap
-        self.instance_id = self.settings.instance_id or f"ingest-{socket.gethostname()}-{os.getpid()}"
+        self.instance_id = (
+            self.settings.instance_id or f"ingest-{socket.gethostname()}-{os.getpid()}"
+        )
         self.depths = QueueDepths(bootstrap, refresh_ms=self.settings.queue_refresh_ms)
         repository = ModelRepository(self.settings.models_dir)
         self.depths.watch_models(repository.names())
@@ -148,12 +157,16 @@ class IngestService:
     ) -> None:
         if isinstance(outcome, Route):
             request = outcome.request
-            attrs = RequestAttrs(model=request.model, tier=request.tier, request_id=request.request_id)
+            attrs = RequestAttrs(
+                model=request.model, tier=request.tier, request_id=request.request_id
+            )
             span.set_attributes(attrs.as_attributes())
             send = start_send_span(outcome.topic, key=outcome.key, request=attrs, parent=span)
             headers = inject(list(outcome.headers), trace.set_span_in_context(send))
             try:
-                metadata = await (await self._raw_send(outcome.topic, outcome.key, outcome.value, headers))
+                metadata = await (
+                    await self._raw_send(outcome.topic, outcome.key, outcome.value, headers)
+                )
                 set_delivery(send, partition=metadata.partition, offset=metadata.offset)
             except BaseException:
                 self.depths.release(outcome.topic)
@@ -166,10 +179,18 @@ class IngestService:
             result = outcome.result
             record_error(span, result.status)
             value = result.model_dump_json(exclude_none=True).encode()
-            headers = inject([(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.RESULT_SCHEMA_V1)], trace.set_span_in_context(span))
+            headers = inject(
+                [(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.RESULT_SCHEMA_V1)],
+                trace.set_span_in_context(span),
+            )
             await (await self._raw_send(outcome.topic, outcome.key, value, headers))
             self.counts[result.status] += 1
-            count_request("inferbus-ingest", result.model, str(record.headers and h.header(record.headers, h.TIER) or "-"), result.status)
+            count_request(
+                "inferbus-ingest",
+                result.model,
+                str((record.headers and h.header(record.headers, h.TIER)) or "-"),
+                result.status,
+            )
             log.info(
                 "event=request_rejected request_id=%s status=%s reason=%r",
                 result.request_id,

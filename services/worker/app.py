@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 import logging
 import os
 import signal
 import socket
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,7 +181,9 @@ class Worker:
                 client_id=self.instance_id,
                 max_poll_records=self.settings.poll_max_records,
             )
-            consumer.subscribe([request_topic(self.settings.model, tier)], listener=_Revocations(self))
+            consumer.subscribe(
+                [request_topic(self.settings.model, tier)], listener=_Revocations(self)
+            )
             self._consumers[tier] = consumer  # before start: a cancelled start still closes it
             await start_with_retry(consumer.start, what=f"consumer-{tier}")
         self._tasks = [
@@ -345,7 +347,9 @@ class Worker:
     async def _poll_loop(self, tier: Tier) -> None:
         consumer = self._consumers[tier]
         while True:
-            batches = await consumer.getmany(timeout_ms=100, max_records=self.settings.poll_max_records)
+            batches = await consumer.getmany(
+                timeout_ms=100, max_records=self.settings.poll_max_records
+            )
             config = self._config()  # per poll: a hot reload may have switched versions
             for records in batches.values():
                 for record in records:
@@ -394,7 +398,9 @@ class Worker:
         if item.error is not None:
             self._spawn_publish(self._answer_errors([(item, item.error)]))
             return
-        self._batcher.add(item, tier=tier, samples=item.samples, length=item.length, now=time.monotonic())
+        self._batcher.add(
+            item, tier=tier, samples=item.samples, length=item.length, now=time.monotonic()
+        )
 
     def _attrs(self, item: InHand, **extra: Any) -> RequestAttrs:
         return RequestAttrs(
@@ -430,7 +436,9 @@ class Worker:
                 wait = batcher.next_due_in(now)
                 self._wakeup.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), timeout=wait if wait is not None else 0.1)
+                    await asyncio.wait_for(
+                        self._wakeup.wait(), timeout=wait if wait is not None else 0.1
+                    )
                 continue
             live, expired = [], []
             for entry in batch.entries:
@@ -438,7 +446,10 @@ class Worker:
             if expired:
                 self._spawn_publish(
                     self._answer_errors(
-                        [(item, DeadlineExceeded("deadline passed while queued")) for item in expired]
+                        [
+                            (item, DeadlineExceeded("deadline passed while queued"))
+                            for item in expired
+                        ]
                     )
                 )
             if not live:
@@ -553,7 +564,9 @@ class Worker:
         for item, outcome in zip(items, outcomes, strict=True):
             encode_started = time.perf_counter()
             if outcome.outputs is not None:
-                outputs = {name: Tensor.from_numpy(array) for name, array in outcome.outputs.items()}
+                outputs = {
+                    name: Tensor.from_numpy(array) for name, array in outcome.outputs.items()
+                }
                 status, error = "ok", None
             else:
                 outputs, status = {}, "internal_error"
@@ -604,7 +617,12 @@ class Worker:
             for item, error in failures
         ]
         for item, error in failures:
-            log.info("event=request_error request_id=%s status=%s reason=%r", item.request_id, error.status, error.message[:200])
+            log.info(
+                "event=request_error request_id=%s status=%s reason=%r",
+                item.request_id,
+                error.status,
+                error.message[:200],
+            )
         await self._publish(results)
 
     async def _publish(self, results: list[tuple[InHand, InferenceResult]]) -> None:
@@ -624,7 +642,12 @@ class Worker:
             inject(headers, trace.set_span_in_context(send))
             sends.append(send)
             payloads.append(
-                (item.reply_to, result.model_dump_json(exclude_none=True).encode(), item.request_id.encode(), headers)
+                (
+                    item.reply_to,
+                    result.model_dump_json(exclude_none=True).encode(),
+                    item.request_id.encode(),
+                    headers,
+                )
             )
         try:
             acks = await self._send_all(producer, payloads)
@@ -649,7 +672,9 @@ class Worker:
         await self._commit()
 
     async def _send_all(
-        self, producer: AIOKafkaProducer, payloads: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]
+        self,
+        producer: AIOKafkaProducer,
+        payloads: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]],
     ) -> list[Any]:
         """Send and await every ack; on failure send all again (at-least-once), with backoff."""
         for attempt in range(1, self.settings.publish_attempts + 1):
@@ -663,7 +688,9 @@ class Worker:
                 if attempt == self.settings.publish_attempts:
                     raise
                 delay = 0.2 * 2**attempt
-                log.warning("event=publish_retry attempt=%d delay_s=%.1f error=%r", attempt, delay, exc)
+                log.warning(
+                    "event=publish_retry attempt=%d delay_s=%.1f error=%r", attempt, delay, exc
+                )
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -680,7 +707,12 @@ class Worker:
             ]
         )
         await producer.send_and_wait(DLQ, record.value or b"", key=record.key, headers=headers)
-        log.info("event=dead_lettered topic=%s offset=%d reason=%r", record.topic, record.offset, error.message)
+        log.info(
+            "event=dead_lettered topic=%s offset=%d reason=%r",
+            record.topic,
+            record.offset,
+            error.message,
+        )
         self.counts["dead_lettered"] += 1
         self._offsets.answered(record.topic, record.partition, record.offset)
         self._in_hand -= 1
@@ -695,7 +727,10 @@ class Worker:
             for (topic, partition), offset in offsets.items():
                 for tier, consumer in self._consumers.items():
                     tp = TopicPartition(topic, partition)
-                    if topic == request_topic(self.settings.model, tier) and tp in consumer.assignment():
+                    if (
+                        topic == request_topic(self.settings.model, tier)
+                        and tp in consumer.assignment()
+                    ):
                         by_tier.setdefault(tier, {})[tp] = OffsetAndMetadata(offset, "")
             committed: dict[tuple[str, int], int] = {}
             for tier, tps in by_tier.items():
@@ -792,7 +827,10 @@ async def run_worker(bootstrap: str, settings: WorkerSettings | None = None) -> 
     init_tracing(
         "inferbus-worker",
         instance_id=worker.instance_id,
-        attributes={"inferbus.model": worker.settings.model, "inferbus.tier": ",".join(worker.tiers)},
+        attributes={
+            "inferbus.model": worker.settings.model,
+            "inferbus.tier": ",".join(worker.tiers),
+        },
     )
     start_metrics_server(worker.settings.metrics_port)
     try:
