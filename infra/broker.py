@@ -133,7 +133,10 @@ class EmbeddedBroker:
             "memory://tansu/",
         ]
         # A file, not a pipe: a chatty broker must never block on a full pipe buffer.
-        self._log = tempfile.NamedTemporaryFile(prefix="inferbus-tansu-", suffix=".log")
+        # It lives as long as the broker process, so stop() closes it, not a with-block.
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
+            prefix="inferbus-tansu-", suffix=".log"
+        )
         self._process = subprocess.Popen(
             command,
             stdout=self._log,

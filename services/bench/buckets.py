@@ -49,22 +49,22 @@ async def bench_buckets(
         results: dict[str, Any] = {}
         try:
             for model in ("demo-encoder", FLAT):
-                rng = np.random.default_rng(7)
                 gen = LoadGenerator(address, EncoderEvents(model))
                 await gen.start()
                 try:
                     await wait_until_serving(gen, deployment, progress)
                     mix = np.random.default_rng(11)
 
-                    def lengths() -> int:
+                    def lengths(mix: np.random.Generator = mix) -> int:
                         return long_len if mix.random() < long_share else short_len
+
+                    def answered(done: int, model: str = model) -> None:
+                        progress(f"{model}: answered {done}")
 
                     progress(f"{model}: warm-up")
                     await gen.closed_loop(200, window, lengths, lambda _: None)
                     progress(f"{model}: {requests} requests, {long_share:.0%} of {long_len} tokens")
-                    report = await gen.closed_loop(
-                        requests, window, lengths, lambda d: progress(f"{model}: answered {d}")
-                    )
+                    report = await gen.closed_loop(requests, window, lengths, answered)
                     results[model] = summarize(report)
                 finally:
                     await gen.stop()
