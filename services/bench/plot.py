@@ -38,9 +38,9 @@ def plot_buckets(report: dict[str, Any], path: Path) -> None:
     ax.bar(["length buckets", "one bucket"], values, color=["#2a7", "#a72"])
     ax.set_ylabel("requests / s")
     mix = report["mix"]
-    ax.set_title(
-        f"{1 - mix['long_share']:.0%} × {mix['short_len']} + {mix['long_share']:.0%} × {mix['long_len']} tokens"
-    )
+    short = f"{1 - mix['long_share']:.0%} × {mix['short_len']}"
+    long = f"{mix['long_share']:.0%} × {mix['long_len']}"
+    ax.set_title(f"{short} + {long} tokens")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -167,10 +167,8 @@ class Deployment:
         """Raise when a child exited: its log says why."""
         for child in self.children:
             if not child.running:
-                raise RuntimeError(
-                    f"{child.name} exited with {child.process.returncode if child.process else None}; "
-                    f"see {child.log_path}"
-                )
+                code = child.process.returncode if child.process else None
+                raise RuntimeError(f"{child.name} exited with {code}; see {child.log_path}")
 
     async def stop(self) -> None:
         for child in self.children:

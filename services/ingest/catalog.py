@@ -100,7 +100,7 @@ class QueueDepths:
     def depth(self, topic: str) -> int | None:
         """Unconsumed requests on a tier topic, or None while nothing is known of it.
 
-        A partition whose committed offset is known counts end − committed. One not read
+        A partition whose committed offset is known counts end - committed. One not read
         yet counts only what this ingest routed to it since it started (from its first
         ack): counting from offset 0 would take the partition's whole history for lag and
         reject every request as overloaded.
