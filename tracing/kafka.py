@@ -221,6 +221,7 @@ def set_delivery(span: Span, *, partition: int, offset: int | None = None) -> No
 
 def _process_attributes(
     topic: str,
+    *,
     group: str,
     partition: int,
     offset: int,
@@ -255,7 +256,15 @@ def process_span(
     stage: Stage | None = None,
 ) -> Iterator[Span]:
     """CONSUMER span `process <topic>` for one record; `context` is `extract(record.headers)`."""
-    attributes = _process_attributes(topic, group, partition, offset, key, request, stage)
+    attributes = _process_attributes(
+        topic,
+        group=group,
+        partition=partition,
+        offset=offset,
+        key=key,
+        request=request,
+        stage=stage,
+    )
     with _current(
         f"process {topic}",
         kind=SpanKind.CONSUMER,
@@ -287,7 +296,15 @@ def start_process_span(
         f"process {topic}",
         context=context if context is not None else Context(),
         kind=SpanKind.CONSUMER,
-        attributes=_process_attributes(topic, group, partition, offset, key, request, stage),
+        attributes=_process_attributes(
+            topic,
+            group=group,
+            partition=partition,
+            offset=offset,
+            key=key,
+            request=request,
+            stage=stage,
+        ),
         start_time=start_ns,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from services.models.repository import ModelRepository
 from tracing.setup import init_tracing, shutdown_tracing
 
 
-def parse_inputs(payload: Any, dtypes: dict[str, str]) -> dict[str, Tensor | TextInput]:
+def parse_inputs(payload: Any, dtypes: Mapping[str, str]) -> dict[str, Tensor | TextInput]:
     """`{"x": [[...]]}` (dtype from the model), wire tensors, or `{"text": "..."}`."""
     if not isinstance(payload, dict) or not payload:
         raise ValueError('inputs must be a JSON object such as {"x": [[0.1, 0.2]]}')
@@ -41,7 +42,7 @@ def parse_inputs(payload: Any, dtypes: dict[str, str]) -> dict[str, Tensor | Tex
 
 
 async def infer_once(
-    bootstrap: str, models_dir: Path, model: str, payload: Any, tier: Tier, timeout_s: float
+    bootstrap: str, models_dir: Path, model: str, payload: Any, *, tier: Tier, timeout_s: float
 ) -> InferenceResult:
     """One request through the bus."""
     try:

@@ -141,7 +141,9 @@ def infer(
         payload = json.loads(json_inputs)
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"--json is not valid JSON: {exc}") from exc
-    result = run(infer_once(bootstrap, models, model, payload, _tiers(tier)[0], timeout))
+    result = run(
+        infer_once(bootstrap, models, model, payload, tier=_tiers(tier)[0], timeout_s=timeout)
+    )
     typer.echo(result.model_dump_json(indent=2, exclude_none=True))
     raise typer.Exit(0 if result.ok else 1)
 
