@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
 
 SCHEMA_DIR = Path(__file__).parent / "json"
-MODELS = {"InferenceRequest.v1.json": InferenceRequest, "InferenceResult.v1.json": InferenceResult}
+MODELS: dict[str, type[BaseModel]] = {
+    "InferenceRequest.v1.json": InferenceRequest,
+    "InferenceResult.v1.json": InferenceResult,
+}
 
 
 def render() -> dict[str, str]:
