@@ -112,7 +112,7 @@ class IngestService:
         log.info("event=ingest_ready instance=%s bootstrap=%s", self.instance_id, self.bootstrap)
 
     async def _on_batch(self, body: list[Any], message: KafkaMessage) -> None:
-        records: Sequence[ConsumerRecord[bytes, bytes]] = message.raw_message  # type: ignore[assignment]
+        records: Sequence[ConsumerRecord[bytes, bytes]] = message.raw_message
         now = datetime.now(UTC)
         sends = []
         for record in records:
@@ -216,7 +216,10 @@ class IngestService:
     ) -> asyncio.Future[RecordMetadata]:
         # aiokafka directly: FastStream's publish adds per-message middleware cost and
         # headers of its own that results do not need.
-        return await self.producer.send(topic, value, key=key, headers=headers)
+        future: asyncio.Future[RecordMetadata] = await self.producer.send(
+            topic, value, key=key, headers=headers
+        )
+        return future
 
 
 async def run_ingest(bootstrap: str, settings: IngestSettings | None = None) -> None:
