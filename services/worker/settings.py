@@ -10,6 +10,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from schemas.topics import Tier
 
 
+def _default_tiers() -> list[Tier]:
+    return ["interactive"]
+
+
 class WorkerSettings(BaseSettings):
     """One worker process: one engine session, one consumer per served tier."""
 
@@ -17,7 +21,7 @@ class WorkerSettings(BaseSettings):
 
     model: str = "demo-mlp"
     """Model to serve."""
-    tiers: list[Tier] = Field(default_factory=lambda: ["interactive"])
+    tiers: list[Tier] = Field(default_factory=_default_tiers)
     """Tiers served, strict priority critical > interactive > batch."""
     model_version: str | None = None
     """Pin a version; default: the latest complete one, hot-reloaded when a newer appears."""
