@@ -440,7 +440,8 @@ class Worker:
                         self._wakeup.wait(), timeout=wait if wait is not None else 0.1
                     )
                 continue
-            live, expired = [], []
+            live: list[InHand] = []
+            expired: list[InHand] = []
             for entry in batch.entries:
                 (expired if entry.item.expired else live).append(entry.item)
             if expired:
@@ -583,7 +584,7 @@ class Worker:
                         request_id=item.request_id,
                         model=item.model,
                         model_version=self.version.version,
-                        status=status,  # type: ignore[arg-type]
+                        status=status,
                         error=error,
                         outputs=outputs,
                         timings=timings,
@@ -756,7 +757,8 @@ class Worker:
             dropped = self._batcher.remove(lambda item: (item.topic, item.partition) in gone)
         waiting = Counter((item.topic, item.partition) for item in dropped)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(
+        # Bounded poll: the offset tracker is plain state with no change event to await.
+        while time.monotonic() < deadline and any(  # noqa: ASYNC110
             self._offsets.in_flight(*key) > waiting[key] for key in gone
         ):
             await asyncio.sleep(0.01)
