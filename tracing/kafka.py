@@ -136,6 +136,7 @@ def _current(
     context: Context | None,
     attributes: Mapping[str, AttributeValue],
     links: Sequence[Link] = (),
+    start_ns: int | None = None,
 ) -> Iterator[Span]:
     with get_tracer().start_as_current_span(
         name,
@@ -143,6 +144,7 @@ def _current(
         kind=kind,
         attributes=attributes,
         links=links,
+        start_time=start_ns,
         record_exception=False,
         set_status_on_exception=False,
     ) as span:
@@ -394,8 +396,11 @@ def infer_span(
     *,
     request: RequestAttrs,
     parent: Parent | None = None,
+    start_ns: int | None = None,
 ) -> Iterator[BatchSpan]:
     """Batch-level `infer` span that links to every request in the batch.
+
+    `start_ns`: when the engine really started (a batch may queue behind another).
 
     `requests`: each request's span or context (the worker's `process` span). `request`:
     the batch's shared attributes (model, tier, version, provider, batch_id); batch size
@@ -419,5 +424,6 @@ def infer_span(
         context=_context(parent if parent is not None else requests[0]),
         attributes=_base(shared, None, {attr.MESSAGING_BATCH_COUNT: size}),
         links=_links(requests),
+        start_ns=start_ns,
     ) as span:
         yield BatchSpan(span, shared, size)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import uuid
@@ -49,9 +50,10 @@ class EncoderEvents:
     """Pre-serialized demo-encoder events (a few per length), so the load generator spends
     its CPU on sending, not on encoding JSON: each event is a template with an id slot."""
 
-    def __init__(self, model: str, seed: int = 1, variants: int = 16) -> None:
+    def __init__(self, model: str, seed: int = 1, variants: int = 16, encoding: str = "b64") -> None:
         self.model = model
         self.variants = variants
+        self.encoding = encoding
         self._rng = np.random.default_rng(seed)
         self._templates: dict[int, list[bytes]] = {}
         self._next = 0
@@ -60,7 +62,9 @@ class EncoderEvents:
         templates = self._templates.get(seq_len)
         if templates is None:
             templates = [
-                encoder_event(REQUEST_ID_SLOT.decode(), self.model, seq_len, self._rng)
+                encoder_event(
+                    REQUEST_ID_SLOT.decode(), self.model, seq_len, self._rng, encoding=self.encoding
+                )
                 for _ in range(self.variants)
             ]
             self._templates[seq_len] = templates
@@ -68,9 +72,24 @@ class EncoderEvents:
         return templates[self._next % self.variants].replace(REQUEST_ID_SLOT, request_id.encode())
 
 
-def encoder_event(request_id: str, model: str, seq_len: int, rng: np.random.Generator) -> bytes:
-    """A demo-encoder request of `seq_len` tokens, as any producer would write it."""
-    ids = rng.integers(5, 1000, size=(1, seq_len)).tolist()
+def _int64_tensor(array: np.ndarray[Any, Any], encoding: str) -> dict[str, Any]:
+    tensor: dict[str, Any] = {"dtype": "int64", "shape": list(array.shape)}
+    if encoding == "b64":
+        tensor["b64"] = base64.b64encode(array.astype("<i8").tobytes()).decode()
+    else:
+        tensor["data"] = array.tolist()
+    return tensor
+
+
+def encoder_event(
+    request_id: str, model: str, seq_len: int, rng: np.random.Generator, *, encoding: str = "b64"
+) -> bytes:
+    """A demo-encoder request of `seq_len` tokens, as any producer would write it.
+
+    `encoding` is the tensor form: `b64` (raw bytes, what a throughput-minded producer
+    sends; results come back in the same form) or `list` (nested lists)."""
+    ids = rng.integers(5, 1000, size=(1, seq_len))
+    mask = np.ones((1, seq_len), dtype=np.int64)
     return json.dumps(
         {
             "schema_version": 1,
@@ -78,12 +97,8 @@ def encoder_event(request_id: str, model: str, seq_len: int, rng: np.random.Gene
             "model": model,
             "tier": "interactive",
             "inputs": {
-                "input_ids": {"dtype": "int64", "shape": [1, seq_len], "data": ids},
-                "attention_mask": {
-                    "dtype": "int64",
-                    "shape": [1, seq_len],
-                    "data": [[1] * seq_len],
-                },
+                "input_ids": _int64_tensor(ids, encoding),
+                "attention_mask": _int64_tensor(mask, encoding),
             },
             "timeout_ms": 60_000,
         }

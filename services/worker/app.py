@@ -13,8 +13,10 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +82,11 @@ class LoadCounters:
     since: float = 0.0
 
 
+def _timed_run_batch(*args: Any) -> tuple[int, list[RequestOutcome]]:
+    """`run_batch` in the engine thread, with the wall-clock time it really started."""
+    return time.time_ns(), run_batch(*args)
+
+
 class WorkerFailed(InferbusError):
     """The worker could not publish results after retries and left its groups."""
 
@@ -130,6 +137,10 @@ class Worker:
         self._offsets = OffsetTracker()
         self._commit_lock = asyncio.Lock()
         self._engine_lock = asyncio.Lock()
+        # One thread runs the engine: batches queue behind each other, never overlap.
+        self._engine_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self._engine_runs: set[asyncio.Future[Any]] = set()
+        self._engine_batches = 0
         self._wakeup = asyncio.Event()
         self._in_hand = 0
         self._paused: set[Tier] = set()
@@ -312,6 +323,7 @@ class Worker:
             await self._producer.stop()
         if self.engine is not None:
             await asyncio.to_thread(self.engine.unload)
+        self._engine_thread.shutdown(wait=False)
         log.info("event=worker_stopped instance=%s counts=%s", self.instance_id, dict(self.counts))
         self.stopped.set()
 
@@ -427,13 +439,23 @@ class Worker:
     # ---- engine ----------------------------------------------------------------------
 
     async def _engine_loop(self) -> None:
+        """Form batches and hand them to the engine thread.
+
+        Up to `engine_queue_depth` batches are in the engine's hands: one running, the next
+        queued behind it, so the engine starts it the moment the last one ends instead of
+        waiting for this loop to be scheduled. A batch only queues behind a running one
+        when it is full; a partial batch is better formed when the engine frees up.
+        """
         assert self._batcher is not None
         batcher = self._batcher
+        depth = self.settings.engine_queue_depth
         while True:
             now = time.monotonic()
-            batch = batcher.next_batch(now)
+            batch = None
+            if self._engine_batches < depth:
+                batch = batcher.next_batch(now, full_only=self._engine_batches > 0)
             if batch is None:
-                wait = batcher.next_due_in(now)
+                wait = batcher.next_due_in(now) if self._engine_batches < depth else None
                 self._wakeup.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
@@ -456,15 +478,21 @@ class Worker:
             if not live:
                 continue
             await self._publish_slots.acquire()
-            try:
-                outcomes = await self._infer(batch, live)
-            except Exception as exc:  # answered as internal_error below, never lost
-                log.error("event=batch_crashed size=%d error=%r", len(live), exc)
-                self._publish_slots.release()
-                failure = EngineError(f"the worker failed on this batch: {type(exc).__name__}")
-                self._spawn_publish(self._answer_errors([(item, failure) for item in live]))
-                continue
-            self._spawn_publish(self._answer(live, outcomes), slot_taken=True)
+            self._engine_batches += 1
+            self._spawn_publish(self._run_and_answer(batch, live), slot_taken=True)
+
+    async def _run_and_answer(self, batch: Batch[InHand], live: list[InHand]) -> None:
+        try:
+            outcomes = await self._infer(batch, live)
+        except Exception as exc:  # answered as internal_error below, never lost
+            log.error("event=batch_crashed size=%d error=%r", len(live), exc)
+            failure = EngineError(f"the worker failed on this batch: {type(exc).__name__}")
+            await self._answer_errors([(item, failure) for item in live])
+            return
+        finally:
+            self._engine_batches -= 1
+            self._wakeup.set()
+        await self._answer(live, outcomes)
 
     async def _infer(self, batch: Batch[InHand], live: list[InHand]) -> list[RequestOutcome]:
         batch_id = uuid.uuid4().hex[:16]
@@ -481,45 +509,49 @@ class Worker:
                     parent=item.span,
                     request=self._attrs(item, batch_size=len(live), batch_id=batch_id),
                 )
-        async with self._engine_lock:
+        async with self._engine_lock:  # the version switch swaps engines under this lock
             engine, version = self.engine, self.version
             assert engine is not None and version is not None
-            spans = [item.span for item in live if item.span is not None]
-            shared = RequestAttrs(
-                model=self.settings.model,
-                tier=batch.tier,
-                model_version=version.version,
-                provider=engine.info.provider,
-                batch_id=batch_id,
+            future = asyncio.get_running_loop().run_in_executor(
+                self._engine_thread,
+                _timed_run_batch,
+                engine.infer,
+                [item.arrays or {} for item in live],
+                [item.samples for item in live],
+                version.config,
+                batch.pad_length,
             )
-            started = time.monotonic()
-            with infer_span(spans, request=shared) as batch_span:
-                start_ns = time.time_ns()
-                outcomes = await asyncio.to_thread(
-                    run_batch,
-                    engine.infer,
-                    [item.arrays or {} for item in live],
-                    [item.samples for item in live],
-                    version.config,
-                    batch.pad_length,
-                )
-                first = outcomes[0]
-                steps = (
-                    ("preprocess", first.assemble_ms),
-                    ("run", first.infer_ms),
-                    ("postprocess", first.split_ms),
-                )
-                cursor = start_ns
-                for step, ms in steps:
-                    end = cursor + int(ms * 1_000_000)
-                    batch_span.timed_step(step, start_ns=cursor, end_ns=end)  # type: ignore[arg-type]
-                    cursor = end
-                if any(outcome.error for outcome in outcomes):
-                    record_error(batch_span.span, "engine_error")
-            self._load.busy_s += time.monotonic() - started
-            self._load.batches += 1
-            self._load.samples += sum(item.samples for item in live)
-            observe_batch(self.settings.model, batch.tier, sum(item.samples for item in live))
+            self._engine_runs.add(future)
+        try:
+            start_ns, outcomes = await future
+        finally:
+            self._engine_runs.discard(future)
+        spans = [item.span for item in live if item.span is not None]
+        shared = RequestAttrs(
+            model=self.settings.model,
+            tier=batch.tier,
+            model_version=version.version,
+            provider=engine.info.provider,
+            batch_id=batch_id,
+        )
+        first = outcomes[0]
+        with infer_span(spans, request=shared, start_ns=start_ns) as batch_span:
+            cursor = start_ns
+            for step, ms in (
+                ("preprocess", first.assemble_ms),
+                ("run", first.infer_ms),
+                ("postprocess", first.split_ms),
+            ):
+                end = cursor + int(ms * 1_000_000)
+                batch_span.timed_step(step, start_ns=cursor, end_ns=end)  # type: ignore[arg-type]
+                cursor = end
+            if any(outcome.error for outcome in outcomes):
+                record_error(batch_span.span, "engine_error")
+        samples = sum(item.samples for item in live)
+        self._load.busy_s += (first.assemble_ms + first.infer_ms + first.split_ms) / 1000
+        self._load.batches += 1
+        self._load.samples += samples
+        observe_batch(self.settings.model, batch.tier, samples)
         return outcomes
 
     # ---- answering -------------------------------------------------------------------
@@ -566,7 +598,8 @@ class Worker:
             encode_started = time.perf_counter()
             if outcome.outputs is not None:
                 outputs = {
-                    name: Tensor.from_numpy(array) for name, array in outcome.outputs.items()
+                    name: Tensor.from_numpy(array, encoding=item.output_encoding)
+                    for name, array in outcome.outputs.items()
                 }
                 status, error = "ok", None
             else:
@@ -817,6 +850,9 @@ class Worker:
         tokenize = self._tokenizer_for(version)
         async with self._engine_lock:
             old, self.engine, self.version, self._tokenize = self.engine, engine, version, tokenize
+            on_old = set(self._engine_runs)
+        if on_old:
+            await asyncio.gather(*on_old, return_exceptions=True)
         if old is not None:
             await asyncio.to_thread(old.unload)
         await self._register("ready")
@@ -825,6 +861,9 @@ class Worker:
 
 async def run_worker(bootstrap: str, settings: WorkerSettings | None = None) -> None:
     """Run one worker until signalled, with tracing and /metrics set up for the process."""
+    # The engine thread needs the GIL for a moment around each run; with the default 5 ms
+    # switch interval it can sit idle behind the poll loop's decoding. 0.5 ms keeps it fed.
+    sys.setswitchinterval(0.0005)
     worker = Worker(bootstrap, settings)
     init_tracing(
         "inferbus-worker",

@@ -102,9 +102,15 @@ class Batcher(Generic[Item]):
         waited = now - queue.entries[0].enqueued_at
         return max(self.policy.max_queue_delay_s - waited, 0.0)
 
-    def next_batch(self, now: float) -> Batch[Item] | None:
-        """The most urgent due batch, or None when nothing is due yet."""
+    def next_batch(self, now: float, *, full_only: bool = False) -> Batch[Item] | None:
+        """The most urgent due batch, or None when nothing is due yet.
+
+        `full_only`: only a queue holding a full batch counts (a batch that would wait
+        behind a running one gains nothing from leaving early).
+        """
         due = [q for q in self._queues.values() if q.entries and self._due_in(q, now) == 0.0]
+        if full_only:
+            due = [q for q in due if q.samples >= self.policy.max_batch_size]
         if not due:
             return None
         queue = min(due, key=lambda q: self._rank(q, now))

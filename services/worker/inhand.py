@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from schemas import headers as h
 from schemas.errors import InferbusError, InvalidInput, Unparseable
 from schemas.request import InferenceRequest
+from schemas.tensors import Tensor
 from schemas.topics import RESULTS, Tier, is_legal_topic
 from services.models.config import ModelConfig
 from services.models.inputs import validate_inputs
@@ -51,6 +52,8 @@ class InHand:
     error: InferbusError | None = None
     batch_wait_ms: float | None = field(default=None)
     polled_ns: int = 0
+    output_encoding: str = "list"
+    """Outputs mirror the request's tensor form: `b64` when its inputs came as b64."""
     span: Span | None = None
 
     @property
@@ -133,6 +136,8 @@ def decode_record(
         assert request is not None
         item.request = request
         item.deadline_s = _deadline_s(request, record)
+        if any(isinstance(t, Tensor) and t.b64 is not None for t in request.inputs.values()):
+            item.output_encoding = "b64"
         if request.model != config.name:
             raise InvalidInput(
                 f"request for model {request.model!r} reached a worker of {config.name!r}",

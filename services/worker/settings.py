@@ -37,6 +37,8 @@ class WorkerSettings(BaseSettings):
     """A lower tier waits at most this long behind higher ones, milliseconds."""
     max_publishes_in_flight: int = Field(default=4, gt=0)
     """Batches whose results are being published while the engine runs the next."""
+    engine_queue_depth: int = Field(default=2, ge=1)
+    """Batches in the engine's hands: one running plus full ones queued behind it."""
     heartbeat_interval_s: float = Field(default=2.0, gt=0)
     """Telemetry heartbeat period, seconds."""
     reload_check_s: float = Field(default=2.0, gt=0)
