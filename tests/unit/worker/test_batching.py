@@ -71,6 +71,16 @@ def test_a_partial_queue_waits_for_the_delay_of_its_oldest() -> None:
     assert batch is not None and batch.formed_at == DELAY
 
 
+def test_full_only_skips_a_due_partial_batch() -> None:
+    """Behind a running batch only a full one queues; a partial one waits to grow."""
+    b = batcher()
+    for i in range(3):
+        add(b, f"p{i}", now=0.0)
+    assert b.next_batch(DELAY, full_only=True) is None, "due by delay but not full"
+    add(b, "p3", now=DELAY)
+    assert items(b.next_batch(DELAY, full_only=True)) == ["p0", "p1", "p2", "p3"]
+
+
 def test_empty_batcher() -> None:
     b = batcher()
 
