@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import atexit
-import ctypes
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from infra.processes import die_with_parent
 from infra.settings import BrokerSettings
 from schemas.errors import InferbusError
 
@@ -81,14 +79,6 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
     return False
 
 
-def _die_with_parent() -> None:
-    """In the child: ask Linux to SIGTERM us when the parent dies, so no orphan survives."""
-    if sys.platform.startswith("linux"):
-        pr_set_pdeathsig = 1
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 class EmbeddedBroker:
     """A Tansu broker on loopback; `start()` and `stop()` are idempotent."""
 
@@ -141,7 +131,7 @@ class EmbeddedBroker:
             command,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
         )
         atexit.register(self.stop)
         if not wait_for_port(host, port, self.settings.broker_start_timeout_s):

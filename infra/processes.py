@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -10,9 +11,19 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from infra.broker import _die_with_parent
-
 log = logging.getLogger(__name__)
+
+
+def die_with_parent() -> None:
+    """In a child, before exec: Linux sends SIGTERM when the parent dies, so no orphan stays.
+
+    The death signal follows the thread that forked: fork from a long-lived thread (the
+    event loop's, the main one), not from a short-lived worker thread.
+    """
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def inferbus_command(*args: str) -> list[str]:
@@ -54,7 +65,7 @@ class ChildProcess:
             env=self.env,
             stdout=output,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
         )
         log.info("event=child_started name=%s pid=%d", self.name, self.process.pid)
 

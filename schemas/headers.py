@@ -55,3 +55,16 @@ def encode(pairs: Iterable[tuple[str, str | bytes | float | int]]) -> Headers:
         raw = value if isinstance(value, bytes) else str(value).encode()
         out.append((key, raw))
     return out
+
+
+def dead_letter(reason: str, *, topic: str, partition: int, offset: int) -> Headers:
+    """Headers of a DLQ record: why it could not be answered, and where it came from."""
+    return encode(
+        [
+            (ERROR_CODE, "unparseable"),
+            (ERROR_MESSAGE, reason[:1000]),
+            (SOURCE_TOPIC, topic),
+            (SOURCE_PARTITION, partition),
+            (SOURCE_OFFSET, offset),
+        ]
+    )

@@ -5,29 +5,21 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from infra.processes import die_with_parent
 from scaler.actuators.base import Actuator, ActuatorError, parse_group
 
 log = logging.getLogger(__name__)
 
 DEFAULT_COMMAND: tuple[str, ...] = ("inferbus", "worker")
-
-
-def _die_with_parent() -> None:
-    """In the child: Linux sends SIGTERM (a drain) when the scaler dies, so no orphan stays."""
-    if sys.platform.startswith("linux"):
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @dataclass
@@ -151,7 +143,7 @@ class LocalActuator(Actuator):
                 stdout=log_file,
                 stderr=asyncio.subprocess.STDOUT if log_file else None,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # Only prctl in the child: no locks taken.
+                preexec_fn=die_with_parent,  # Only prctl in the child: no locks taken.
             )
         except OSError as exc:
             if log_file is not None:

@@ -237,12 +237,4 @@ def dead_letter_headers(
     error: Unparseable, *, topic: str, partition: int, offset: int
 ) -> list[tuple[str, bytes]]:
     """Headers of a DLQ record: why, and where the original came from."""
-    return h.encode(
-        [
-            (h.ERROR_CODE, "unparseable"),
-            (h.ERROR_MESSAGE, str(error)[:1000]),
-            (h.SOURCE_TOPIC, topic),
-            (h.SOURCE_PARTITION, partition),
-            (h.SOURCE_OFFSET, offset),
-        ]
-    )
+    return h.dead_letter(str(error), topic=topic, partition=partition, offset=offset)

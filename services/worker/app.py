@@ -16,9 +16,9 @@ import socket
 import sys
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -731,14 +731,8 @@ class Worker:
     async def _dead_letter(self, record: ConsumerRecord[bytes, bytes], error: Unparseable) -> None:
         producer = self._producer
         assert producer is not None
-        headers = h.encode(
-            [
-                (h.ERROR_CODE, "unparseable"),
-                (h.ERROR_MESSAGE, str(error)[:1000]),
-                (h.SOURCE_TOPIC, record.topic),
-                (h.SOURCE_PARTITION, record.partition),
-                (h.SOURCE_OFFSET, record.offset),
-            ]
+        headers = h.dead_letter(
+            str(error), topic=record.topic, partition=record.partition, offset=record.offset
         )
         await producer.send_and_wait(DLQ, record.value or b"", key=record.key, headers=headers)
         log.info(
