@@ -50,7 +50,9 @@ class EncoderEvents:
     """Pre-serialized demo-encoder events (a few per length), so the load generator spends
     its CPU on sending, not on encoding JSON: each event is a template with an id slot."""
 
-    def __init__(self, model: str, seed: int = 1, variants: int = 16, encoding: str = "b64") -> None:
+    def __init__(
+        self, model: str, seed: int = 1, variants: int = 16, encoding: str = "b64"
+    ) -> None:
         self.model = model
         self.variants = variants
         self.encoding = encoding
