@@ -7,6 +7,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,9 @@ from infra.broker import EmbeddedBroker
 from infra.processes import ChildProcess, inferbus_command
 from infra.topics import ensure_topics, standard_topics
 from scaler.actuators.local import LocalActuator
+from scaler.collector.collector import CollectorConfig
 from scaler.service import GroupView, ScalerService
+from scaler.signals import PolicyConfig
 from schemas.topics import Tier
 from services.models.demo import write_demo_models
 from services.models.repository import ModelRepository
@@ -40,6 +43,12 @@ class StackOptions:
     broker_port: int
     log_dir: Path
     status_every_s: float = 5.0
+    policy_config: PolicyConfig | None = None
+    """Policy knobs; None: the defaults."""
+    collector_config: CollectorConfig | None = None
+    """Collection interval and windows; None: the defaults."""
+    worker_env: Mapping[str, str] | None = None
+    """Extra environment for every worker the actuator starts."""
 
 
 def _ms(value: float | None) -> str:
@@ -112,65 +121,100 @@ class Stack:
         self.console = Console()
         self.broker: EmbeddedBroker | None = None
         self.ingest: ChildProcess | None = None
+        self.actuator: LocalActuator | None = None
+        self.scaler: ScalerService | None = None
+        self.bootstrap: str | None = None
         self.stop = asyncio.Event()
 
     def _say(self, text: str) -> None:
         self.console.print(f"[bold]inferbus[/bold] {text}")
 
-    async def run(self) -> None:
-        """Start everything, show status until Ctrl-C or the duration, then stop all."""
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop.set)
+    async def start(self) -> str:
+        """Start broker, topics, ingest, the initial workers and the scaler's connections.
+
+        The scaler loop itself is not started (`run` starts it; a benchmark may drive
+        `self.scaler.collector.run` itself). Returns the bootstrap address.
+        """
         options = self.options
         bootstrap = options.bootstrap
         if bootstrap is None:
             self.broker = EmbeddedBroker(port=options.broker_port)
             bootstrap = await asyncio.to_thread(self.broker.start)
             self._say(f"embedded broker (Tansu, memory only) on {bootstrap}")
-        actuator: LocalActuator | None = None
-        scaler: ScalerService | None = None
+        self.bootstrap = bootstrap
+        repository = ModelRepository(options.models_dir)
+        if not repository.names():
+            written = write_demo_models(options.models_dir)
+            self._say(f"wrote demo models to {options.models_dir} ({len(written)} files)")
+        names = repository.names()
+        created = await ensure_topics(bootstrap, standard_topics(names))
+        self._say(f"models: {', '.join(names)}; topics created: {len(created)}")
+        options.log_dir.mkdir(parents=True, exist_ok=True)
+        self.ingest = ChildProcess(
+            "ingest",
+            inferbus_command(
+                "ingest", "--bootstrap", bootstrap, "--models", str(options.models_dir)
+            ),
+            log_path=options.log_dir / "ingest.log",
+        )
+        self.ingest.start()
+        self.actuator = LocalActuator(
+            bootstrap,
+            options.models_dir,
+            command=inferbus_command("worker"),
+            env=options.worker_env,
+            log_dir=options.log_dir,
+            drain_in_background=True,  # a drain must not stall the scaler's loop
+        )
+        self.scaler = ScalerService(
+            bootstrap,
+            options.models_dir,
+            self.actuator,
+            act=options.with_scaler,
+            tiers=options.tiers,
+            config=options.policy_config,
+            collector_config=options.collector_config,
+        )
+        for group in self.scaler.collector.groups:
+            await self.actuator.scale(
+                group, options.workers_per_group, "inferbus up: initial workers"
+            )
+        await self.scaler.start()
+        self._say(
+            f"ingest and {len(self.scaler.collector.groups) * options.workers_per_group} worker(s) "
+            f"starting; scaler {'on' if options.with_scaler else 'off'}; logs in {options.log_dir}"
+        )
+        return bootstrap
+
+    async def close(self) -> None:
+        """Drain workers, stop ingest and the broker: whatever `start` got to; idempotent."""
+        self._say("stopping: draining workers, ingest, broker")
+        if self.scaler is not None:
+            await self.scaler.close()
+            self.scaler = None
+        if self.actuator is not None:
+            await self.actuator.close()
+            self.actuator = None
+        if self.ingest is not None:
+            await asyncio.to_thread(self.ingest.stop)
+            self.ingest = None
+        if self.broker is not None:
+            await asyncio.to_thread(self.broker.stop)
+            self.broker = None
+        self._say("stopped")
+
+    async def run(self) -> None:
+        """Start everything, show status until Ctrl-C or the duration, then stop all."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop.set)
         try:
-            repository = ModelRepository(options.models_dir)
-            if not repository.names():
-                written = write_demo_models(options.models_dir)
-                self._say(f"wrote demo models to {options.models_dir} ({len(written)} files)")
-            names = repository.names()
-            created = await ensure_topics(bootstrap, standard_topics(names))
-            self._say(f"models: {', '.join(names)}; topics created: {len(created)}")
-            options.log_dir.mkdir(parents=True, exist_ok=True)
-            self.ingest = ChildProcess(
-                "ingest",
-                inferbus_command(
-                    "ingest", "--bootstrap", bootstrap, "--models", str(options.models_dir)
-                ),
-                log_path=options.log_dir / "ingest.log",
-            )
-            self.ingest.start()
-            actuator = LocalActuator(
-                bootstrap,
-                options.models_dir,
-                command=inferbus_command("worker"),
-                log_dir=options.log_dir,
-            )
-            scaler = ScalerService(
-                bootstrap,
-                options.models_dir,
-                actuator,
-                act=options.with_scaler,
-                tiers=options.tiers,
-            )
-            for group in scaler.collector.groups:
-                await actuator.scale(
-                    group, options.workers_per_group, "inferbus up: initial workers"
-                )
-            await scaler.start()
+            bootstrap = await self.start()
+            scaler = self.scaler
+            assert scaler is not None
+            x = ", ".join(f"{0.1 * i:.1f}" for i in range(1, 17))
             self._say(
-                f"ingest and {len(scaler.collector.groups) * options.workers_per_group} worker(s) "
-                f"starting; scaler {'on' if options.with_scaler else 'off'}; logs in {options.log_dir}"
-            )
-            self._say(
-                f"try: inferbus infer demo-mlp --bootstrap {bootstrap} --json '{{\"x\": [[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]]}}'"
+                f"try: inferbus infer demo-mlp --bootstrap {bootstrap} --json '{{\"x\": [[{x}]]}}'"
             )
             scaler_task = asyncio.create_task(scaler.run(self.stop), name="scaler")
             await self._show(scaler, bootstrap)
@@ -178,16 +222,7 @@ class Stack:
             with contextlib.suppress(asyncio.CancelledError):
                 await scaler_task
         finally:
-            self._say("stopping: draining workers, ingest, broker")
-            if scaler is not None:
-                await scaler.close()
-            if actuator is not None:
-                await actuator.close()
-            if self.ingest is not None:
-                await asyncio.to_thread(self.ingest.stop)
-            if self.broker is not None:
-                await asyncio.to_thread(self.broker.stop)
-            self._say("stopped")
+            await self.close()
 
     async def _show(self, scaler: ScalerService, bootstrap: str) -> None:
         started = time.monotonic()
