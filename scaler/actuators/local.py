@@ -53,8 +53,9 @@ class LocalActuator(Actuator):
     """Starts `<command> --model M --tier T --bootstrap B --models DIR` per replica.
 
     Scale-down sends SIGTERM to the newest workers and waits for them to drain; a second
-    SIGTERM after `grace_s`, SIGKILL after `kill_after_s` more. Every child leads its own
-    process group, gets SIGTERM if the scaler dies, and is killed at interpreter exit.
+    SIGTERM after `grace_s`, SIGKILL after `kill_after_s` more (with `drain_in_background`,
+    `scale` returns once they are signalled and `close` awaits the drains). Every child leads
+    its own process group, gets SIGTERM if the scaler dies, and is killed at interpreter exit.
     """
 
     def __init__(
@@ -67,6 +68,7 @@ class LocalActuator(Actuator):
         log_dir: Path | None = None,
         grace_s: float = 30.0,
         kill_after_s: float = 5.0,
+        drain_in_background: bool = False,
     ) -> None:
         self._bootstrap = bootstrap
         self._models_dir = Path(models_dir)
@@ -78,6 +80,8 @@ class LocalActuator(Actuator):
         self._groups: dict[str, _Group] = {}
         self._closed = False
         self._spawned = 0
+        self._drain_in_background = drain_in_background
+        self._draining: dict[asyncio.Task[None], _Child] = {}
         atexit.register(self._kill_all_now)
 
     def argv(self, group: str) -> list[str]:
@@ -119,7 +123,15 @@ class LocalActuator(Actuator):
                 # Newest first: the oldest workers are warm and hold their partitions longest.
                 victims = running[replicas:][::-1]
                 state.children = [c for c in state.children if c not in victims]
-                await asyncio.gather(*(self._stop(group, c) for c in victims))
+                if self._drain_in_background:
+                    # A drain lasts a rebalance (6 s on Tansu) up to grace_s; awaited here it
+                    # stalled the scaler's loop (no collection, no scale-up) that long.
+                    for victim in victims:
+                        task = asyncio.create_task(self._stop(group, victim))
+                        self._draining[task] = victim
+                        task.add_done_callback(self._draining.pop)
+                else:
+                    await asyncio.gather(*(self._stop(group, c) for c in victims))
             log.info(
                 "event=local_scaled group=%s from=%d to=%d reason=%r",
                 group,
@@ -210,7 +222,7 @@ class LocalActuator(Actuator):
             return
         self._closed = True
         children = [(g, c) for g, s in self._groups.items() for c in s.children]
-        await asyncio.gather(*(self._stop(g, c) for g, c in children))
+        await asyncio.gather(*(self._stop(g, c) for g, c in children), *list(self._draining))
         self._groups.clear()
         atexit.unregister(self._kill_all_now)
 
@@ -220,3 +232,6 @@ class LocalActuator(Actuator):
             for child in state.children:
                 if child.running:
                     _signal_group(child.pid, signal.SIGKILL)
+        for child in list(self._draining.values()):
+            if child.running:
+                _signal_group(child.pid, signal.SIGKILL)
