@@ -62,7 +62,10 @@ class ScalerService:
         self.actuator = actuator
         self.act = act
         self.models = ModelRepository(models_dir)
-        self.reader = TelemetryReader()
+        collector_config = collector_config or CollectorConfig()
+        # p99s over the same window as the rates (the simulator's metrics window): the reader's
+        # 60 s default kept a drained spike's queue p99 in the signals for a minute.
+        self.reader = TelemetryReader(window_s=collector_config.rate_window_s)
         self.registry = Registry(bootstrap)
         self.feed = TelemetryFeed(bootstrap, sinks=[self.reader.apply])
         targets = [t for t in targets_for(self.models) if tiers is None or t.tier in tiers]
