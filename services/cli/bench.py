@@ -114,3 +114,53 @@ def buckets(
         if speedup
         else "one-bucket run answered nothing"
     )
+
+
+@bench_app.command("scale-step")
+def scale_step(
+    low: Annotated[float, typer.Option(help="Low rate, req/s (before and after the step).")] = 25.0,
+    high: Annotated[float, typer.Option(help="Step rate, req/s.")] = 175.0,
+    before: Annotated[float, typer.Option(help="Seconds at the low rate first.")] = 30.0,
+    step: Annotated[float, typer.Option(help="Seconds at the step rate.")] = 90.0,
+    after: Annotated[float, typer.Option(help="Seconds at the low rate after.")] = 60.0,
+    interval: Annotated[float, typer.Option(help="Scaler collection interval, s.")] = 2.0,
+    scale_down_window: Annotated[
+        float, typer.Option(help="Scale-down stabilisation window, s.")
+    ] = 30.0,
+    slo_ms: Annotated[float, typer.Option(help="Interactive p99 e2e SLO, ms.")] = 1000.0,
+    max_replicas: Annotated[int, typer.Option(help="replicas.max of the sim model.")] = 8,
+    bootstrap: Annotated[
+        str | None, typer.Option(help="Use this Kafka, not the embedded one.")
+    ] = None,
+    keep_logs: Annotated[bool, typer.Option(help="Keep the worker/ingest logs.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
+) -> None:
+    """The live scaler under a load step: reaction, readiness, lag drain, answers, SLO."""
+    from services.bench.scale_step import (
+        ScaleStepOptions,
+        bench_scale_step,
+        plot_scale_step,
+        summary_line,
+    )
+
+    setup_logging("WARNING")
+    options = ScaleStepOptions(
+        low_rps=low,
+        high_rps=high,
+        before_s=before,
+        step_s=step,
+        after_s=after,
+        interval_s=interval,
+        scale_down_window_s=scale_down_window,
+        slo_p99_ms=slo_ms,
+        max_replicas=max_replicas,
+        bootstrap=bootstrap,
+        keep_logs=keep_logs,
+    )
+    report = asyncio.run(bench_scale_step(options, _progress))
+    _write(report, json_out)
+    if plot is not None:
+        plot_scale_step(report, plot)
+        _progress(f"wrote {plot}")
+    typer.echo(summary_line(report))

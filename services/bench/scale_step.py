@@ -1,0 +1,652 @@
+"""`inferbus bench scale-step`: the live scaling loop under a load step, in one run.
+
+A `sim` model (calibrated sleeps, so many replicas fit on a small machine) is served by the
+embedded stack of `inferbus up` — broker, topics, ingest, the scaler with the local actuator —
+while an open-loop load generator sends a low rate, a step to several replicas' worth, and
+the low rate again. Every scaler tick (signals and decision) and every request's answer is
+recorded; the report says how long the scaler took to react, to have the new replicas ready
+and to drain the backlog, whether every request was answered, and the SLO attainment
+before, during and after the step.
+
+The pure parts — the schedule, the send times and the report arithmetic — take plain
+values, so they are tested without a broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from scaler.collector.collector import CollectorConfig, GroupCollection
+from scaler.service import ScalerService
+from scaler.signals import PolicyConfig
+from schemas.topics import worker_group
+from services.bench.loadgen import EncoderEvents, LoadGenerator
+from services.bench.stats import percentiles
+from services.models.config import (
+    EngineConfig,
+    ModelConfig,
+    ReplicaBounds,
+    SimConfig,
+    TierSlo,
+)
+from services.models.demo import encoder_config
+
+Progress = Callable[[str], None]
+
+PHASES = ("before", "step", "after")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stretch of constant offered load."""
+
+    name: str
+    rate_rps: float
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class ScaleStepOptions:
+    """What to run; the defaults are the recorded benchmark."""
+
+    model: str = "sim-encoder"
+    seq_len: int = 32
+    a_ms: float = 4.0
+    """Sim engine: fixed cost of one batch."""
+    b_ms: float = 16.0
+    """Sim engine: cost per sample (one replica: 50 req/s at batch 1, 56 at batch 2)."""
+    max_batch_size: int = 2
+    slo_p99_ms: float = 1000.0
+    min_replicas: int = 1
+    max_replicas: int = 8
+    low_rps: float = 25.0
+    high_rps: float = 175.0
+    before_s: float = 30.0
+    step_s: float = 90.0
+    after_s: float = 60.0
+    interval_s: float = 2.0
+    """Scaler collection (and decision) interval."""
+    scale_down_window_s: float = 30.0
+    """HPA-style scale-down stabilisation window, shortened to fit the run."""
+    drain_lag: int = 25
+    """Lag at or below this counts as drained (near zero)."""
+    answer_timeout_s: float = 60.0
+    """After the last send, wait this long for the remaining answers."""
+    bootstrap: str | None = None
+    keep_logs: bool = False
+
+    def schedule(self) -> list[Phase]:
+        return step_schedule(self.low_rps, self.high_rps, self.before_s, self.step_s, self.after_s)
+
+    def capacity_rps(self, batch: int) -> float:
+        """Requests/s one replica serves when every batch holds `batch` (engine time only)."""
+        return 1000.0 * batch / (self.a_ms + self.b_ms * batch)
+
+
+def step_schedule(
+    low_rps: float, high_rps: float, before_s: float, step_s: float, after_s: float
+) -> list[Phase]:
+    """Low, high, low: the load step."""
+    if min(low_rps, high_rps) <= 0 or min(before_s, step_s, after_s) <= 0:
+        raise ValueError("rates and durations must be > 0")
+    return [
+        Phase("before", low_rps, before_s),
+        Phase("step", high_rps, step_s),
+        Phase("after", low_rps, after_s),
+    ]
+
+
+def phase_bounds(phases: Sequence[Phase]) -> list[tuple[str, float, float]]:
+    """(name, start s, end s) of each phase, from the schedule's start."""
+    out, t = [], 0.0
+    for phase in phases:
+        out.append((phase.name, t, t + phase.duration_s))
+        t += phase.duration_s
+    return out
+
+
+def send_times(phases: Sequence[Phase]) -> list[float]:
+    """Evenly paced send offsets (s from the schedule's start), phase after phase."""
+    times: list[float] = []
+    for phase, (_, start, _end) in zip(phases, phase_bounds(phases), strict=True):
+        count = round(phase.rate_rps * phase.duration_s)
+        times.extend(start + i / phase.rate_rps for i in range(count))
+    return times
+
+
+def phase_at(phases: Sequence[Phase], t: float) -> str:
+    """The phase a time belongs to: `warmup` before 0, `drain` after the last one."""
+    if t < 0:
+        return "warmup"
+    for name, start, end in phase_bounds(phases):
+        if start <= t < end:
+            return name
+    return "drain"
+
+
+def offered_at(phases: Sequence[Phase], t: float) -> float:
+    """Offered load (req/s) at time t."""
+    for phase, (_, start, end) in zip(phases, phase_bounds(phases), strict=True):
+        if start <= t < end:
+            return phase.rate_rps
+    return 0.0
+
+
+# --- what is recorded -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One scaler tick of the group, as the scaler saw and decided it."""
+
+    t: float
+    """Seconds from the schedule's start (negative: warm-up)."""
+    phase: str
+    offered_rps: float
+    arrival_rps: float | None
+    lag: int | None
+    replicas: int | None
+    ready: int | None
+    starting: int | None
+    service_rps_per_replica: float | None
+    utilization: float | None
+    queue_p99_ms: float | None
+    engine_p99_ms: float | None
+    e2e_p99_ms: float | None
+    current: int | None = None
+    desired: int | None = None
+    diagnosis: str | None = None
+    applied: bool = False
+    line: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request: when it was sent (s from the schedule's start) and how it came back."""
+
+    sent_t: float
+    status: str | None
+    """None: never answered."""
+    e2e_ms: float | None
+    roundtrip_ms: float | None
+
+
+# --- report arithmetic (pure) ---------------------------------------------------------
+
+
+def _first(ticks: Sequence[Tick], cond: Callable[[Tick], bool]) -> Tick | None:
+    return next((t for t in ticks if cond(t)), None)
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def reaction(
+    ticks: Sequence[Tick], step_at: float, step_end: float, drain_lag: int
+) -> dict[str, Any]:
+    """Times from the step to the first scale-up, to its replicas ready, to the lag drained."""
+    after = [t for t in ticks if t.t >= step_at]
+    up = _first(after, lambda t: t.applied and (t.desired or 0) > (t.current or 0))
+    ready = None
+    if up is not None and up.desired is not None:
+        target = up.desired
+        ready = _first(after, lambda t: t.t >= up.t and (t.ready or 0) >= target)
+    during = [t for t in after if t.t < step_end and t.lag is not None]
+    peak = max(during, key=lambda t: t.lag or 0, default=None)
+    # The first backlog after the step, and the first tick it is back at or below drain_lag
+    # (a later backlog, e.g. from a scale-down's rebalance, shows in peak_lag, not here).
+    backed_up = _first(during, lambda t: (t.lag or 0) > drain_lag)
+    drained = None
+    if backed_up is not None:
+        drained = _first(
+            after, lambda t: t.t > backed_up.t and t.lag is not None and t.lag <= drain_lag
+        )
+    peak_replicas = max((t.replicas or 0 for t in after if t.t < step_end), default=None)
+    peak_desired = max((t.desired or 0 for t in after if t.t < step_end), default=None)
+    down = _first(
+        [t for t in ticks if t.t >= step_end],
+        lambda t: t.applied and (t.desired or 0) < (t.current or 0),
+    )
+    return {
+        "first_scale_up_s": _round(up.t - step_at) if up else None,
+        "first_scale_up": up.line if up else None,
+        "first_scale_up_to": up.desired if up else None,
+        "ready_s": _round(ready.t - step_at) if ready else None,
+        "peak_lag": peak.lag if peak else None,
+        "peak_lag_s": _round(peak.t - step_at) if peak else None,
+        "lag_drained_s": _round(drained.t - step_at) if drained else None,
+        "drain_lag": drain_lag,
+        "peak_replicas": peak_replicas,
+        "peak_desired": peak_desired,
+        "first_scale_down_after_step_s": _round(down.t - step_end) if down else None,
+        "first_scale_down": down.line if down else None,
+        "final_replicas": ticks[-1].replicas if ticks else None,
+        "scaling_actions": sum(1 for t in ticks if t.applied),
+        "direction_changes": direction_changes(ticks),
+    }
+
+
+def direction_changes(ticks: Sequence[Tick]) -> int:
+    """How often an applied change went the other way from the one before (flapping)."""
+    signs = [
+        1 if (t.desired or 0) > (t.current or 0) else -1
+        for t in ticks
+        if t.applied and t.desired != t.current
+    ]
+    return sum(1 for a, b in itertools.pairwise(signs) if a != b)
+
+
+def completeness(answers: Sequence[Answer]) -> dict[str, Any]:
+    """Sent vs ok vs named rejections vs missing: every request must be accounted for."""
+    by_status: dict[str, int] = {}
+    for a in answers:
+        if a.status is not None:
+            by_status[a.status] = by_status.get(a.status, 0) + 1
+    ok = by_status.get("ok", 0)
+    missing = sum(1 for a in answers if a.status is None)
+    return {
+        "sent": len(answers),
+        "ok": ok,
+        "rejected": {s: n for s, n in sorted(by_status.items()) if s != "ok"},
+        "missing": missing,
+        "all_answered": missing == 0,
+    }
+
+
+def attainment(
+    answers: Sequence[Answer], phases: Sequence[Phase], slo_ms: float
+) -> dict[str, dict[str, Any]]:
+    """Per phase (by send time): share of sent requests answered ok within the SLO; a
+    rejection or a missing answer counts as a miss. p50/p99 of e2e over the ok ones."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, start, end in phase_bounds(phases):
+        sent = [a for a in answers if start <= a.sent_t < end]
+        ok = [a for a in sent if a.status == "ok" and a.e2e_ms is not None]
+        met = sum(1 for a in ok if (a.e2e_ms or 0.0) <= slo_ms)
+        e2e = percentiles([a.e2e_ms for a in ok if a.e2e_ms is not None])
+        roundtrip = percentiles([a.roundtrip_ms for a in ok if a.roundtrip_ms is not None])
+        out[name] = {
+            "sent": len(sent),
+            "ok": len(ok),
+            "within_slo": met,
+            "attainment": round(met / len(sent), 4) if sent else None,
+            "e2e_p50_ms": _round(e2e["p50"]),
+            "e2e_p99_ms": _round(e2e["p99"]),
+            "e2e_max_ms": _round(max((a.e2e_ms or 0.0 for a in ok), default=None)),
+            "roundtrip_p99_ms": _round(roundtrip["p99"]),
+        }
+    return out
+
+
+def analyze(
+    ticks: Sequence[Tick],
+    answers: Sequence[Answer],
+    options: ScaleStepOptions,
+) -> dict[str, Any]:
+    """The report's numbers from what was recorded."""
+    phases = options.schedule()
+    bounds = {name: (start, end) for name, start, end in phase_bounds(phases)}
+    step_at, step_end = bounds["step"]
+    needed = math.ceil(options.high_rps / options.capacity_rps(options.max_batch_size))
+    return {
+        "reaction": reaction(ticks, step_at, step_end, options.drain_lag),
+        "needed_replicas": {
+            "step_at_full_batches": needed,
+            "step_at_batch_1": math.ceil(options.high_rps / options.capacity_rps(1)),
+            "note": "engine time only: the high rate over one replica's capacity at 100% busy",
+        },
+        "answers": completeness(answers),
+        "slo_attainment": attainment(answers, phases, options.slo_p99_ms),
+    }
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """One line: reaction times, answers, attainment."""
+    r, a, s = report["reaction"], report["answers"], report["slo_attainment"]
+
+    def sec(v: float | None) -> str:
+        return "never" if v is None else f"{v:.0f}s"
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    rejected = sum(a["rejected"].values())
+    need = report["needed_replicas"]["step_at_batch_1"]
+    return (
+        f"step {report['options']['low_rps']:.0f}→{report['options']['high_rps']:.0f} req/s: "
+        f"first scale-up +{sec(r['first_scale_up_s'])} (→{r['first_scale_up_to']}), "
+        f"ready +{sec(r['ready_s'])}, lag {r['peak_lag']} drained +{sec(r['lag_drained_s'])}; "
+        f"peak replicas {r['peak_replicas']} (need ~{need}), "
+        f"final {r['final_replicas']} | answered ok {a['ok']}/{a['sent']}, rejected {rejected}, "
+        f"missing {a['missing']} | SLO {report['options']['slo_p99_ms']:.0f} ms met: before "
+        f"{pct(s['before']['attainment'])}, step {pct(s['step']['attainment'])}, after "
+        f"{pct(s['after']['attainment'])}"
+    )
+
+
+# --- the model ------------------------------------------------------------------------
+
+
+def sim_model_config(options: ScaleStepOptions) -> ModelConfig:
+    """demo-encoder's interface with the `sim` engine, small batches, one tier."""
+    base = encoder_config()
+    return base.model_copy(
+        update={
+            "name": options.model,
+            "description": "Load-step benchmark: demo-encoder's inputs, simulated engine time.",
+            "tokenizer": None,
+            "batching": base.batching.model_copy(
+                update={"max_batch_size": options.max_batch_size, "length_buckets": []}
+            ),
+            "engine": EngineConfig(
+                kind="sim",
+                sim=SimConfig(a_ms=options.a_ms, b_ms=options.b_ms, per="sample"),
+            ),
+            "slo": {"interactive": TierSlo(p99_e2e_ms=options.slo_p99_ms)},
+            "replicas": ReplicaBounds(
+                min=options.min_replicas, max=options.max_replicas, warm=options.min_replicas
+            ),
+            "warmup": base.warmup.model_copy(update={"batch_sizes": [1], "sequence_lengths": []}),
+            "tiers": ["interactive"],
+        }
+    )
+
+
+def write_sim_model(root: Path, options: ScaleStepOptions) -> Path:
+    """`<root>/<model>/model.yaml` and an empty version folder (the sim engine needs no file)."""
+    config = ModelConfig.model_validate(sim_model_config(options).model_dump())
+    base = root / config.name
+    (base / "1").mkdir(parents=True, exist_ok=True)
+    config.dump(base / "model.yaml")
+    return base / "model.yaml"
+
+
+# --- the run (I/O) --------------------------------------------------------------------
+
+
+class StepLoad(LoadGenerator):
+    """The load generator, paced through a schedule without waiting between phases."""
+
+    def __init__(self, bootstrap: str, model: str) -> None:
+        super().__init__(bootstrap, EncoderEvents(model))
+        self.answers_by_id: dict[str, tuple[float, str | None]] = {}
+
+    async def paced(
+        self, offsets: Sequence[float], start: float, seq_len: int, stop: asyncio.Event
+    ) -> list[tuple[str, float]]:
+        """Send one request at each `start + offset` (perf_counter); returns (id, sent_s)."""
+        self._reset(len(offsets))
+        sent: list[tuple[str, float]] = []
+        for offset in offsets:
+            if stop.is_set():
+                break
+            delay = start + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self._send(seq_len)
+            # The newest key is this request's: an answer cannot be popped before it is sent.
+            request_id = next(reversed(self._sent))
+            sent.append((request_id, self._sent[request_id][0]))
+        await self._producer.flush()
+        return sent
+
+    def outstanding(self) -> int:
+        return len(self._sent)
+
+    def completed(self) -> dict[str, tuple[str, float | None, float]]:
+        """Request id -> (status, e2e ms, received_s)."""
+        return {c.request_id: (c.status, c.e2e_ms, c.received_s) for c in self._report.completed}
+
+
+async def _wait_serving(gen: LoadGenerator, seq_len: int, progress: Progress) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        report = await gen.closed_loop(1, 1, lambda: seq_len, lambda _: None)
+        if report.completed and report.completed[0].status == "ok":
+            return
+        progress(f"not serving yet: {[c.status for c in report.completed]}")
+        await asyncio.sleep(1)
+    raise TimeoutError("the stack did not answer within 120 s")
+
+
+def _tick_from(
+    collection: GroupCollection, service: ScalerService, group: str, t: float, phases: list[Phase]
+) -> Tick:
+    s = collection.signals
+    view = service.views.get(group)
+    d = view.decision if view is not None else None
+    return Tick(
+        t=round(t, 2),
+        phase=phase_at(phases, t),
+        offered_rps=offered_at(phases, t),
+        arrival_rps=_round(s.arrival_rps, 2) if s else None,
+        lag=s.lag if s else None,
+        replicas=s.replicas if s else None,
+        ready=s.ready_replicas if s else None,
+        starting=s.starting_replicas if s else None,
+        service_rps_per_replica=_round(s.service_rps_per_replica, 2) if s else None,
+        utilization=_round(s.utilization, 3) if s else None,
+        queue_p99_ms=_round(s.queue_p99_ms) if s else None,
+        engine_p99_ms=_round(s.engine_p99_ms) if s else None,
+        e2e_p99_ms=_round(s.e2e_p99_ms) if s else None,
+        current=d.current if d else None,
+        desired=d.desired if d else None,
+        diagnosis=d.diagnosis if d else None,
+        applied=bool(view and view.applied),
+        line=d.line() if d else None,
+        error=(view.error if view else None) or collection.error,
+    )
+
+
+async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
+    options: ScaleStepOptions, progress: Progress
+) -> dict[str, Any]:
+    """Run the step against the live stack and return the JSON report."""
+    from rich.console import Console
+
+    from services.cli.stack import Stack, StackOptions
+
+    phases = options.schedule()
+    models_dir = Path(tempfile.mkdtemp(prefix="inferbus-scale-step-models-"))
+    log_dir = Path(tempfile.mkdtemp(prefix="inferbus-scale-step-logs-"))
+    write_sim_model(models_dir, options)
+    group = worker_group(options.model, "interactive")
+    stack = Stack(
+        StackOptions(
+            bootstrap=options.bootstrap,
+            models_dir=models_dir,
+            workers_per_group=options.min_replicas,
+            headless=True,
+            duration_s=None,
+            with_scaler=True,
+            tiers=["interactive"],
+            broker_port=0,
+            log_dir=log_dir,
+            policy_config=PolicyConfig(scale_down_window_s=options.scale_down_window_s),
+            collector_config=CollectorConfig(interval_s=options.interval_s),
+            worker_env={"INFERBUS_WORKER_HEARTBEAT_INTERVAL_S": "1"},
+        )
+    )
+    stack.console = Console(stderr=True)
+    ticks: list[Tick] = []
+    origin: list[float] = [math.inf]  # perf_counter of the schedule's start, once known
+    stop = asyncio.Event()
+    try:
+        bootstrap = await stack.start()
+        service = stack.scaler
+        assert service is not None
+
+        async def on_tick(collections: list[GroupCollection]) -> None:
+            await service.on_tick(collections)
+            now = time.perf_counter()
+            t = now - origin[0] if origin[0] != math.inf else -1.0
+            for collection in collections:
+                if collection.group != group:
+                    continue
+                tick = _tick_from(collection, service, group, t, phases)
+                ticks.append(tick)
+                if tick.applied or tick.error:
+                    progress(f"t={t:6.1f}s decision: {tick.line} {tick.error or ''}".rstrip())
+
+        scaler_task = asyncio.create_task(
+            service.collector.run(on_tick, stop, current=service.current), name="scaler"
+        )
+        gen = StepLoad(bootstrap, options.model)
+        await gen.start()
+        try:
+            progress("waiting for ingest and the first worker to answer")
+            await _wait_serving(gen, options.seq_len, progress)
+            offsets = send_times(phases)
+            total = phases[-1]
+            progress(
+                f"load step: {options.low_rps:g} req/s for {options.before_s:g}s, "
+                f"{options.high_rps:g} req/s for {options.step_s:g}s, {total.rate_rps:g} req/s "
+                f"for {total.duration_s:g}s ({len(offsets)} requests); scaler every "
+                f"{options.interval_s:g}s, scale-down window {options.scale_down_window_s:g}s"
+            )
+            start = time.perf_counter() + 0.5
+            origin[0] = start
+            reporter = asyncio.create_task(_report_progress(ticks, gen, progress))
+            try:
+                sent = await gen.paced(offsets, start, options.seq_len, stop)
+                progress(f"all {len(sent)} sent; waiting for {gen.outstanding()} answers")
+                deadline = time.monotonic() + options.answer_timeout_s
+                while gen.outstanding() and time.monotonic() < deadline:  # noqa: ASYNC110
+                    await asyncio.sleep(0.5)  # answers arrive on the generator's own task
+                # A few more ticks, to see the scaler settle after the last answer.
+                await asyncio.sleep(2 * options.interval_s)
+            finally:
+                reporter.cancel()
+        finally:
+            stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await scaler_task
+            await gen.stop()
+        completed = gen.completed()
+        answers = []
+        for request_id, sent_s in sent:
+            got = completed.get(request_id)
+            answers.append(
+                Answer(
+                    sent_t=round(sent_s - start, 4),
+                    status=got[0] if got else None,
+                    e2e_ms=_round(got[1], 2) if got else None,
+                    roundtrip_ms=round((got[2] - sent_s) * 1000, 2) if got else None,
+                )
+            )
+    finally:
+        stop.set()
+        await stack.close()
+        if not options.keep_logs:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        shutil.rmtree(models_dir, ignore_errors=True)
+    report: dict[str, Any] = {
+        "benchmark": "scale-step",
+        "cores": os.cpu_count(),
+        "options": asdict(options),
+        "schedule": [asdict(p) for p in phases],
+        "capacity_rps_per_replica": {
+            "batch_1": round(options.capacity_rps(1), 1),
+            f"batch_{options.max_batch_size}": round(
+                options.capacity_rps(options.max_batch_size), 1
+            ),
+        },
+        "policy": "slo",
+        **analyze(ticks, answers, options),
+        "logs": str(log_dir) if options.keep_logs else None,
+        "ticks": [asdict(t) for t in ticks],
+        "requests": [[a.sent_t, a.status, a.e2e_ms, a.roundtrip_ms] for a in answers],
+        "requests_columns": ["sent_t", "status", "e2e_ms", "roundtrip_ms"],
+    }
+    return report
+
+
+async def _report_progress(ticks: list[Tick], gen: StepLoad, progress: Progress) -> None:
+    while True:
+        await asyncio.sleep(10)
+        if ticks:
+            t = ticks[-1]
+            progress(
+                f"t={t.t:6.1f}s {t.phase:<6} offered {t.offered_rps:g}/s arrival "
+                f"{t.arrival_rps if t.arrival_rps is not None else '-'}/s lag {t.lag} "
+                f"replicas {t.ready}/{t.replicas} e2e p99 {t.e2e_p99_ms} ms "
+                f"outstanding {gen.outstanding()}"
+            )
+
+
+# --- plot -----------------------------------------------------------------------------
+
+
+def plot_scale_step(report: dict[str, Any], path: Path) -> None:
+    """Load, replicas, lag and e2e p99 over time, the step shaded, decisions marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ticks = [t for t in report["ticks"] if t["t"] >= -5]
+    options = report["options"]
+    bounds = phase_bounds([Phase(**p) for p in report["schedule"]])
+    step_at, step_end = next((s, e) for n, s, e in bounds if n == "step")
+    ts = [t["t"] for t in ticks]
+    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
+    load, reps, lag, lat = axes
+    load.plot(ts, [t["offered_rps"] for t in ticks], drawstyle="steps-post", label="offered")
+    load.plot(ts, [t["arrival_rps"] for t in ticks], label="arrival (scaler)")
+    ready_cap = [(t["ready"] or 0) * report["capacity_rps_per_replica"]["batch_1"] for t in ticks]
+    load.plot(ts, ready_cap, ":", label="ready replicas × capacity (batch 1)")
+    load.set_ylabel("req/s")
+    load.legend(loc="upper right", fontsize=8)
+    reps.plot(ts, [t["replicas"] for t in ticks], drawstyle="steps-post", label="replicas")
+    reps.plot(ts, [t["ready"] for t in ticks], drawstyle="steps-post", label="ready")
+    reps.plot(ts, [t["desired"] for t in ticks], "x", label="desired")
+    for t in ticks:
+        if t["applied"]:
+            reps.annotate(f"{t['current']}→{t['desired']}", (t["t"], t["desired"]), fontsize=7)
+    reps.set_ylabel("replicas")
+    reps.legend(loc="upper right", fontsize=8)
+    lag.plot(ts, [t["lag"] for t in ticks], color="#a33")
+    lag.set_ylabel("lag (requests)")
+    lat.plot(ts, [t["e2e_p99_ms"] for t in ticks], label="e2e p99 (scaler window)")
+    lat.plot(ts, [t["queue_p99_ms"] for t in ticks], label="queue p99 (scaler)")
+    per_second: dict[int, list[float]] = {}
+    for sent_t, status, e2e, _ in report["requests"]:
+        if status == "ok" and e2e is not None:
+            per_second.setdefault(int(sent_t // 2) * 2, []).append(e2e)
+    secs = sorted(per_second)
+    lat.plot(
+        secs,
+        [float(percentiles(per_second[s])["p99"] or 0.0) for s in secs],
+        ".",
+        markersize=3,
+        label="e2e p99 of requests sent in each 2 s",
+    )
+    lat.axhline(options["slo_p99_ms"], color="k", linestyle="--", linewidth=0.8, label="SLO")
+    lat.set_yscale("log")
+    lat.set_ylabel("ms")
+    lat.set_xlabel("s from the start of the schedule")
+    lat.legend(loc="upper right", fontsize=8)
+    for ax in axes:
+        ax.axvspan(step_at, step_end, color="#fc0", alpha=0.15)
+        ax.grid(alpha=0.3)
+    r = report["reaction"]
+    load.set_title(
+        f"scale-step {options['low_rps']:g}→{options['high_rps']:g} req/s: scale-up "
+        f"+{r['first_scale_up_s']}s, ready +{r['ready_s']}s, lag drained +{r['lag_drained_s']}s"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
