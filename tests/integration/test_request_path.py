@@ -476,8 +476,16 @@ async def test_hot_reload_under_load_answers_everything(stack: Stack) -> None:
                 assert time.monotonic() < deadline, "version 2 was never switched in"
                 await asyncio.sleep(0.1)
             after = await one()
+            # A corrupt version is refused: the worker keeps serving version 2.
+            broken = stack.models / model / ".3.tmp"
+            broken.mkdir()
+            (broken / "model.onnx").write_bytes(b"this is not an onnx file")
+            broken.rename(stack.models / model / "3")
+            await asyncio.sleep(1.0)  # several reload checks (every 0.2 s) see version 3
+            still = await one()
     finally:
         await worker.stop()
+    assert still.status == "ok" and still.model_version == "2", still
     assert all(r.status == "ok" for r in [*first, *during, after])
     assert {r.model_version for r in first} == {"1"}
     assert after.model_version == "2"
