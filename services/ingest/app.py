@@ -24,7 +24,7 @@ from faststream.kafka.annotations import KafkaMessage
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from infra.kafka import make_producer, start_with_retry
+from infra.kafka import FETCH_MAX_WAIT_MS, make_producer, start_with_retry
 from schemas import headers as h
 from schemas.topics import DLQ, INGEST, INGEST_GROUP
 from services.ingest.catalog import CachedModelCatalog, QueueDepths
@@ -82,6 +82,7 @@ class IngestService:
             batch=True,
             max_records=self.settings.poll_max_records,
             batch_timeout_ms=self.settings.poll_timeout_ms,
+            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             auto_offset_reset="earliest",
             ack_policy=AckPolicy.NACK_ON_ERROR,
         )(self._on_batch)
