@@ -22,7 +22,7 @@ def write_flat_variant(root: Path) -> None:
     source = root / "demo-encoder"
     target = root / FLAT
     shutil.copytree(source, target)
-    config = ModelConfig.load(target / "model.yaml")
+    config = ModelConfig.load(source / "model.yaml")
     batching = config.batching.model_copy(update={"length_buckets": []})
     flat = config.model_copy(update={"name": FLAT, "batching": batching})
     ModelConfig.model_validate(flat.model_dump()).dump(target / "model.yaml")
