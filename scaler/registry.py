@@ -76,11 +76,17 @@ def tombstone(table: RegistryTable, instance_id: str) -> RegistryTable:
 
 
 def replicas_by_state(table: RegistryTable, group: str) -> dict[InstanceState, int]:
-    """Live instances of one consumer group, counted by state (every state present, gone = 0)."""
+    """Live instances of one consumer group, counted by state (every state present, gone = 0).
+
+    A `ready` worker that reports no partitions yet has loaded and warmed up but not
+    finished joining its group (a rebalance can take seconds): it counts as `warming`,
+    so the policy sees capacity on its way instead of adding more.
+    """
     counts: dict[InstanceState, int] = dict.fromkeys(INSTANCE_STATES, 0)
     for record in table.instances.values():
         if record.group == group:
-            counts[record.state] += 1
+            joining = record.state == "ready" and record.partitions == 0
+            counts["warming" if joining else record.state] += 1
     return counts
 
 

@@ -34,6 +34,11 @@ class InstanceRecord(BaseModel):
     load_s: float | None = Field(default=None, description="Model load time, seconds.")
     warmup_s: float | None = Field(default=None, description="Warm-up time, seconds.")
     time_to_ready_s: float | None = Field(default=None, description="Process start to ready.")
+    partitions: int | None = Field(
+        default=None,
+        description="Partitions assigned to it now, all its groups together; 0 while it has "
+        "joined no group yet; None from workers that do not report it.",
+    )
 
 
 class WorkerLoad(BaseModel):

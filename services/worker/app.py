@@ -100,6 +100,7 @@ class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         log.info("event=partitions_assigned count=%d", len(assigned))
+        await self.worker.report_assignment()
 
 
 class Worker:
@@ -150,6 +151,7 @@ class Worker:
         self._state: InstanceState = "loading"
         self._load_s: float | None = None
         self._warmup_s: float | None = None
+        self._time_to_ready_s: float | None = None
         self._batcher: Batcher[InHand] | None = None
         self._tokenize: Callable[[list[str]], Any] | None = None
         self._telemetry: TelemetryPublisher | None = None
@@ -327,12 +329,23 @@ class Worker:
         log.info("event=worker_stopped instance=%s counts=%s", self.instance_id, dict(self.counts))
         self.stopped.set()
 
+    def _assigned_partitions(self) -> int:
+        return sum(len(consumer.assignment()) for consumer in self._consumers.values())
+
+    async def report_assignment(self) -> None:
+        """Re-register with the partitions now assigned: the scaler counts a ready worker as
+        serving only once it holds partitions (a group's rebalance can take seconds)."""
+        if self._state == "ready":
+            await self._register("ready")
+
     async def _register(self, state: InstanceState) -> None:
         self._state = state
         if self._producer is None:
             return
         now = datetime.now(UTC)
-        ready_in = time.time() - PROCESS_STARTED if state == "ready" else None
+        if state == "ready" and self._time_to_ready_s is None:
+            self._time_to_ready_s = time.time() - PROCESS_STARTED
+        ready_in = self._time_to_ready_s if state == "ready" else None
         record = InstanceRecord(
             instance_id=self.instance_id,
             model=self.settings.model,
@@ -349,6 +362,7 @@ class Worker:
             load_s=self._load_s,
             warmup_s=self._warmup_s,
             time_to_ready_s=ready_in,
+            partitions=self._assigned_partitions(),
         )
         await self._producer.send_and_wait(
             INSTANCES, record.model_dump_json().encode(), key=self.instance_id.encode()

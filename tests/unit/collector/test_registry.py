@@ -28,6 +28,7 @@ def rec(
     at_s: float,
     group: str = GROUP,
     ttr: float | None = None,
+    partitions: int | None = None,
 ) -> InstanceRecord:
     return InstanceRecord(
         instance_id=iid,
@@ -38,6 +39,7 @@ def rec(
         started_at=T0,
         updated_at=T0 + timedelta(seconds=at_s),
         time_to_ready_s=ttr,
+        partitions=partitions,
     )
 
 
@@ -74,6 +76,18 @@ def rec(
             {"ready": 1, "loading": 1},
             (3.0,),
             id="counts-only-own-group",
+        ),
+        pytest.param(
+            [rec("a", "ready", 3, partitions=0), rec("b", "ready", 3, partitions=6)],
+            {"warming": 1, "ready": 1},
+            (3.0, 3.0),
+            id="ready-without-partitions-is-still-joining",
+        ),
+        pytest.param(
+            [rec("a", "ready", 3, partitions=0), rec("a", "ready", 9, partitions=12)],
+            {"ready": 1},
+            (3.0,),
+            id="joined-once-partitions-arrive",
         ),
     ],
 )
