@@ -121,17 +121,22 @@ def calibrate(
 @add_app.command("minilm")
 def add_minilm(
     directory: DirOption = Path("models"),
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing minilm.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Add a new version to an existing minilm (hot-reloaded)."),
+    ] = False,
 ) -> None:
     """Export all-MiniLM-L6-v2 to ONNX and check it against PyTorch (needs the minilm extra)."""
     from services.models import minilm
+    from services.models.repository import ModelRepository
 
     try:
         with console.status("loading the minilm extra") as status:
             worst = minilm.add_minilm(directory, overwrite=force, on_step=status.update)
     except InferbusError as exc:
         raise _fail(exc) from exc
+    version = ModelRepository(directory).resolve(minilm.NAME)
     console.print(
-        f"added {directory / minilm.NAME}: max |ONNX - PyTorch| = {worst:.2e} "
+        f"added {version.directory}: max |ONNX - PyTorch| = {worst:.2e} "
         f"(tolerance {minilm.TOLERANCE:g})"
     )

