@@ -243,12 +243,47 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
     )
 
 
+def settle(plan: Plan, by_rate: int, config: PolicyConfig, now: float) -> Plan:
+    """Just after a membership change, a lag the rebalance pause explains adds nobody.
+
+    Every change pauses the whole group (eager rebalance): requests queue for its length,
+    then drain. Adding replicas for that lag starts another pause, and another: hold what
+    the arrival rate asks for until the group settles, unless the lag is more than the
+    pause can explain.
+    """
+    s, state = plan.signals, plan.state
+    changed = state.membership_changed_at
+    if changed is None or config.rebalance_settle_s <= 0:
+        return plan
+    since = now - changed
+    floor = max(by_rate, s.replicas)
+    if since >= config.rebalance_settle_s or plan.desired <= floor:
+        return plan
+    lam = s.arrival_rps or 0.0
+    explained = lam * (config.rebalance_settle_s + queue_budget_ms(s) / 1000)
+    lag = s.lag or 0
+    if lag > explained:
+        return plan
+    return plan.with_(
+        desired=floor,
+        diagnosis="steady",
+        reason=Reason(
+            "settling",
+            f"replicas changed {since:.0f} s ago: lag {lag} is within the {explained:.0f} a "
+            f"rebalance pause explains; holding {floor} until the group settles",
+            {"since_change_s": since, "lag": lag, "explained_lag": explained},
+        ),
+    )
+
+
 def size(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
     """The SLO policy's sizing, composed of the named steps above."""
     plan = raw_desired(s, state, config, now)
     plan = forecast(plan, config)
+    by_rate = plan.desired
     plan = backlog(plan, config)
     plan = queue_breach(plan, config)
+    plan = settle(plan, by_rate, config, now)
     plan = engine_hold(plan, config)
     return scale_up_step(plan, config)
 

@@ -132,3 +132,38 @@ def test_one_scale_down_per_hold(clock: FakeClock) -> None:
         current = decision.groups[0].desired
     assert len(changes) >= 2
     assert all(b - a >= 80 for a, b in itertools.pairwise(changes))
+
+
+@pytest.mark.parametrize(
+    ("after_s", "lag", "desired", "code"),
+    [
+        # 4 → 5 replicas one tick ago; 840/s: a 15 s settle explains up to 840 × 15.5 lag.
+        pytest.param(5.0, 3000, 4 + 1, "settling", id="pause-lag-holds-at-the-rate-size"),
+        pytest.param(20.0, 3000, None, "backlog", id="after-settling-backlog-counts-again"),
+        pytest.param(5.0, 40_000, None, "backlog", id="lag-beyond-any-pause-still-scales"),
+    ],
+)
+def test_rebalance_settle(
+    clock: FakeClock, after_s: float, lag: int, desired: int | None, code: str
+) -> None:
+    config = PolicyConfig(rebalance_settle_s=15.0)
+    before = make_signals(replicas=4, ready_replicas=4, lag=10)
+    changed = make_signals(
+        replicas=5, ready_replicas=5, lag=lag, oldest_age_ms=3000.0, queue_p99_ms=3000.0
+    )
+    out = _run(clock, [(0.0, before), (2.0, changed), (after_s, changed)], config)
+    _, last = out[-1]
+    codes = [r.code for r in last.reasons]
+    assert code in codes, (codes, last.line())
+    if desired is not None:
+        assert last.desired == desired
+    else:
+        assert last.desired > 5
+
+
+def test_settle_off_when_configured_zero(clock: FakeClock) -> None:
+    config = PolicyConfig(rebalance_settle_s=0.0)
+    before = make_signals(replicas=4, ready_replicas=4)
+    changed = make_signals(replicas=5, ready_replicas=5, lag=3000, oldest_age_ms=3000.0)
+    out = _run(clock, [(0.0, before), (2.0, changed), (5.0, changed)], config)
+    assert "settling" not in [r.code for r in out[-1][1].reasons]
