@@ -139,8 +139,6 @@ class GroupState:
     """First good collection; no scale-down before a full window of history exists."""
     last_scale_down_at: float | None = None
     """When the SLO policy last scaled this group down (one rebalance per hold period)."""
-    membership_changed_at: float | None = None
-    """When the group's replica count last changed (its rebalance pause starts then)."""
 
 
 @dataclass(frozen=True)
@@ -202,8 +200,8 @@ class PolicyConfig:
     """slo: the fast path applies only when its target is at most this share of current (a
     clear surplus after a burst, not the noise of a bursty steady load)."""
     rebalance_settle_s: float = 15.0
-    """After a group's replicas change, its lag and queue p99 include the rebalance pause:
-    for this many seconds a lag up to arrival × this long adds no replicas (0 = off)."""
+    """After a scale-down, the group's lag and queue p99 include the rebalance pause: for
+    this many seconds a lag up to arrival × this long adds no replicas (0 = off)."""
     backlog_drain_s: float = 10.0
     """slo: drain the backlog projected at the new replicas' ready time within this long."""
 

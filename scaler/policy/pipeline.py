@@ -84,12 +84,10 @@ def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:
     if s.arrival_rps is not None:
         samples = (*samples, (s.collected_at, s.arrival_rps))
     samples = tuple((t, v) for t, v in samples if now - t <= config.forecast_window_s)
-    changed = state.last_replicas is not None and s.replicas != state.last_replicas
     return dataclasses.replace(
         state,
         arrival_samples=samples,
         failed_collections=0,
-        membership_changed_at=now if changed else state.membership_changed_at,
         last_replicas=s.replicas,
         last_signals=s,
         observed_since=now if state.observed_since is None else state.observed_since,

@@ -244,15 +244,17 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
 
 
 def settle(plan: Plan, by_rate: int, config: PolicyConfig, now: float) -> Plan:
-    """Just after a membership change, a lag the rebalance pause explains adds nobody.
+    """Just after a scale-down, a lag the rebalance pause explains adds nobody.
 
-    Every change pauses the whole group (eager rebalance): requests queue for its length,
-    then drain. Adding replicas for that lag starts another pause, and another: hold what
-    the arrival rate asks for until the group settles, unless the lag is more than the
-    pause can explain.
+    Every membership change pauses the whole group (eager rebalance): requests queue for
+    its length, then drain. After a scale-down, adding replicas back for that lag starts
+    another pause, and another (live runs flapped 8→1→2→3→4 on a load one replica
+    serves): hold what the arrival rate asks for until the group settles, unless the lag
+    is more than the pause can explain. After a scale-up nothing is held: a rising load
+    is what a backlog then means, and the starting replicas are already counted.
     """
     s, state = plan.signals, plan.state
-    changed = state.membership_changed_at
+    changed = state.last_scale_down_at
     if changed is None or config.rebalance_settle_s <= 0:
         return plan
     since = now - changed
@@ -269,7 +271,7 @@ def settle(plan: Plan, by_rate: int, config: PolicyConfig, now: float) -> Plan:
         diagnosis="steady",
         reason=Reason(
             "settling",
-            f"replicas changed {since:.0f} s ago: lag {lag} is within the {explained:.0f} a "
+            f"scaled down {since:.0f} s ago: lag {lag} is within the {explained:.0f} a "
             f"rebalance pause explains; holding {floor} until the group settles",
             {"since_change_s": since, "lag": lag, "explained_lag": explained},
         ),

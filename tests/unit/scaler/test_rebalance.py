@@ -134,36 +134,58 @@ def test_one_scale_down_per_hold(clock: FakeClock) -> None:
     assert all(b - a >= 80 for a, b in itertools.pairwise(changes))
 
 
+def _scaled_down_then(
+    clock: FakeClock, config: PolicyConfig, after_s: float, lag: int
+) -> GroupDecision:
+    """8 replicas idle long enough to scale down, then the tick `after_s` later."""
+    idle = make_signals(replicas=8, ready_replicas=8, arrival_rps=300.0, lag=0, utilization=0.1)
+    state, now = ScalerState(), 0.0
+    down_at = None
+    for _ in range(400):
+        now = clock.tick(2.0)
+        decision, state = decide([dataclasses.replace(idle, collected_at=now)], state, config, now)
+        if decision.groups[0].desired < 8:
+            down_at = now
+            break
+    assert down_at is not None, "the idle group never scaled down"
+    smaller = decision.groups[0].desired
+    now = clock.tick(after_s)
+    after = make_signals(
+        replicas=smaller,
+        ready_replicas=smaller,
+        arrival_rps=300.0,
+        lag=lag,
+        oldest_age_ms=3000.0,
+        queue_p99_ms=3000.0,
+        collected_at=now,
+    )
+    decision, _ = decide([after], state, config, now)
+    return decision.groups[0]
+
+
 @pytest.mark.parametrize(
-    ("after_s", "lag", "desired", "code"),
+    ("after_s", "lag", "settles"),
     [
-        # 4 → 5 replicas one tick ago; 840/s: a 15 s settle explains up to 840 × 15.5 lag.
-        pytest.param(5.0, 3000, 4 + 1, "settling", id="pause-lag-holds-at-the-rate-size"),
-        pytest.param(20.0, 3000, None, "backlog", id="after-settling-backlog-counts-again"),
-        pytest.param(5.0, 40_000, None, "backlog", id="lag-beyond-any-pause-still-scales"),
+        # 300/s: a 15 s settle explains up to 300 × 15.5 ≈ 4650 requests of lag.
+        pytest.param(4.0, 1500, True, id="pause-lag-after-scale-down-holds"),
+        pytest.param(30.0, 1500, False, id="after-settling-backlog-counts-again"),
+        pytest.param(4.0, 40_000, False, id="lag-beyond-any-pause-still-scales"),
     ],
 )
-def test_rebalance_settle(
-    clock: FakeClock, after_s: float, lag: int, desired: int | None, code: str
+def test_rebalance_settle_after_scale_down(
+    clock: FakeClock, after_s: float, lag: int, settles: bool
 ) -> None:
-    config = PolicyConfig(rebalance_settle_s=15.0)
-    before = make_signals(replicas=4, ready_replicas=4, lag=10)
-    changed = make_signals(
-        replicas=5, ready_replicas=5, lag=lag, oldest_age_ms=3000.0, queue_p99_ms=3000.0
-    )
-    out = _run(clock, [(0.0, before), (2.0, changed), (after_s, changed)], config)
-    _, last = out[-1]
+    config = PolicyConfig(rebalance_settle_s=15.0, scale_down_window_s=30.0)
+    last = _scaled_down_then(clock, config, after_s, lag)
     codes = [r.code for r in last.reasons]
-    assert code in codes, (codes, last.line())
-    if desired is not None:
-        assert last.desired == desired
+    assert ("settling" in codes) == settles, (codes, last.line())
+    if settles:
+        assert last.desired == last.current, last.line()
     else:
-        assert last.desired > 5
+        assert last.desired > last.current, last.line()
 
 
 def test_settle_off_when_configured_zero(clock: FakeClock) -> None:
-    config = PolicyConfig(rebalance_settle_s=0.0)
-    before = make_signals(replicas=4, ready_replicas=4)
-    changed = make_signals(replicas=5, ready_replicas=5, lag=3000, oldest_age_ms=3000.0)
-    out = _run(clock, [(0.0, before), (2.0, changed), (5.0, changed)], config)
-    assert "settling" not in [r.code for r in out[-1][1].reasons]
+    config = PolicyConfig(rebalance_settle_s=0.0, scale_down_window_s=30.0)
+    last = _scaled_down_then(clock, config, 4.0, 1500)
+    assert "settling" not in [r.code for r in last.reasons]
