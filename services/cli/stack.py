@@ -212,10 +212,12 @@ class Stack:
             bootstrap = await self.start()
             scaler = self.scaler
             assert scaler is not None
-            x = ", ".join(f"{0.1 * i:.1f}" for i in range(1, 17))
-            self._say(
-                f"try: inferbus infer demo-mlp --bootstrap {bootstrap} --json '{{\"x\": [[{x}]]}}'"
-            )
+            if "demo-mlp" in ModelRepository(self.options.models_dir).names():
+                x = ", ".join(f"{0.1 * i:.1f}" for i in range(1, 17))
+                self._say(
+                    f"try: inferbus infer demo-mlp --bootstrap {bootstrap} "
+                    f"--json '{{\"x\": [[{x}]]}}'"
+                )
             scaler_task = asyncio.create_task(scaler.run(self.stop), name="scaler")
             await self._show(scaler, bootstrap)
             self.stop.set()
