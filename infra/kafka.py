@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -76,3 +77,13 @@ async def start_with_retry(
             log.info("event=kafka_retry what=%s attempt=%d error=%r", what, attempt, exc)
             await asyncio.sleep(delay_s)
     raise AssertionError("unreachable")
+
+
+async def stop_consume_loop(task: asyncio.Task[None] | None, consumer: Any) -> None:
+    """Cancel a consume loop and stop its consumer (either may be None; idempotent)."""
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if consumer is not None:
+        await consumer.stop()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import statistics
 from collections.abc import Iterable, Mapping
@@ -13,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from infra.kafka import stop_consume_loop
 from schemas.telemetry import INSTANCE_STATES, InstanceRecord, InstanceState
 from schemas.topics import INSTANCES
 
@@ -203,10 +203,5 @@ class Registry:
     async def close(self) -> None:
         """Stop consuming (idempotent)."""
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            await consumer.stop()
+        await stop_consume_loop(task, consumer)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -11,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from infra.kafka import stop_consume_loop
 from scaler.collector.load import latest
 from schemas.telemetry import Heartbeat
 from schemas.topics import TELEMETRY
@@ -95,10 +95,5 @@ class TelemetryFeed:
     async def close(self) -> None:
         """Stop consuming (idempotent)."""
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            await consumer.stop()
+        await stop_consume_loop(task, consumer)

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from infra.files import write_atomic
 from services.models.config import (
     BatchingConfig,
     EngineConfig,
@@ -41,19 +42,6 @@ ENCODER_MAX_LEN = 512
 ENCODER_BUCKETS = [32, 64, 128, 256, 512]
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write beside the target under a dot-name, then rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class _Graph:
@@ -301,6 +289,6 @@ def write_demo_models(root: Path, *, seed: int = 0, overwrite: bool = False) -> 
             continue
         for relative, produce in _demo_files(name, seed).items():
             path = base / relative
-            _write_atomic(path, produce())
+            write_atomic(path, produce())
             written.append(path)
     return written

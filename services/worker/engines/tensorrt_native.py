@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -20,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from infra.files import write_atomic
 from schemas.errors import EngineError, InvalidInput
 from schemas.tensors import DTYPES
 from services.models.repository import ModelVersion
@@ -99,18 +98,6 @@ def engine_cache_key(
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclass
 class _Binding:
     name: str
@@ -173,7 +160,7 @@ class TensorRTEngine(Engine):
         if engine is None:
             started = time.perf_counter()
             plan = self._build(trt, logger, path)
-            _write_atomic(self.cache_file, plan)
+            write_atomic(self.cache_file, plan)
             sidecar = {
                 "model": self.model.name,
                 "version": self.model.version,
@@ -182,7 +169,7 @@ class TensorRTEngine(Engine):
                 "tensorrt": gpu.tensorrt_version,
                 "fp16": engine_cfg.fp16,
             }
-            _write_atomic(self.cache_file.with_suffix(".json"), json.dumps(sidecar).encode())
+            write_atomic(self.cache_file.with_suffix(".json"), json.dumps(sidecar).encode())
             log.info(
                 "event=trt_engine_built model=%s version=%s seconds=%.1f file=%s",
                 self.model.name,
