@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import ConsumerRecord
+from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 from faststream import AckPolicy, FastStream
 from faststream.kafka import KafkaBroker
@@ -26,6 +27,8 @@ from opentelemetry.trace import Span
 
 from infra.kafka import FETCH_MAX_WAIT_MS, make_producer, start_with_retry
 from schemas import headers as h
+from schemas.errors import EngineError
+from schemas.result import error_result
 from schemas.topics import DLQ, INGEST, INGEST_GROUP
 from services.ingest.catalog import CachedModelCatalog, QueueDepths
 from services.ingest.handlers import (
@@ -147,11 +150,61 @@ class IngestService:
     ) -> None:
         try:
             await self._send_outcome(record, outcome, span)
+        except KafkaError as exc:
+            # aiokafka has already retried for its request timeout. A send that still fails
+            # (a reply topic that does not exist, a tier topic never provisioned) must not
+            # nack the poll forever and stall ingest for everyone: answer or dead-letter it.
+            record_error(span, exc)
+            await self._undeliverable(record, outcome, exc, span)
         except Exception as exc:
             record_error(span, exc)
             raise
         finally:
             span.end()
+
+    async def _undeliverable(
+        self, record: ConsumerRecord[bytes, bytes], outcome: Outcome, exc: KafkaError, span: Span
+    ) -> None:
+        """A routed request gets `internal_error`; what still cannot be sent goes to the DLQ.
+
+        Only a DLQ send that fails raises (the broker itself is down): the poll is then
+        retried, which is right.
+        """
+        where = outcome.topic if isinstance(outcome, Route | Answer) else DLQ
+        reason = f"could not produce to {where}: {type(exc).__name__}: {exc}"
+        log.error(
+            "event=undeliverable partition=%d offset=%d reason=%r",
+            record.partition,
+            record.offset,
+            reason,
+        )
+        if isinstance(outcome, Route):
+            request = outcome.request
+            failure = EngineError(f"ingest could not route the request: {reason}")
+            answer = Answer(
+                request.reply_to,
+                outcome.key,
+                error_result(
+                    request.request_id,
+                    request.model,
+                    failure.status,
+                    str(failure),
+                    tenant=request.tenant,
+                    completed_at=datetime.now(UTC),
+                ),
+                failure,
+            )
+            try:
+                await self._send_outcome(record, answer, span)
+                return
+            except KafkaError as again:
+                reason = f"{reason}; and the error result to {request.reply_to}: {again!r}"
+        headers = h.dead_letter(
+            reason, topic=record.topic, partition=record.partition, offset=record.offset
+        )
+        headers[0] = (h.ERROR_CODE, b"undeliverable")
+        await (await self._raw_send(DLQ, record.key, record.value or b"", headers))
+        self.counts["dead_lettered"] += 1
 
     async def _send_outcome(
         self, record: ConsumerRecord[bytes, bytes], outcome: Outcome, span: Span
