@@ -52,6 +52,11 @@ class WorkerLoad(BaseModel):
     mean_batch_size: float = 0.0
     queued: int = Field(default=0, description="Requests polled but not yet answered.")
     samples_per_s: float = 0.0
+    window_s: float | None = Field(
+        default=None,
+        description="Seconds this load covers: the heartbeat interval, or less for the "
+        "final heartbeat a stopping worker sends.",
+    )
 
 
 class Heartbeat(BaseModel):

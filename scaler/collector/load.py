@@ -56,13 +56,17 @@ def group_load(
         return GroupLoad(0, None, None, None, 0.0)
     busy_s = samples = batches = wall_rps = 0.0
     for hb, load in fresh:
-        busy_s += min(1.0, load.busy_fraction) * hb.interval_s
+        # The load's own window: a stopping worker's last heartbeat covers less than the
+        # interval, and scaling its busy share by the full interval read capacity low
+        # (live: 14/s for a 50/s engine right after a scale-down).
+        window = load.window_s if load.window_s else hb.interval_s
+        busy_s += min(1.0, load.busy_fraction) * window
         # The count over the interval when the worker sends it: the worker's samples_per_s
         # is per *busy* second (samples / busy_s), so times the interval it overstated the
         # work by 1/busy_fraction (live: 178/s per replica for a 55/s engine at 30% busy).
-        done = float(load.samples) if load.samples > 0 else load.samples_per_s * hb.interval_s
+        done = float(load.samples) if load.samples > 0 else load.samples_per_s * window
         samples += done
-        wall_rps += done / hb.interval_s
+        wall_rps += done / window
         if load.mean_batch_size > 0:
             batches += done / load.mean_batch_size
     return GroupLoad(

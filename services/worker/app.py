@@ -823,6 +823,7 @@ class Worker:
             mean_batch_size=counters.samples / counters.batches if counters.batches else 0.0,
             queued=self._in_hand,
             samples_per_s=counters.samples / counters.busy_s if counters.busy_s > 0 else 0.0,
+            window_s=elapsed,
         )
 
     async def _reload_loop(self) -> None:
