@@ -193,6 +193,7 @@ class IngestService:
                     completed_at=datetime.now(UTC),
                 ),
                 failure,
+                tier=request.tier,
             )
             try:
                 await self._send_outcome(record, answer, span)
@@ -242,7 +243,7 @@ class IngestService:
             count_request(
                 "inferbus-ingest",
                 result.model,
-                str((record.headers and h.header(record.headers, h.TIER)) or "-"),
+                outcome.tier,
                 result.status,
             )
             log.info(

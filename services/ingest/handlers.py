@@ -21,7 +21,7 @@ from schemas.errors import (
 )
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult, Timings, error_result
-from schemas.topics import RESULTS, is_legal_topic, request_topic
+from schemas.topics import RESULTS, TIERS, is_legal_topic, request_topic
 from services.ingest.settings import IngestSettings
 from services.models.config import ModelConfig
 from services.models.inputs import validate_inputs
@@ -60,6 +60,8 @@ class Answer:
     key: bytes
     result: InferenceResult
     error: InferbusError
+    tier: str = "-"
+    """The request's tier when it named a valid one (a metrics label), else `-`."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,14 @@ def _answer(raw: dict[str, Any], error: InferbusError, ingest_ms: float) -> Answ
         timings=Timings(ingest_ms=ingest_ms),
         completed_at=datetime.now(UTC),
     )
-    return Answer(_reply_topic(raw), request_id.encode(), result, error)
+    tier = raw.get("tier", "interactive")
+    return Answer(
+        _reply_topic(raw),
+        request_id.encode(),
+        result,
+        error,
+        tier=tier if isinstance(tier, str) and tier in TIERS else "-",
+    )
 
 
 def _validation_message(exc: ValidationError) -> str:

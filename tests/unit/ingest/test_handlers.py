@@ -450,6 +450,24 @@ def test_answer_goes_to_a_legal_reply_to(catalog: FakeCatalog, settings: IngestS
 
 
 @pytest.mark.parametrize(
+    ("changes", "tier"),
+    [
+        pytest.param({}, "interactive", id="default-tier"),
+        pytest.param({"tier": "batch"}, "batch", id="named-tier"),
+        pytest.param({"tier": "urgent"}, "-", id="unknown-tier"),
+        pytest.param({"tier": 7}, "-", id="not-a-string"),
+    ],
+)
+def test_answer_carries_the_tier_label(
+    catalog: FakeCatalog, settings: IngestSettings, changes: dict[str, Any], tier: str
+) -> None:
+    outcome = run(encode(mlp_event(model="nope", **changes)), catalog, settings)
+
+    assert isinstance(outcome, Answer)
+    assert outcome.tier == tier
+
+
+@pytest.mark.parametrize(
     ("depth", "routed"),
     [
         pytest.param(None, True, id="depth-unknown"),

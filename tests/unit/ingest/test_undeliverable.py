@@ -68,6 +68,7 @@ async def test_a_route_that_cannot_be_sent_is_answered_internal_error(tmp_path: 
     ingest, sent = service(tmp_path, failing=("inferbus.req.",))
     value = json.dumps(EVENT).encode()
     await ingest._send(record(value), routed(ingest, value), INVALID_SPAN)
+    await ingest.producer.stop()
     [(topic, payload, _)] = sent
     result = json.loads(payload)
     assert topic == RESULTS
@@ -80,6 +81,7 @@ async def test_when_the_answer_fails_too_the_original_goes_to_the_dlq(tmp_path: 
     ingest, sent = service(tmp_path, failing=("inferbus.req.", "team-replies"))
     value = json.dumps({**EVENT, "reply_to": "team-replies"}).encode()
     await ingest._send(record(value), routed(ingest, value), INVALID_SPAN)
+    await ingest.producer.stop()
     [(topic, payload, headers)] = sent
     assert topic == DLQ
     assert payload == value, "the producer's original bytes"
@@ -94,3 +96,4 @@ async def test_a_dlq_that_cannot_be_written_raises_so_the_poll_is_retried(
     value = json.dumps(EVENT).encode()
     with pytest.raises(KafkaError):
         await ingest._send(record(value), routed(ingest, value), INVALID_SPAN)
+    await ingest.producer.stop()
