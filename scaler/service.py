@@ -12,6 +12,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 
 from infra.kafka import make_producer, start_with_retry
+from infra.models.repository import ModelRepository
 from scaler.actuators.base import Actuator
 from scaler.actuators.decisions import publish_decision
 from scaler.collector.collector import Collector, CollectorConfig, GroupCollection, targets_for
@@ -22,7 +23,6 @@ from scaler.registry import Registry
 from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerState
 from scaler.telemetry import TelemetryReader
 from schemas.topics import Tier
-from services.models.repository import ModelRepository
 from tracing.metrics import set_desired_replicas, set_group_lag, set_replicas
 
 log = logging.getLogger(__name__)

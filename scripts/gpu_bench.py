@@ -22,9 +22,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from infra.models.repository import ModelRepository, ModelVersion  # noqa: E402
 from schemas.errors import InferbusError  # noqa: E402
 from services.models.demo import ENCODER, write_demo_models  # noqa: E402
-from services.models.repository import ModelRepository, ModelVersion  # noqa: E402
 from services.worker.engines.base import Engine  # noqa: E402
 from services.worker.engines.factory import create_engine  # noqa: E402
 from services.worker.engines.shapes import sample_batch  # noqa: E402

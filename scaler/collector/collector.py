@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+from infra.models.repository import ModelRepository
 from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.lag import EndBranch, PartitionLag, group_lag, summarize
 from scaler.collector.load import group_load
@@ -20,7 +21,6 @@ from scaler.registry import Registry, ready_time, replicas_by_state
 from scaler.signals import GroupSignals
 from schemas.errors import InferbusError
 from schemas.topics import Tier, request_topic, worker_group
-from services.models.repository import ModelRepository
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from typing import Literal
 import yaml
 from pydantic import ValidationError
 
+from infra.models.config import BatchingConfig, SimConfig
 from scaler.sim.workload import WorkloadError
 from schemas.topics import Tier
-from services.models.config import BatchingConfig, SimConfig
 
 
 @dataclass(frozen=True)

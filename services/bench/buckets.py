@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from infra.models.config import ModelConfig
 from services.bench.loadgen import EncoderEvents, LoadGenerator
 from services.bench.throughput import Deployment, Progress, summarize, wait_until_serving
-from services.models.config import ModelConfig
 from services.models.demo import write_demo_models
 
 FLAT = "demo-encoder-flat"

@@ -27,19 +27,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scaler.collector.collector import CollectorConfig, GroupCollection
-from scaler.service import ScalerService
-from scaler.signals import PolicyConfig
-from schemas.topics import worker_group
-from services.bench.loadgen import EncoderEvents, LoadGenerator
-from services.bench.stats import percentiles
-from services.models.config import (
+from infra.models.config import (
     EngineConfig,
     ModelConfig,
     ReplicaBounds,
     SimConfig,
     TierSlo,
 )
+from scaler.collector.collector import CollectorConfig, GroupCollection
+from scaler.service import ScalerService
+from scaler.signals import PolicyConfig
+from schemas.topics import worker_group
+from services.bench.loadgen import EncoderEvents, LoadGenerator
+from services.bench.stats import percentiles
 from services.models.demo import encoder_config
 
 Progress = Callable[[str], None]

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 
 from infra.broker import EmbeddedBroker
+from infra.models.repository import ModelRepository, ModelVersion
 from infra.processes import ChildProcess, inferbus_command
 from infra.topics import ensure_topics, standard_topics
 from services.bench.loadgen import EncoderEvents, LoadGenerator, LoadReport
 from services.bench.stats import batch_histogram, percentiles, statuses, steady_throughput
 from services.models.demo import write_demo_models
-from services.models.repository import ModelRepository, ModelVersion
 from services.worker.engines.factory import create_engine
 from services.worker.engines.shapes import warmup_batches
 

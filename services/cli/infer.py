@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from infra.models.repository import ModelRepository
 from schemas.errors import ModelNotFound
 from schemas.result import InferenceResult
 from schemas.tensors import DTYPES, Tensor, TextInput
 from schemas.topics import Tier
 from services.client import InferenceClient
-from services.models.repository import ModelRepository
 from tracing.setup import init_tracing, shutdown_tracing
 
 

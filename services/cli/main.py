@@ -71,8 +71,8 @@ def topics_create(
     partitions: Annotated[int, typer.Option(help="Partitions of each tier topic.")] = 12,
 ) -> None:
     """Create every inferbus topic for the models in the repository (idempotent)."""
+    from infra.models.repository import ModelRepository
     from infra.topics import ensure_topics, standard_topics
-    from services.models.repository import ModelRepository
 
     setup_logging("WARNING")
     names = ModelRepository(models).names()

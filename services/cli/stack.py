@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from infra.broker import EmbeddedBroker
+from infra.models.repository import ModelRepository
 from infra.processes import ChildProcess, inferbus_command
 from infra.topics import ensure_topics, standard_topics
 from scaler.actuators.local import LocalActuator
@@ -24,7 +25,6 @@ from scaler.service import GroupView, ScalerService
 from scaler.signals import PolicyConfig
 from schemas.topics import Tier
 from services.models.demo import write_demo_models
-from services.models.repository import ModelRepository
 
 log = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from infra.kafka import FETCH_MAX_WAIT_MS, make_producer, start_with_retry
+from infra.models.repository import ModelRepository
 from schemas import headers as h
 from schemas.errors import EngineError
 from schemas.result import error_result
@@ -40,7 +41,6 @@ from services.ingest.handlers import (
     handle_event,
 )
 from services.ingest.settings import IngestSettings
-from services.models.repository import ModelRepository
 from tracing.attributes import RequestAttrs
 from tracing.kafka import (
     extract,

@@ -11,9 +11,9 @@ from collections import defaultdict
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from infra.kafka import make_consumer
+from infra.models.config import ModelConfig
+from infra.models.repository import ModelRepository
 from schemas.topics import TIERS, parse_request_topic, request_topic, worker_group
-from services.models.config import ModelConfig
-from services.models.repository import ModelRepository
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from infra.models.config import ModelConfig
+from infra.models.inputs import validate_inputs
 from schemas import headers as h
 from schemas.errors import (
     DeadlineExceeded,
@@ -23,8 +25,6 @@ from schemas.request import InferenceRequest
 from schemas.result import InferenceResult, Timings, error_result
 from schemas.topics import RESULTS, TIERS, is_legal_topic, request_topic
 from services.ingest.settings import IngestSettings
-from services.models.config import ModelConfig
-from services.models.inputs import validate_inputs
 
 
 class ModelCatalog(Protocol):

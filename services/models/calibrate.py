@@ -14,8 +14,8 @@ from typing import Literal
 import numpy as np
 import yaml
 
-from services.models.config import ModelConfig, ModelConfigError
-from services.models.repository import ModelRepository
+from infra.models.config import ModelConfig, ModelConfigError
+from infra.models.repository import ModelRepository
 from services.worker.engines.base import Arrays, Engine
 from services.worker.engines.shapes import sample_batch
 from services.worker.engines.sim import sequence_input_name, work_units

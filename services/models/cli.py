@@ -47,7 +47,7 @@ def init(
 @models_app.command("list")
 def list_models(directory: DirOption = Path("models")) -> None:
     """Models, versions, engine and inputs."""
-    from services.models.repository import ModelRepository
+    from infra.models.repository import ModelRepository
 
     repo = ModelRepository(directory)
     table = Table("model", "versions", "engine", "inputs", "outputs", "text")
@@ -83,7 +83,7 @@ def calibrate(
 ) -> None:
     """Measure the real engine on this machine; write a and b to engine.sim in model.yaml."""
     from services.models.calibrate import Point, calibrate_model, default_grid
-    from services.models.repository import ModelRepository
+    from infra.models.repository import ModelRepository
 
     try:
         _, grid = default_grid(ModelRepository(directory).config(model))
@@ -128,7 +128,7 @@ def add_minilm(
 ) -> None:
     """Export all-MiniLM-L6-v2 to ONNX and check it against PyTorch (needs the minilm extra)."""
     from services.models import minilm
-    from services.models.repository import ModelRepository
+    from infra.models.repository import ModelRepository
 
     try:
         with console.status("loading the minilm extra") as status:

@@ -15,7 +15,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from infra.files import write_atomic
-from services.models.config import (
+from infra.models.config import (
     BatchingConfig,
     EngineConfig,
     ModelConfig,

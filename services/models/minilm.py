@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from schemas.errors import InferbusError
-from services.models.config import (
+from infra.models.config import (
     BatchingConfig,
     EngineConfig,
     ModelConfig,
@@ -28,7 +28,7 @@ from services.models.config import (
     TokenizerConfig,
     WarmupConfig,
 )
-from services.models.repository import MODEL_FILE, READY_MARKER
+from infra.models.repository import MODEL_FILE, READY_MARKER
 
 NAME = "minilm"
 HIDDEN = 384
@@ -159,7 +159,7 @@ def max_difference(
     """
     import onnxruntime as ort
 
-    from services.models.tokenize import TextTokenizer
+    from infra.models.tokenize import TextTokenizer
 
     config = config or minilm_config()
     assert config.tokenizer is not None

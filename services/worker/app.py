@@ -30,13 +30,13 @@ from aiokafka.structs import OffsetAndMetadata
 from opentelemetry import trace
 
 from infra.kafka import make_consumer, make_producer, start_with_retry
+from infra.models.repository import ModelRepository, ModelVersion
 from schemas import headers as h
 from schemas.errors import DeadlineExceeded, EngineError, InferbusError, Unparseable
 from schemas.result import ErrorInfo, InferenceResult, Timings
 from schemas.telemetry import InstanceRecord, InstanceState, WorkerLoad
 from schemas.tensors import Tensor
 from schemas.topics import DLQ, INSTANCES, TIERS, Tier, request_topic, worker_group
-from services.models.repository import ModelRepository, ModelVersion
 from services.worker.batching import Batch, Batcher, BatchPolicy
 from services.worker.engines.base import Engine
 from services.worker.execution import RequestOutcome, run_batch
@@ -246,7 +246,7 @@ class Worker:
     def _tokenizer_for(self, version: ModelVersion) -> Callable[[list[str]], Any] | None:
         if version.config.tokenizer is None:
             return None
-        from services.models.tokenize import TextTokenizer
+        from infra.models.tokenize import TextTokenizer
 
         return TextTokenizer.for_model(version).encode
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from infra.models.config import ModelConfig
 from schemas.errors import EngineError
-from services.models.config import ModelConfig
 
 log = logging.getLogger(__name__)
 Arrays = dict[str, np.ndarray[Any, Any]]

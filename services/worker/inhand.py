@@ -13,13 +13,13 @@ from aiokafka import ConsumerRecord
 from opentelemetry.trace import Span
 from pydantic import ValidationError
 
+from infra.models.config import ModelConfig
+from infra.models.inputs import validate_inputs
 from schemas import headers as h
 from schemas.errors import InferbusError, InvalidInput, Unparseable
 from schemas.request import InferenceRequest
 from schemas.tensors import Tensor
 from schemas.topics import RESULTS, Tier, is_legal_topic
-from services.models.config import ModelConfig
-from services.models.inputs import validate_inputs
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 Tokenize = Any  # callable(texts) -> Arrays, supplied by the engine host for text models

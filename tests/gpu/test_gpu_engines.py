@@ -12,8 +12,8 @@ import onnxruntime as ort
 import pytest
 import yaml
 
+from infra.models.repository import ModelRepository, ModelVersion
 from services.models.demo import ENCODER
-from services.models.repository import ModelRepository, ModelVersion
 from services.worker.engines.onnx_runtime import OnnxRuntimeEngine
 from services.worker.engines.shapes import sample_batch
 

@@ -13,7 +13,7 @@ import onnx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from infra.kafka import make_consumer
-from services.models.config import ModelConfig
+from infra.models.config import ModelConfig
 from services.models.demo import build_mlp
 
 

@@ -11,12 +11,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
 
+from infra.models.repository import ModelRepository
 from infra.topics import TopicSpec, ensure_topics
 from scaler.collector import Collector, CollectorConfig, GroupTarget, TelemetryFeed
 from scaler.registry import Registry
 from schemas.telemetry import Heartbeat, InstanceRecord, InstanceState, WorkerLoad
 from schemas.topics import request_topic, worker_group
-from services.models.repository import ModelRepository
 
 pytestmark = pytest.mark.integration
 

@@ -21,6 +21,7 @@ import pytest
 import pytest_asyncio
 
 from infra.kafka import make_producer
+from infra.models.repository import ModelVersion
 from infra.topics import ensure_topics, standard_topics
 from schemas import headers as h
 from schemas.result import InferenceResult
@@ -29,7 +30,6 @@ from services.client import InferenceClient
 from services.ingest.app import IngestService
 from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
-from services.models.repository import ModelVersion
 from services.worker.app import Worker
 from services.worker.engines.base import Arrays, Engine, EngineInfo
 from services.worker.engines.factory import create_engine

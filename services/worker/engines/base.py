@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from services.models.repository import ModelVersion
+from infra.models.repository import ModelVersion
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 

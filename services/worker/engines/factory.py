@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.models.repository import ModelVersion
+from infra.models.repository import ModelVersion
 from services.worker.engines.base import Engine
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from infra.models.config import ModelConfig
 from schemas.errors import InvalidInput
 from schemas.tensors import DTYPES
-from services.models.config import ModelConfig
 from services.worker.engines.base import Arrays
 
 

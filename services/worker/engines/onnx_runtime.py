@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from infra.models.config import EngineConfig, ModelConfig, Provider
+from infra.models.repository import ModelVersion
 from schemas.errors import EngineError
-from services.models.config import EngineConfig, ModelConfig, Provider
-from services.models.repository import ModelVersion
 from services.worker.engines.base import Arrays, Engine, EngineInfo
 from services.worker.engines.inputs import check_inputs
 from services.worker.engines.shapes import profiles

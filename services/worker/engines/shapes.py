@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from infra.models.config import ModelConfig, TensorSpec
 from schemas.tensors import DTYPES
-from services.models.config import ModelConfig, TensorSpec
 from services.worker.engines.base import Arrays
 
 DEFAULT_SEQUENCE = 1

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from infra.models.config import ModelConfig, SimConfig
+from infra.models.repository import ModelVersion
 from schemas.errors import EngineError
 from schemas.tensors import DTYPES
-from services.models.config import ModelConfig, SimConfig
-from services.models.repository import ModelVersion
 from services.worker.engines.base import Arrays, Engine, EngineInfo
 from services.worker.engines.inputs import check_inputs
 

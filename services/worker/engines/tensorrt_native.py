@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from infra.files import write_atomic
+from infra.models.repository import ModelVersion
 from schemas.errors import EngineError, InvalidInput
 from schemas.tensors import DTYPES
-from services.models.repository import ModelVersion
 from services.worker.engines.base import Arrays, Engine, EngineInfo
 from services.worker.engines.inputs import check_inputs
 from services.worker.engines.shapes import Profile, profiles

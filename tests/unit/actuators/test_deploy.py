@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from infra.models.config import ModelConfig
 from scaler.actuators.compose import service_name
 from scaler.actuators.kubernetes import deployment_name
 from schemas.topics import TIERS, worker_group
-from services.models.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "infra" / "k8s"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infra.models.config import ModelConfig
+from infra.models.repository import ModelRepository
 from services.bench.buckets import FLAT, write_flat_variant
-from services.models.config import ModelConfig
 from services.models.demo import write_demo_models
-from services.models.repository import ModelRepository
 
 
 def test_flat_variant_is_demo_encoder_without_buckets(tmp_path: Path) -> None:

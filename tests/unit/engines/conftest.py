@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.models.repository import ModelRepository, ModelVersion
+from infra.models.repository import ModelRepository, ModelVersion
 
 
 @pytest.fixture

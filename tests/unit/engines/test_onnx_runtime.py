@@ -10,9 +10,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from infra.models.repository import ModelRepository, ModelVersion
 from schemas.errors import EngineError, InvalidInput
 from services.models.demo import ENCODER, MLP
-from services.models.repository import ModelRepository, ModelVersion
 from services.worker.engines import create_engine
 from services.worker.engines.onnx_runtime import OnnxRuntimeEngine, provider_options
 from services.worker.engines.shapes import sample_batch, warmup_batches

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from infra.models.repository import ModelVersion
 from services.models.demo import ENCODER, MLP
-from services.models.repository import ModelVersion
 from services.worker.engines import create_engine
 from services.worker.engines.shapes import sample_batch
 from services.worker.engines.sim import SimEngine, latency_ms, work_units

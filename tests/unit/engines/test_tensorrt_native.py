@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from infra.models.repository import ModelRepository, ModelVersion
 from schemas.errors import EngineError
 from services.models.demo import ENCODER, MLP
-from services.models.repository import ModelRepository, ModelVersion
 from services.worker.engines import create_engine
 from services.worker.engines.shapes import Profile, profiles
 from services.worker.engines.tensorrt_native import (

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from infra.models.config import ModelConfig
 from schemas.errors import ModelNotFound
 from services.ingest.settings import IngestSettings
-from services.models.config import ModelConfig
 from services.models.demo import encoder_config, mlp_config
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from aiokafka import TopicPartition
 
+from infra.models.config import ModelConfig, ModelConfigError
+from infra.models.repository import ModelRepository
 from schemas.errors import ModelNotFound
 from services.ingest import catalog as catalog_module
 from services.ingest.catalog import CachedModelCatalog, QueueDepths
-from services.models.config import ModelConfig, ModelConfigError
 from services.models.demo import mlp_config, write_demo_models
-from services.models.repository import ModelRepository
 
 T = "inferbus.req.demo-mlp.interactive"
 OTHER = "inferbus.req.demo-mlp.batch"

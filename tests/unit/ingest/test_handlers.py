@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from infra.models.repository import ModelRepository
 from schemas import headers as h
 from schemas.errors import (
     DeadlineExceeded,
@@ -33,7 +34,6 @@ from services.ingest.handlers import (
 )
 from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
-from services.models.repository import ModelRepository
 from tests.unit.ingest.conftest import (
     NOW,
     PRODUCED_AT,

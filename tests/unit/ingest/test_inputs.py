@@ -7,12 +7,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from infra.models.config import TensorSpec, TierSlo
+from infra.models.inputs import tensor_nbytes, validate_inputs
 from schemas.errors import InvalidInput
 from schemas.request import InferenceRequest
 from schemas.tensors import Tensor
-from services.models.config import TensorSpec, TierSlo
 from services.models.demo import encoder_config, mlp_config
-from services.models.inputs import tensor_nbytes, validate_inputs
 from tests.unit.ingest.conftest import with_changes
 
 

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from services.models.calibrate import Fit, Point, calibrate_engine, fit_latency, write_sim
-from services.models.config import ModelConfig
+from infra.models.config import ModelConfig
 from services.models.demo import ENCODER, MLP
-from services.models.repository import ModelRepository, ModelVersion
+from infra.models.repository import ModelRepository, ModelVersion
 from services.worker.engines.sim import SimEngine
 
 

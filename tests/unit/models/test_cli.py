@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from services.models.cli import models_app
-from services.models.config import ModelConfig
+from infra.models.config import ModelConfig
 
 runner = CliRunner()
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.models.config import ModelConfig, ModelConfigError
+from infra.models.config import ModelConfig, ModelConfigError
 
 
 def _base() -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from services.models.demo import ENCODER, ENCODER_HIDDEN, MLP, demo_vocab, write_demo_models
-from services.models.repository import ModelRepository
+from infra.models.repository import ModelRepository
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -14,7 +14,7 @@ import pytest
 from schemas.errors import InferbusError
 from services.models import minilm
 from services.models.minilm import TOLERANCE, add_minilm, minilm_config
-from services.models.repository import ModelRepository
+from infra.models.repository import ModelRepository
 
 HAVE_EXTRA = all(
     importlib.util.find_spec(name)

@@ -11,10 +11,10 @@ import pytest
 
 from schemas.errors import InvalidInput
 from schemas.tensors import TextInput
-from services.models.config import ModelConfigError
+from infra.models.config import ModelConfigError
 from services.models.demo import ENCODER
-from services.models.repository import ModelRepository
-from services.models.tokenize import TextTokenizer
+from infra.models.repository import ModelRepository
+from infra.models.tokenize import TextTokenizer
 
 
 @pytest.fixture(scope="module")

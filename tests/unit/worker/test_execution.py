@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.models.config import ModelConfig
+from infra.models.config import ModelConfig
 from services.models.demo import encoder_config, mlp_config
 from services.worker.execution import assemble, run_batch, sequence_inputs, split
 

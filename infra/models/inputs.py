@@ -9,7 +9,7 @@ import numpy as np
 from schemas.errors import InvalidInput
 from schemas.request import InferenceRequest
 from schemas.tensors import Tensor, TensorDecodeError, TextInput
-from services.models.config import ModelConfig
+from infra.models.config import ModelConfig
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 

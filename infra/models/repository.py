@@ -7,7 +7,7 @@ from pathlib import Path
 
 from schemas.errors import ModelNotFound
 from schemas.topics import is_legal_model_name
-from services.models.config import ModelConfig, ModelConfigError
+from infra.models.config import ModelConfig, ModelConfigError
 
 MODEL_FILE = "model.onnx"
 READY_MARKER = "READY"

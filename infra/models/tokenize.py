@@ -10,8 +10,8 @@ import numpy as np
 
 from schemas.errors import InvalidInput
 from schemas.tensors import TextInput
-from services.models.config import ModelConfigError, TokenizerConfig
-from services.models.repository import ModelVersion
+from infra.models.config import ModelConfigError, TokenizerConfig
+from infra.models.repository import ModelVersion
 
 Arrays = dict[str, np.ndarray[Any, Any]]
 
