@@ -35,7 +35,7 @@ def standard_topics(
 ) -> list[TopicSpec]:
     """Every topic an inferbus installation serving `models` needs."""
     specs = [
-        TopicSpec(topics.INGEST, shared_partitions),
+        *(TopicSpec(topic, shared_partitions) for topic in topics.INGEST_TOPICS),
         TopicSpec(topics.RESULTS, shared_partitions),
         TopicSpec(topics.DLQ, 1),
         TopicSpec(topics.TELEMETRY, 1),

@@ -5,88 +5,64 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
 
 from infra.kafka import stop_consume_loop
+from infra.registry import (
+    READY_HISTORY,
+    RegistryTable,
+    decode,
+    fold,
+    fold_all,
+    is_live,
+    live_instances,
+    tombstone,
+)
 from schemas.telemetry import INSTANCE_STATES, InstanceRecord, InstanceState
 from schemas.topics import INSTANCES
 
 log = logging.getLogger(__name__)
 
-READY_HISTORY = 32
-"""Time-to-ready measurements kept per group (newest last)."""
+__all__ = [
+    "READY_HISTORY",
+    "ReadyTime",
+    "Registry",
+    "RegistryTable",
+    "decode",
+    "fold",
+    "fold_all",
+    "is_live",
+    "live_instances",
+    "ready_time",
+    "replicas_by_state",
+    "tombstone",
+]
 
 
-@dataclass(frozen=True)
-class RegistryTable:
-    """Current registry: the latest record per live instance, and measured time-to-ready."""
-
-    instances: Mapping[str, InstanceRecord] = field(default_factory=dict)
-    time_to_ready_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    """Per group: seconds from process start to ready, one per instance that became ready."""
-
-
-def _time_to_ready(record: InstanceRecord) -> float | None:
-    if record.time_to_ready_s is not None:
-        return record.time_to_ready_s
-    elapsed = (record.updated_at - record.started_at).total_seconds()
-    return elapsed if elapsed >= 0 else None
-
-
-def fold(table: RegistryTable, record: InstanceRecord) -> RegistryTable:
-    """Apply one record: latest per instance id wins, `gone` removes, ready records a time."""
-    previous = table.instances.get(record.instance_id)
-    if previous is not None and record.updated_at < previous.updated_at:
-        return table  # An older update replayed out of order: the table already knows better.
-    instances = dict(table.instances)
-    if record.state == "gone":
-        instances.pop(record.instance_id, None)
-    else:
-        instances[record.instance_id] = record
-    ready_times = table.time_to_ready_s
-    became_ready = record.state == "ready" and (previous is None or previous.state != "ready")
-    measured = _time_to_ready(record) if became_ready else None
-    if measured is not None:
-        history = (*table.time_to_ready_s.get(record.group, ()), measured)[-READY_HISTORY:]
-        ready_times = {**table.time_to_ready_s, record.group: history}
-    return replace(table, instances=instances, time_to_ready_s=ready_times)
-
-
-def fold_all(
-    records: Iterable[InstanceRecord], table: RegistryTable | None = None
-) -> RegistryTable:
-    """Fold records in order, from an empty table unless one is given."""
-    current = table or RegistryTable()
-    for record in records:
-        current = fold(current, record)
-    return current
-
-
-def tombstone(table: RegistryTable, instance_id: str) -> RegistryTable:
-    """A compaction tombstone (null value) for an instance removes it like `gone`."""
-    if instance_id not in table.instances:
-        return table
-    instances = {k: v for k, v in table.instances.items() if k != instance_id}
-    return replace(table, instances=instances)
-
-
-def replicas_by_state(table: RegistryTable, group: str) -> dict[InstanceState, int]:
+def replicas_by_state(
+    table: RegistryTable, group: str, now: datetime | None = None
+) -> dict[InstanceState, int]:
     """Live instances of one consumer group, counted by state (every state present, gone = 0).
 
-    A `ready` worker that reports no partitions yet has loaded and warmed up but not
-    finished joining its group (a rebalance can take seconds): it counts as `warming`,
-    so the policy sees capacity on its way instead of adding more.
+    An instance whose lease ran out (its process died without a word) counts as gone. A
+    `ready` worker that holds no partitions yet (joining, or standing by) counts as
+    `warming`, so the policy sees capacity on its way instead of adding more.
     """
+    moment = now or datetime.now(UTC)
     counts: dict[InstanceState, int] = dict.fromkeys(INSTANCE_STATES, 0)
     for record in table.instances.values():
-        if record.group == group:
-            joining = record.state == "ready" and record.partitions == 0
-            counts["warming" if joining else record.state] += 1
+        if record.group != group and group not in record.groups:
+            continue
+        if not is_live(record, moment):
+            continue
+        joining = record.state == "ready" and record.partitions == 0
+        counts["warming" if joining else record.state] += 1
     return counts
 
 
@@ -105,13 +81,6 @@ def ready_time(table: RegistryTable, group: str) -> ReadyTime | None:
     if not history:
         return None
     return ReadyTime(statistics.median(history), max(history), len(history))
-
-
-def decode(value: bytes | None) -> InstanceRecord | None:
-    """Parse one record's value; None for a tombstone. Raises ValidationError when invalid."""
-    if value is None:
-        return None
-    return InstanceRecord.model_validate_json(value)
 
 
 class Registry:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from pydantic import ValidationError
+
 from schemas.result import Status
 
 
@@ -62,3 +64,15 @@ class EngineError(InferbusError):
 
 class Unparseable(InferbusError):
     """The event has no usable request id to answer: it goes to the DLQ with its bytes."""
+
+
+def describe_validation_error(exc: ValidationError, *, limit: int | None = 5) -> str:
+    """pydantic's errors as `field.path: message; ...`, the first `limit` of them.
+
+    pydantic's own `str(exc)` quotes the input values: these messages do not.
+    """
+    errors = exc.errors(include_url=False, include_input=False)
+    shown = errors if limit is None else errors[:limit]
+    parts = [f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}" for err in shown]
+    more = len(errors) - len(shown)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

@@ -57,3 +57,12 @@ class InferenceRequest(BaseModel):
             return None
         start = self.created_at or received_at
         return start + timedelta(milliseconds=self.timeout_ms)
+
+    def effective_deadline_ms(self, received_ms: float) -> float | None:
+        """`effective_deadline` as epoch milliseconds, from a receipt time in epoch ms."""
+        if self.deadline is not None:
+            return self.deadline.timestamp() * 1000
+        if self.timeout_ms is None:
+            return None
+        start = self.created_at.timestamp() * 1000 if self.created_at else received_ms
+        return start + self.timeout_ms

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from schemas.frames import is_frame, split_frame
 from schemas.tensors import Tensor
 
 Status = Literal[
@@ -73,9 +75,26 @@ class InferenceResult(BaseModel):
     tenant: str | None = None
     completed_at: datetime | None = None
 
+    _payload: bytes | memoryview | None = PrivateAttr(default=None)
+    """A binary frame's bytes after the envelope, where `raw` outputs lie."""
+
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @classmethod
+    def from_wire(cls, value: bytes) -> InferenceResult:
+        """A result event as produced: JSON, or a binary frame whose outputs are raw bytes."""
+        if not is_frame(value):
+            return cls.model_validate_json(value)
+        envelope, payload = split_frame(value)
+        result = cls.model_validate_json(bytes(envelope))
+        result._payload = payload
+        return result
+
+    def output(self, name: str) -> np.ndarray[Any, Any]:
+        """One output as an array, whichever form it travelled in."""
+        return self.outputs[name].to_numpy(self._payload)
 
 
 def error_result(

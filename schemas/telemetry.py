@@ -20,7 +20,7 @@ class InstanceRecord(BaseModel):
 
     schema_version: Literal[1] = 1
     instance_id: str
-    model: str
+    model: str = Field(description="The model it serves; empty for an ingest instance.")
     tiers: list[Tier]
     group: str = Field(description="Consumer group of its first (highest) tier.")
     state: InstanceState
@@ -38,6 +38,27 @@ class InstanceRecord(BaseModel):
         default=None,
         description="Partitions assigned to it now, all its groups together; 0 while it has "
         "joined no group yet; None from workers that do not report it.",
+    )
+    service: str = Field(default="inferbus-worker", description="inferbus-worker, -ingest.")
+    groups: list[str] = Field(
+        default_factory=list,
+        description="Every consumer group it serves (one per tier); empty: only `group`.",
+    )
+    owned: dict[str, list[int]] = Field(
+        default_factory=dict,
+        description="Partitions it consumes now, per topic. Another member takes one only "
+        "after it is released here (or the lease ran out).",
+    )
+    ready_at: datetime | None = Field(
+        default=None, description="When it became ready; the oldest consume first."
+    )
+    lease_s: float | None = Field(
+        default=None,
+        description="The record is refreshed well within this; past it without a refresh "
+        "the instance counts as gone (its process died).",
+    )
+    standby: bool = Field(
+        default=False, description="Loaded and warm, holding no partition by the scaler's word."
     )
 
 

@@ -1,4 +1,4 @@
-"""Named tensors on the wire: dtype, shape and data as a nested list or base64 bytes."""
+"""Named tensors on the wire: dtype and shape, data as a nested list, base64, or raw frame bytes."""
 
 from __future__ import annotations
 
@@ -22,14 +22,24 @@ DTYPES: dict[str, np.dtype[Any]] = {
     "uint8": np.dtype("u1"),
     "bool": np.dtype("?"),
 }
+Buffer = bytes | bytearray | memoryview
 
 
 class TensorDecodeError(ValueError):
     """The tensor's data does not match its declared dtype and shape."""
 
 
+class RawSlice(BaseModel):
+    """Where a tensor's raw little-endian bytes lie in a binary frame's payload."""
+
+    model_config = ConfigDict(frozen=True)
+
+    offset: int = Field(ge=0, description="Start within the payload (after the envelope).")
+    nbytes: int = Field(ge=0, description="Length in bytes: product(shape) x itemsize.")
+
+
 class Tensor(BaseModel):
-    """A tensor with a leading batch dimension; `data` (nested list) or `b64` (raw LE bytes)."""
+    """A tensor with a leading batch dimension: exactly one of `data`, `b64` or `raw`."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -37,42 +47,32 @@ class Tensor(BaseModel):
     shape: list[int] = Field(min_length=1, description="Leading dimension is the batch.")
     data: Any = Field(default=None, description="Nested list matching `shape`.")
     b64: str | None = Field(default=None, description="Raw little-endian bytes, base64.")
+    raw: RawSlice | None = Field(
+        default=None, description="Raw little-endian bytes in a binary frame's payload."
+    )
 
     @model_validator(mode="after")
     def _one_payload(self) -> Tensor:
-        if (self.data is None) == (self.b64 is None):
-            raise ValueError("a tensor carries exactly one of `data` (nested list) or `b64`")
+        given = (self.data is not None) + (self.b64 is not None) + (self.raw is not None)
+        if given != 1:
+            raise ValueError("a tensor carries exactly one of `data` (nested list), `b64` or `raw`")
         if any(d < 0 for d in self.shape):
             raise ValueError(f"shape {self.shape} has a negative dimension")
         return self
 
-    def to_numpy(self) -> np.ndarray[Any, Any]:
-        """Decode to an array of the declared dtype and shape, or raise TensorDecodeError."""
-        dtype = DTYPES[self.dtype]
-        expected = math.prod(self.shape)
-        if self.b64 is not None:
-            try:
-                raw = base64.b64decode(self.b64, validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise TensorDecodeError(f"`b64` is not valid base64: {exc}") from exc
-            if len(raw) != expected * dtype.itemsize:
-                raise TensorDecodeError(
-                    f"`b64` holds {len(raw)} bytes; shape {self.shape} of {self.dtype} "
-                    f"needs {expected * dtype.itemsize}"
-                )
-            return np.frombuffer(raw, dtype=dtype).reshape(self.shape)
-        try:
-            array = np.asarray(self.data, dtype=dtype)
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise TensorDecodeError(f"`data` is not a {self.dtype} nested list: {exc}") from exc
-        if array.size == 0 and expected == 0:
-            # `[]` is how a nested list spells any empty tensor, e.g. shape [0, 16].
-            array = array.reshape(self.shape)
-        if list(array.shape) != list(self.shape):
-            raise TensorDecodeError(
-                f"`data` has shape {list(array.shape)} but the tensor declares {self.shape}"
-            )
-        return array
+    def to_numpy(self, payload: Buffer | None = None) -> np.ndarray[Any, Any]:
+        """Decode to an array of the declared dtype and shape, or raise TensorDecodeError.
+
+        `payload`: a binary frame's bytes after the envelope, for `raw` tensors.
+        """
+        return decode_tensor(
+            self.dtype,
+            self.shape,
+            data=self.data,
+            b64=self.b64,
+            raw=(self.raw.offset, self.raw.nbytes) if self.raw is not None else None,
+            payload=payload,
+        )
 
     @classmethod
     def from_numpy(cls, array: np.ndarray[Any, Any], *, encoding: str = "list") -> Tensor:
@@ -82,6 +82,60 @@ class Tensor(BaseModel):
             raw = np.ascontiguousarray(array, dtype=DTYPES[name]).tobytes()
             return cls(dtype=name, shape=list(array.shape), b64=base64.b64encode(raw).decode())
         return cls(dtype=name, shape=list(array.shape), data=array.tolist())
+
+
+def decode_tensor(
+    dtype_name: str,
+    shape: list[int],
+    *,
+    data: Any = None,
+    b64: str | None = None,
+    raw: tuple[int, int] | None = None,
+    payload: Buffer | None = None,
+) -> np.ndarray[Any, Any]:
+    """One tensor's array from whichever form it came in; TensorDecodeError names the problem.
+
+    b64 and raw arrays are read-only views of their bytes (no copy).
+    """
+    dtype = DTYPES[dtype_name]
+    expected = math.prod(shape)
+    if raw is not None:
+        offset, nbytes = raw
+        if payload is None:
+            raise TensorDecodeError("`raw` needs a binary frame: the event has no payload")
+        if offset + nbytes > len(payload):
+            raise TensorDecodeError(
+                f"`raw` reaches byte {offset + nbytes}; the frame's payload has {len(payload)}"
+            )
+        if nbytes != expected * dtype.itemsize:
+            raise TensorDecodeError(
+                f"`raw` holds {nbytes} bytes; shape {shape} of {dtype_name} "
+                f"needs {expected * dtype.itemsize}"
+            )
+        return np.frombuffer(payload, dtype=dtype, count=expected, offset=offset).reshape(shape)
+    if b64 is not None:
+        try:
+            decoded = base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise TensorDecodeError(f"`b64` is not valid base64: {exc}") from exc
+        if len(decoded) != expected * dtype.itemsize:
+            raise TensorDecodeError(
+                f"`b64` holds {len(decoded)} bytes; shape {shape} of {dtype_name} "
+                f"needs {expected * dtype.itemsize}"
+            )
+        return np.frombuffer(decoded, dtype=dtype).reshape(shape)
+    try:
+        array = np.asarray(data, dtype=dtype)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise TensorDecodeError(f"`data` is not a {dtype_name} nested list: {exc}") from exc
+    if array.size == 0 and expected == 0:
+        # `[]` is how a nested list spells any empty tensor, e.g. shape [0, 16].
+        array = array.reshape(shape)
+    if list(array.shape) != list(shape):
+        raise TensorDecodeError(
+            f"`data` has shape {list(array.shape)} but the tensor declares {shape}"
+        )
+    return array
 
 
 class TextInput(BaseModel):

@@ -32,6 +32,16 @@ def is_legal_model_name(name: str) -> bool:
     return bool(_LEGAL_MODEL.fullmatch(name))
 
 
+def ingest_topic(tier: Tier | None = None) -> str:
+    """Where producers send requests: per tier (served in priority order), or the shared one
+    for producers that do not choose (each request names its tier)."""
+    return INGEST if tier is None else f"{INGEST}.{tier}"
+
+
+INGEST_TOPICS: tuple[str, ...] = (INGEST, *(ingest_topic(tier) for tier in TIERS))
+"""Every topic ingest reads."""
+
+
 def request_topic(model: str, tier: Tier) -> str:
     """The tier topic that a model's validated requests wait on."""
     return f"inferbus.req.{model}.{tier}"

@@ -1,4 +1,9 @@
-"""Folds stage spans and stage timings into per-(model, tier, stage) latency histograms."""
+"""Per-(model, tier, stage) latency histograms of every request, traced or not.
+
+Ingest and the worker record each request's stage times here as they answer it (a poll
+or a batch at a time); telemetry heartbeats carry the snapshots to the scaler, and the
+Prometheus histograms see the same samples.
+"""
 
 from __future__ import annotations
 
@@ -6,28 +11,21 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.trace import StatusCode
+import numpy as np
 
-from tracing.attributes import MODEL, REQUEST_COUNT, STAGE, STAGES, TIER
+from tracing.attributes import STAGES
 from tracing.histogram import DEFAULT_RELATIVE_ACCURACY, LatencyHistogram
 
 StageKey = tuple[str, str, str]
 """(model, tier, stage)."""
-StageObserver = Callable[[str, str, str, float, int], None]
-"""Called with (model, tier, stage, ms, count) for every observation, e.g. Prometheus."""
+StageObserver = Callable[[str, str, str, np.ndarray[Any, Any]], None]
+"""Called with (model, tier, stage, values in ms) for every recording, e.g. Prometheus."""
 
 _STAGES = frozenset(STAGES)
 
 
-class StageBreakdown(SpanProcessor):
-    """A span processor: every ended span with `inferbus.stage`, model and tier is one sample.
-
-    Spans whose status is ERROR are left out (a rejected request's fast path would flatter
-    the latency); `inferbus.request_count` weights a batch span by the requests it served.
-    Thread-safe: spans end on the event loop and in engine threads alike.
-    """
+class StageBreakdown:
+    """Stage histograms, reset at every snapshot; thread-safe."""
 
     def __init__(
         self,
@@ -41,48 +39,30 @@ class StageBreakdown(SpanProcessor):
         self._histograms: dict[StageKey, LatencyHistogram] = {}
 
     def add_observer(self, observer: StageObserver) -> None:
-        """Also call `observer` for every sample from now on."""
+        """Also call `observer` for every recording from now on."""
         with self._lock:
             self._observers = (*self._observers, observer)
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        """Nothing to do until the span ends."""
-
-    def on_end(self, span: ReadableSpan) -> None:
-        attributes = span.attributes
-        if not attributes:
-            return
-        stage = attributes.get(STAGE)
-        model = attributes.get(MODEL)
-        tier = attributes.get(TIER)
-        if not isinstance(stage, str) or stage not in _STAGES:
-            return
-        if not isinstance(model, str) or not isinstance(tier, str):
-            return
-        if span.status.status_code is StatusCode.ERROR:
-            return
-        if span.start_time is None or span.end_time is None:
-            return
-        weight = attributes.get(REQUEST_COUNT, 1)
-        count = weight if isinstance(weight, int) and weight > 0 else 1
-        self._record(model, tier, stage, (span.end_time - span.start_time) / 1e6, count)
-
     def record_stage(self, model: str, tier: str, stage: str, ms: float, count: int = 1) -> None:
-        """Record a stage duration that is not a span (e.g. e2e from timestamps)."""
+        """One stage duration, `count` times."""
+        self.record_many(model, tier, stage, np.full(count, ms, dtype=np.float64))
+
+    def record_many(self, model: str, tier: str, stage: str, values: Any) -> None:
+        """Many requests' durations of one stage (ms; NaN means the stage did not apply)."""
         if stage not in _STAGES:
             raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
-        self._record(model, tier, stage, ms, count)
-
-    def _record(self, model: str, tier: str, stage: str, ms: float, count: int) -> None:
+        array = np.asarray(values, dtype=np.float64)
+        if array.size == 0:
+            return
         key = (model, tier, stage)
         with self._lock:
             hist = self._histograms.get(key)
             if hist is None:
                 hist = self._histograms[key] = LatencyHistogram(self._accuracy)
-            hist.record(ms, count)
+            hist.record_many(array)
             observers = self._observers
         for observer in observers:
-            observer(model, tier, stage, ms, count)
+            observer(model, tier, stage, array)
 
     def snapshot_and_reset(self) -> list[dict[str, Any]]:
         """Entries shaped for `Heartbeat.histograms`, and start a fresh interval."""
@@ -91,6 +71,7 @@ class StageBreakdown(SpanProcessor):
         return [
             {"model": model, "tier": tier, "stage": stage, **hist.to_dict()}
             for (model, tier, stage), hist in sorted(histograms.items())
+            if hist.count
         ]
 
     def restore(self, entries: Iterable[Mapping[str, Any]]) -> None:
@@ -105,22 +86,21 @@ class StageBreakdown(SpanProcessor):
                 else:
                     current.merge(hist)
 
-    def shutdown(self) -> None:
-        """Nothing held outside memory."""
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Samples are folded synchronously; nothing to flush."""
-        return True
-
 
 _default = StageBreakdown()
 
 
 def default_breakdown() -> StageBreakdown:
-    """This process's breakdown, installed on the provider by `init_tracing`."""
+    """This process's breakdown."""
     return _default
 
 
 def record_stage(model: str, tier: str, stage: str, ms: float, count: int = 1) -> None:
-    """Record a stage duration into this process's breakdown (for stages that are not spans)."""
+    """Record a stage duration into this process's breakdown."""
     _default.record_stage(model, tier, stage, ms, count)
+
+
+def record_stages(model: str, tier: str, stages: Mapping[str, Any]) -> None:
+    """Record several stages' per-request durations (arrays in ms) at once."""
+    for stage, values in stages.items():
+        _default.record_many(model, tier, stage, values)

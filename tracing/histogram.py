@@ -6,6 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 DEFAULT_RELATIVE_ACCURACY = 0.01
 DEFAULT_MAX_BINS = 2048
 MIN_TRACKED_MS = 1e-3
@@ -73,6 +75,28 @@ class LatencyHistogram:
         self.sum += ms * count
         self.min = min(self.min, ms)
         self.max = max(self.max, ms)
+
+    def record_many(self, values: np.ndarray[Any, Any]) -> None:
+        """Add every value of a float array at once (a batch's stage times); NaN is skipped."""
+        ms = np.asarray(values, dtype=np.float64)
+        ms = np.maximum(ms[np.isfinite(ms)], 0.0)
+        if ms.size == 0:
+            return
+        small = ms < MIN_TRACKED_MS
+        self.zero_count += int(small.sum())
+        tracked = ms[~small]
+        if tracked.size:
+            indices, counts = np.unique(
+                np.ceil(np.log(tracked) / self._log_gamma).astype(np.int64), return_counts=True
+            )
+            for index, n in zip(indices.tolist(), counts.tolist(), strict=True):
+                self._bins[index] = self._bins.get(index, 0) + n
+            if len(self._bins) > self.max_bins:
+                self._collapse()
+        self.count += int(ms.size)
+        self.sum += float(ms.sum())
+        self.min = min(self.min, float(ms.min()))
+        self.max = max(self.max, float(ms.max()))
 
     def merge(self, other: LatencyHistogram) -> None:
         """Add every observation of `other` (same relative accuracy) into this one."""

@@ -397,19 +397,20 @@ def infer_span(
     request: RequestAttrs,
     parent: Parent | None = None,
     start_ns: int | None = None,
+    size: int | None = None,
 ) -> Iterator[BatchSpan]:
-    """Batch-level `infer` span that links to every request in the batch.
+    """Batch-level `infer` span that links to every (traced) request in the batch.
 
     `start_ns`: when the engine really started (a batch may queue behind another).
 
     `requests`: each request's span or context (the worker's `process` span). `request`:
     the batch's shared attributes (model, tier, version, provider, batch_id); batch size
-    is `len(requests)`. Parent: `parent`, else the first request, so that a batch of one
+    is `size`, default `len(requests)` (a batch of partly sampled requests links fewer). Parent: `parent`, else the first request, so that a batch of one
     reads as one trace; the other requests reach it through their links.
     """
     if not requests:
         raise ValueError("a batch needs at least one request")
-    size = len(requests)
+    size = len(requests) if size is None else size
     shared = RequestAttrs(
         model=request.model,
         tier=request.tier,

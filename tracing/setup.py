@@ -20,18 +20,13 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.sampling import (
     ALWAYS_OFF,
     ALWAYS_ON,
-    Decision,
     ParentBased,
     Sampler,
-    SamplingResult,
     TraceIdRatioBased,
 )
-from opentelemetry.trace import Link, SpanKind, Tracer
-from opentelemetry.trace.span import TraceState
-from opentelemetry.util.types import Attributes
+from opentelemetry.trace import Tracer
 
 from schemas.errors import InferbusError
-from tracing.attributes import STAGE
 from tracing.breakdown import default_breakdown
 from tracing.metrics import observe_stage
 
@@ -42,37 +37,6 @@ TRACER_NAME = "inferbus"
 
 class TracingConfigError(InferbusError):
     """An OTEL_* variable asks for something this process cannot do."""
-
-
-class RecordStageSpans(Sampler):
-    """Samples like `delegate`, but keeps recording (not exporting) spans that carry a stage.
-
-    The breakdown processor needs every stage span, sampled or not; RECORD_ONLY spans reach
-    span processors but exporters skip them, and the trace flags stay unsampled downstream.
-    """
-
-    def __init__(self, delegate: Sampler) -> None:
-        self.delegate = delegate
-
-    def should_sample(  # noqa: PLR0917 - the Sampler interface fixes this signature
-        self,
-        parent_context: Context | None,
-        trace_id: int,
-        name: str,
-        kind: SpanKind | None = None,
-        attributes: Attributes = None,
-        links: Sequence[Link] | None = None,
-        trace_state: TraceState | None = None,
-    ) -> SamplingResult:
-        result = self.delegate.should_sample(
-            parent_context, trace_id, name, kind, attributes, links, trace_state
-        )
-        if result.decision is Decision.DROP and attributes and STAGE in attributes:
-            return SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
-        return result
-
-    def get_description(self) -> str:
-        return f"RecordStageSpans{{{self.delegate.get_description()}}}"
 
 
 def sampler_from_env(env: Mapping[str, str], default_ratio: float = 1.0) -> Sampler:
@@ -100,6 +64,33 @@ def sampler_from_env(env: Mapping[str, str], default_ratio: float = 1.0) -> Samp
     if base not in roots:
         raise TracingConfigError(f"OTEL_TRACES_SAMPLER={name!r} is not supported")
     return ParentBased(root=roots[base])
+
+
+def root_ratio(env: Mapping[str, str], default_ratio: float = 1.0) -> float:
+    """The sampling ratio of new traces that the OTEL_TRACES_SAMPLER variables ask for."""
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or "parentbased_traceidratio"
+    base = name.removeprefix("parentbased_")
+    if base == "always_on":
+        return 1.0
+    if base == "always_off":
+        return 0.0
+    sampler = sampler_from_env(env, default_ratio)  # validates the name and the argument
+    root = getattr(sampler, "_root", None)
+    rate = getattr(root, "rate", None)
+    return float(rate) if isinstance(rate, int | float) else default_ratio
+
+
+def exports(env: Mapping[str, str]) -> bool:
+    """Whether the OTEL_* variables ask for any exporter (without building one)."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    names = {n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")}
+    if "none" in names:
+        return False
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    return "console" in names or ("otlp" in names and bool((endpoint or "").strip()))
 
 
 def exporters_from_env(env: Mapping[str, str]) -> list[SpanExporter]:
@@ -169,6 +160,10 @@ class _Tap(SpanProcessor):
 
         return detach
 
+    @property
+    def attached(self) -> bool:
+        return bool(self._processors)
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         for processor in self._processors:
             processor.on_start(span, parent_context)
@@ -208,9 +203,7 @@ def build_tracer_provider(
             SERVICE_INSTANCE_ID: instance_id,
         }
     )
-    provider = TracerProvider(
-        sampler=RecordStageSpans(sampler_from_env(env, sample_ratio)), resource=resource
-    )
+    provider = TracerProvider(sampler=sampler_from_env(env, sample_ratio), resource=resource)
     for processor in extra_processors:
         provider.add_span_processor(processor)
     for exporter in exporters_from_env(env):
@@ -225,6 +218,8 @@ class _Process:
     provider: TracerProvider | None = None
     tracer: Tracer | None = None
     tap = _Tap()
+    ratio = 1.0
+    exporting = False
 
 
 def init_tracing(
@@ -243,12 +238,14 @@ def init_tracing(
             instance_id=instance_id,
             attributes=attributes,
             sample_ratio=sample_ratio,
-            extra_processors=(default_breakdown(), _Process.tap),
+            extra_processors=(_Process.tap,),
         )
         trace.set_tracer_provider(provider)
         # Prometheus sees the same stage samples as the heartbeats.
         default_breakdown().add_observer(observe_stage)
         _Process.provider = provider
+        _Process.ratio = root_ratio(os.environ, sample_ratio)
+        _Process.exporting = exports(os.environ)
         _Process.tracer = provider.get_tracer(TRACER_NAME)
         log.info(
             "tracing.init service=%s instance=%s sampler=%s",
@@ -266,6 +263,16 @@ def shutdown_tracing() -> None:
     if provider is not None:
         provider.force_flush()
         provider.shutdown()
+
+
+def tracing_enabled() -> bool:
+    """Spans go somewhere (an OTLP or console exporter, or a test's): only then build them."""
+    return _Process.exporting or _Process.tap.attached
+
+
+def sampling_ratio() -> float:
+    """The share of new traces (no producer `traceparent`) that are sampled."""
+    return _Process.ratio
 
 
 def attach_exporter(exporter: SpanExporter) -> Callable[[], None]:

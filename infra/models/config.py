@@ -8,7 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schemas.errors import InferbusError
+from schemas.errors import InferbusError, describe_validation_error
 from schemas.tensors import DType
 from schemas.topics import TIERS, Tier, is_legal_model_name
 
@@ -246,10 +246,7 @@ class ModelConfig(_Frozen):
         try:
             config = cls.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-                for err in exc.errors()
-            )
+            problems = describe_validation_error(exc, limit=None)
             raise ModelConfigError(f"{path}: {problems}", path=str(path)) from exc
         if config.name != path.parent.name:
             raise ModelConfigError(

@@ -8,7 +8,7 @@ import numpy as np
 
 from schemas.errors import InvalidInput
 from schemas.request import InferenceRequest
-from schemas.tensors import Tensor, TensorDecodeError, TextInput
+from schemas.tensors import Buffer, Tensor, TensorDecodeError, TextInput
 from infra.models.config import ModelConfig
 
 Arrays = dict[str, np.ndarray[Any, Any]]
@@ -29,10 +29,16 @@ def tensor_nbytes(tensor: Tensor) -> int:
 
 
 def validate_inputs(
-    request: InferenceRequest, config: ModelConfig, *, max_tensor_bytes: int, max_samples: int
+    request: InferenceRequest,
+    config: ModelConfig,
+    *,
+    max_tensor_bytes: int,
+    max_samples: int,
+    payload: Buffer | None = None,
 ) -> tuple[Arrays, list[str] | None, int]:
     """Decode and check every input; returns (arrays, texts or None, samples).
 
+    `payload`: a binary frame's bytes after the envelope, where `raw` tensors lie.
     Raises InvalidInput with a message naming the input and the rule it breaks.
     """
     texts: list[str] | None = None
@@ -89,7 +95,7 @@ def validate_inputs(
                     input=spec.name,
                 )
             try:
-                array = tensor.to_numpy()
+                array = tensor.to_numpy(payload)
             except TensorDecodeError as exc:
                 raise _fail(f"input {spec.name!r}: {exc}", input=spec.name) from exc
             if array.dtype.kind == "f" and not spec.allow_nan and not np.isfinite(array).all():

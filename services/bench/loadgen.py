@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 from aiokafka import TopicPartition
 
 from infra.kafka import make_consumer, make_producer, start_with_retry
+from schemas.frames import is_frame, join_frame, split_frame
 from schemas.topics import INGEST, RESULTS
 
 
@@ -43,15 +45,17 @@ class LoadReport:
     ended_s: float = 0.0
 
 
-REQUEST_ID_SLOT = b"__request_id__"
+REQUEST_ID_SLOT = b"0" * 32
+"""Templates carry this where the request id goes; uuid4().hex has the same length, so a
+binary frame's envelope length stays right after the swap."""
 
 
 class EncoderEvents:
     """Pre-serialized demo-encoder events (a few per length), so the load generator spends
-    its CPU on sending, not on encoding JSON: each event is a template with an id slot."""
+    its CPU on sending, not on encoding: each event is a template with an id slot."""
 
     def __init__(
-        self, model: str, seed: int = 1, variants: int = 16, encoding: str = "b64"
+        self, model: str, seed: int = 1, variants: int = 16, encoding: str = "frame"
     ) -> None:
         self.model = model
         self.variants = variants
@@ -84,27 +88,50 @@ def _int64_tensor(array: np.ndarray[Any, Any], encoding: str) -> dict[str, Any]:
 
 
 def encoder_event(
-    request_id: str, model: str, seq_len: int, rng: np.random.Generator, *, encoding: str = "b64"
+    request_id: str, model: str, seq_len: int, rng: np.random.Generator, *, encoding: str = "frame"
 ) -> bytes:
     """A demo-encoder request of `seq_len` tokens, as any producer would write it.
 
-    `encoding` is the tensor form: `b64` (raw bytes, what a throughput-minded producer
-    sends; results come back in the same form) or `list` (nested lists)."""
-    ids = rng.integers(5, 1000, size=(1, seq_len))
-    mask = np.ones((1, seq_len), dtype=np.int64)
-    return json.dumps(
-        {
-            "schema_version": 1,
-            "request_id": request_id,
-            "model": model,
-            "tier": "interactive",
-            "inputs": {
-                "input_ids": _int64_tensor(ids, encoding),
-                "attention_mask": _int64_tensor(mask, encoding),
+    `encoding` is the tensor form: `frame` (a binary frame: raw bytes after a JSON envelope,
+    the Python client's default), `b64` (JSON, base64 tensors) or `list` (JSON, nested
+    lists). Results come back in the same form."""
+    ids = rng.integers(5, 1000, size=(1, seq_len)).astype("<i8")
+    mask = np.ones((1, seq_len), dtype="<i8")
+    event: dict[str, Any] = {
+        "schema_version": 1,
+        "request_id": request_id,
+        "model": model,
+        "tier": "interactive",
+        "timeout_ms": 60_000,
+    }
+    if encoding == "frame":
+        raw = [ids.tobytes(), mask.tobytes()]
+        event["inputs"] = {
+            "input_ids": {
+                "dtype": "int64",
+                "shape": [1, seq_len],
+                "raw": {"offset": 0, "nbytes": len(raw[0])},
             },
-            "timeout_ms": 60_000,
+            "attention_mask": {
+                "dtype": "int64",
+                "shape": [1, seq_len],
+                "raw": {"offset": len(raw[0]), "nbytes": len(raw[1])},
+            },
         }
-    ).encode()
+        return join_frame(json.dumps(event).encode(), raw)
+    event["inputs"] = {
+        "input_ids": _int64_tensor(ids, encoding),
+        "attention_mask": _int64_tensor(mask, encoding),
+    }
+    return json.dumps(event).encode()
+
+
+def read_result(value: bytes) -> dict[str, Any]:
+    """A result's JSON document (a binary frame's envelope), without decoding outputs."""
+    if is_frame(value):
+        envelope, _ = split_frame(value)
+        return orjson.loads(envelope)  # type: ignore[no-any-return]
+    return orjson.loads(value)  # type: ignore[no-any-return]
 
 
 class LoadGenerator:
@@ -113,7 +140,7 @@ class LoadGenerator:
     def __init__(self, bootstrap: str, make_event: Callable[[str, int], bytes]) -> None:
         self.bootstrap = bootstrap
         self.make_event = make_event
-        self._producer = make_producer(bootstrap, client_id="inferbus-bench", linger_ms=2)
+        self._producer = make_producer(bootstrap, client_id="inferbus-bench")
         self._consumer = make_consumer(
             bootstrap=bootstrap, group_id=None, client_id="inferbus-bench"
         )
@@ -148,7 +175,7 @@ class LoadGenerator:
             now = time.perf_counter()
             for records in batches.values():
                 for record in records:
-                    result: dict[str, Any] = json.loads(record.value)
+                    result = read_result(record.value)
                     sent = self._sent.pop(result["request_id"], None)
                     if sent is None:
                         continue

@@ -8,8 +8,9 @@ import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
@@ -17,30 +18,82 @@ from pydantic import ValidationError
 
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from schemas import headers as h
+from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
+from schemas.frames import FrameError, join_frame
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
-from schemas.tensors import Tensor, TextInput
+from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
 from schemas.topics import INGEST, RESULTS, Tier
 from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
+from tracing.sampling import read_traceparent
+from tracing.setup import tracing_enabled
 
 log = logging.getLogger(__name__)
 InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str]
 
 
+def _is_text(value: InputValue) -> bool:
+    return isinstance(value, str) or (
+        isinstance(value, list) and all(isinstance(item, str) for item in value)
+    )
+
+
 def to_wire_inputs(inputs: Mapping[str, InputValue]) -> dict[str, Tensor | TextInput]:
-    """Numpy arrays become tensors (base64), strings become text inputs."""
+    """Numpy arrays become tensors (base64), strings become text inputs: the JSON form."""
     out: dict[str, Tensor | TextInput] = {}
     for name, value in inputs.items():
         if isinstance(value, Tensor | TextInput):
             out[name] = value
-        elif isinstance(value, str) or (
-            isinstance(value, list) and all(isinstance(item, str) for item in value)
-        ):
+        elif _is_text(value):
             out[name] = TextInput(text=value)
         else:
             out[name] = Tensor.from_numpy(np.asarray(value), encoding="b64")
     return out
+
+
+def to_frame_inputs(
+    inputs: Mapping[str, InputValue],
+) -> tuple[dict[str, Tensor | TextInput], list[bytes]]:
+    """Numpy arrays become `raw` tensors and the frame payload that holds their bytes."""
+    out: dict[str, Tensor | TextInput] = {}
+    payload: list[bytes] = []
+    offset = 0
+    for name, value in inputs.items():
+        if isinstance(value, Tensor | TextInput):
+            out[name] = value
+        elif _is_text(value):
+            out[name] = TextInput(text=value)
+        else:
+            array = np.asarray(value)
+            wire = dtype_name(array.dtype)
+            raw = np.ascontiguousarray(array, dtype=DTYPES[wire]).tobytes()
+            out[name] = Tensor(
+                dtype=wire, shape=list(array.shape), raw=RawSlice(offset=offset, nbytes=len(raw))
+            )
+            payload.append(raw)
+            offset += len(raw)
+    return out, payload
+
+
+@dataclass(frozen=True)
+class WireRequest:
+    """A request ready to produce: its envelope and, for a binary frame, the payload."""
+
+    envelope: InferenceRequest
+    payload: tuple[bytes, ...] | None = None
+    """None: a JSON event; else the bytes the envelope's `raw` tensors point into."""
+
+    @property
+    def request_id(self) -> str:
+        return self.envelope.request_id
+
+    def encode(self) -> tuple[bytes, bytes]:
+        """(value, content type) as produced to `inferbus.ingest`."""
+        document = self.envelope.model_dump_json(exclude_none=True).encode()
+        if self.payload is None:
+            return document, h.JSON
+        return join_frame(document, self.payload), FRAME_CONTENT_TYPE
 
 
 class _SeenIds:
@@ -151,43 +204,57 @@ class InferenceClient:
         timeout_ms: int | None = None,
         model_version: str | None = None,
         metadata: Mapping[str, str] | None = None,
-    ) -> InferenceRequest:
-        """A request with this client's reply topic and tenant."""
-        return InferenceRequest(
+        form: Literal["frame", "json"] = "frame",
+    ) -> WireRequest:
+        """A request with this client's reply topic and tenant.
+
+        `form`: a binary frame (raw tensor bytes after a small JSON envelope; the default,
+        the cheapest to encode and decode) or plain JSON with base64 tensors.
+        """
+        payload: tuple[bytes, ...] | None = None
+        if form == "frame":
+            wire, parts = to_frame_inputs(inputs)
+            payload = tuple(parts)
+        else:
+            wire = to_wire_inputs(inputs)
+        envelope = InferenceRequest(
             request_id=request_id or uuid.uuid4().hex,
             model=model,
             model_version=model_version,
             tier=tier,
-            inputs=to_wire_inputs(inputs),
+            inputs=wire,
             timeout_ms=timeout_ms,
             reply_to=self.reply_to,
             tenant=self.tenant,
             created_at=datetime.now(UTC),
             metadata=dict(metadata or {}),
         )
+        return WireRequest(envelope, payload)
 
-    async def submit(self, request: InferenceRequest) -> str:
+    async def submit(self, request: WireRequest | InferenceRequest) -> str:
         """Fire and forget: produce the request (acks=all) and return its id."""
         producer = self._require_producer()
-        self._mine.add(request.request_id)
+        wire = request if isinstance(request, WireRequest) else WireRequest(request)
+        envelope = wire.envelope
+        self._mine.add(envelope.request_id)
+        value, content_type = wire.encode()
         headers: list[tuple[str, bytes]] = [
-            (h.CONTENT_TYPE, h.JSON),
+            (h.CONTENT_TYPE, content_type),
             (h.SCHEMA, h.REQUEST_SCHEMA_V1),
         ]
-        key = (request.tenant or request.request_id).encode()
-        attrs = RequestAttrs(model=request.model, tier=request.tier, request_id=request.request_id)
+        key = (envelope.tenant or envelope.request_id).encode()
+        attrs = RequestAttrs(
+            model=envelope.model, tier=envelope.tier, request_id=envelope.request_id
+        )
         with send_span(INGEST, key=key, request=attrs) as span:
             inject(headers)
-            metadata = await producer.send_and_wait(
-                INGEST,
-                request.model_dump_json(exclude_none=True).encode(),
-                key=key,
-                headers=headers,
-            )
+            metadata = await producer.send_and_wait(INGEST, value, key=key, headers=headers)
             set_delivery(span, partition=metadata.partition, offset=metadata.offset)
-        return request.request_id
+        return envelope.request_id
 
-    async def infer(self, request: InferenceRequest, *, timeout_s: float = 30.0) -> InferenceResult:
+    async def infer(
+        self, request: WireRequest | InferenceRequest, *, timeout_s: float = 30.0
+    ) -> InferenceResult:
         """Submit and await the result; TimeoutError names the request id."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferenceResult] = loop.create_future()
@@ -220,8 +287,8 @@ class InferenceClient:
         if record.value is None:
             return
         try:
-            result = InferenceResult.model_validate_json(record.value)
-        except ValidationError as exc:
+            result = InferenceResult.from_wire(record.value)
+        except (ValidationError, FrameError) as exc:
             log.warning("event=bad_result_on_reply_topic topic=%s error=%s", self.reply_to, exc)
             return
         ours = result.request_id in self._mine or result.request_id in self._waiters
@@ -230,17 +297,19 @@ class InferenceClient:
             if result.request_id in self._seen:
                 self.duplicates_dropped += 1
             return
-        with process_span(
-            record.topic,
-            group=self.client_id,
-            partition=record.partition,
-            offset=record.offset,
-            key=record.key,
-            context=extract(record.headers),
-            request=RequestAttrs(model=result.model, request_id=result.request_id),
-        ) as span:
-            if result.status != "ok":
-                record_error(span, result.status)
+        trace = read_traceparent(record.headers)
+        if tracing_enabled() and trace is not None and trace.sampled:
+            with process_span(
+                record.topic,
+                group=self.client_id,
+                partition=record.partition,
+                offset=record.offset,
+                key=record.key,
+                context=extract(record.headers),
+                request=RequestAttrs(model=result.model, request_id=result.request_id),
+            ) as span:
+                if result.status != "ok":
+                    record_error(span, result.status)
         if not self._seen.add(result.request_id):
             self.duplicates_dropped += 1
             return

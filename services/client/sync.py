@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
 from schemas.topics import RESULTS, Tier
-from services.client.client import InferenceClient, InputValue
+from services.client.client import InferenceClient, InputValue, WireRequest
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ class SyncInferenceClient:
         )
         return self._call(self._client.infer(request, timeout_s=timeout_s))
 
-    def submit(self, request: InferenceRequest) -> str:
+    def submit(self, request: WireRequest | InferenceRequest) -> str:
         """Fire and forget."""
         return self._call(self._client.submit(request))
 

@@ -1,60 +1,62 @@
-"""Ingest's Kafka wiring: a FastStream batch subscriber on `inferbus.ingest`.
+"""Ingest's Kafka wiring: a poll at a time from the ingest topics, routed and acked in bulk.
 
-A poll's events are validated, their outcomes produced with acks=all, and only after
-every ack does FastStream commit (AckPolicy.NACK_ON_ERROR: a failed produce seeks back
-and the poll is retried, so nothing is lost).
+Two consumers, each over the partitions this instance owns: critical, interactive and the
+shared `inferbus.ingest` in one, batch in the other, so a batch backlog never sits in front
+of an interactive request. A poll's outcomes are produced without awaiting each send, then
+every ack is awaited; only then are the poll's offsets committed. A send that still fails
+after the retries is answered (`internal_error`) or dead-lettered, never dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import signal
 import socket
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypeAlias
 
+import numpy as np
 from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
-from faststream import AckPolicy, FastStream
-from faststream.kafka import KafkaBroker
-from faststream.kafka.annotations import KafkaMessage
-from opentelemetry import trace
-from opentelemetry.trace import Span
 
-from infra.kafka import FETCH_MAX_WAIT_MS, make_producer, start_with_retry
+from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
 from schemas import headers as h
 from schemas.errors import EngineError
 from schemas.result import error_result
-from schemas.topics import DLQ, INGEST, INGEST_GROUP
+from schemas.topics import DLQ, INGEST, INGEST_GROUP, TIERS, ingest_topic
 from services.ingest.catalog import CachedModelCatalog, QueueDepths
 from services.ingest.handlers import (
     Answer,
-    DeadLetter,
     Outcome,
     Route,
     dead_letter_headers,
     handle_event,
 )
 from services.ingest.settings import IngestSettings
+from services.ingest.spans import IngestSpans
+from services.runtime.answers import Outgoing, Publisher, result_headers
+from services.runtime.consumer import OwnedConsumer
+from services.runtime.membership import Identity, Membership
+from services.runtime.offsets import OffsetTracker
 from tracing.attributes import RequestAttrs
-from tracing.kafka import (
-    extract,
-    inject,
-    record_error,
-    set_delivery,
-    start_process_span,
-    start_send_span,
-)
+from tracing.breakdown import record_stages
 from tracing.metrics import count_request, start_metrics_server
-from tracing.setup import init_tracing, shutdown_tracing
+from tracing.sampling import TraceRef, new_trace, read_traceparent
+from tracing.setup import init_tracing, sampling_ratio, shutdown_tracing, tracing_enabled
 from tracing.telemetry import TelemetryPublisher
 
 log = logging.getLogger(__name__)
+Record: TypeAlias = "ConsumerRecord[bytes, bytes]"
+
+HIGH_TOPICS = (ingest_topic("critical"), ingest_topic("interactive"), INGEST)
+LOW_TOPICS = (ingest_topic("batch"),)
 
 
 class IngestService:
@@ -73,64 +75,124 @@ class IngestService:
             repository, refresh_s=self.settings.model_refresh_s, depths=self.depths
         )
         self.counts: Counter[str] = Counter()
-        self.broker = KafkaBroker(bootstrap, client_id=self.instance_id)
         self.producer = make_producer(bootstrap, client_id=self.instance_id)
+        self.publisher = Publisher(self.producer, attempts=self.settings.publish_attempts)
+        self.offsets = OffsetTracker()
+        self.membership = Membership(
+            self._send_and_wait,
+            Identity(
+                instance_id=self.instance_id,
+                service="inferbus-ingest",
+                model="",
+                tiers=list(TIERS),
+                groups=[INGEST_GROUP],
+                started_at=datetime.now(UTC),
+            ),
+            lease_s=self.settings.lease_s,
+        )
+        self.consumers = [
+            self._consumer(HIGH_TOPICS, control=True),
+            self._consumer(LOW_TOPICS, control=False),
+        ]
         self.ready = asyncio.Event()
+        self.stopped = asyncio.Event()
         self.telemetry = TelemetryPublisher(
             self._send_telemetry, instance_id=self.instance_id, service="inferbus-ingest"
         )
-        self.broker.subscriber(
-            INGEST,
-            group_id=INGEST_GROUP,
-            batch=True,
-            max_records=self.settings.poll_max_records,
-            batch_timeout_ms=self.settings.poll_timeout_ms,
-            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-            auto_offset_reset="earliest",
-            ack_policy=AckPolicy.NACK_ON_ERROR,
-        )(self._on_batch)
+        self._handled = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self._stopping = False
 
-    def app(self) -> FastStream:
-        """The FastStream application (used by `inferbus ingest`)."""
-        application = FastStream(self.broker, logger=log)
-        application.on_startup(self._startup)
-        application.after_startup(self._after_startup)
-        application.on_shutdown(self._shutdown)
-        return application
+    def _consumer(self, topics: Sequence[str], *, control: bool) -> OwnedConsumer:
+        return OwnedConsumer(
+            self.bootstrap,
+            client_id=self.instance_id,
+            membership=self.membership,
+            groups=[(INGEST_GROUP, topic) for topic in topics],
+            offsets=self.offsets,
+            drain=self._drain,
+            control=control,
+        )
 
-    async def _startup(self) -> None:
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, register ready, take partitions, start polling (idempotent)."""
+        if self._started:
+            return
+        self._started = True
         await start_with_retry(self.producer.start, what="ingest-producer")
         await self.depths.start()
+        await self.membership.publish("ready")
+        self.membership.start_refresh()
+        for consumer in self.consumers:
+            await consumer.start()
         self.telemetry.start()
-
-    async def _shutdown(self) -> None:
-        await self.telemetry.stop()
-        await self.depths.stop()
-        await self.producer.stop()
-
-    async def _send_telemetry(self, topic: str, key: bytes, value: bytes) -> None:
-        await (await self._raw_send(topic, key, value, []))
-
-    async def _after_startup(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._poll_loop(consumer), name=f"ingest-poll-{i}")
+            for i, consumer in enumerate(self.consumers)
+        ]
         self.ready.set()
         log.info("event=ingest_ready instance=%s bootstrap=%s", self.instance_id, self.bootstrap)
 
-    async def _on_batch(self, body: list[Any], message: KafkaMessage) -> None:
-        records: Sequence[ConsumerRecord[bytes, bytes]] = message.raw_message
+    async def stop(self) -> None:
+        """Finish the poll in hand, commit, release every partition, deregister; idempotent."""
+        if self._stopping or not self._started:
+            self.stopped.set()
+            return
+        self._stopping = True
+        with contextlib.suppress(KafkaError):
+            await self.membership.publish("draining")
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for consumer in self.consumers:
+            await consumer.close()
+        await self.membership.stop_refresh()
+        await self.telemetry.stop()
+        with contextlib.suppress(KafkaError):
+            await self.membership.publish("gone")
+        await self.depths.stop()
+        await self.producer.stop()
+        log.info("event=ingest_stopped instance=%s counts=%s", self.instance_id, dict(self.counts))
+        self.stopped.set()
+
+    async def _send_and_wait(self, topic: str, key: bytes, value: bytes) -> RecordMetadata:
+        return await self.producer.send_and_wait(topic, value, key=key)
+
+    async def _send_telemetry(self, topic: str, key: bytes, value: bytes) -> None:
+        await self.producer.send_and_wait(topic, value, key=key)
+
+    async def _drain(self, topic: str, partitions: frozenset[int]) -> None:
+        """Return once no record of these partitions is being routed."""
+        while any(self.offsets.in_flight(topic, p) for p in partitions):
+            self._handled.clear()
+            await self._handled.wait()
+
+    # ---- the hot path --------------------------------------------------------------------
+
+    async def _poll_loop(self, consumer: OwnedConsumer) -> None:
+        while True:
+            records = await consumer.poll(timeout_ms=100)
+            if records:
+                await self.handle(records)
+                consumer.request_commit()
+
+    async def handle(self, records: Sequence[Record]) -> None:
+        """Route, answer or dead-letter one poll's records; returns once all are acked."""
         now = datetime.now(UTC)
-        sends = []
+        tracing = tracing_enabled()
+        ratio = sampling_ratio()
+        outcomes: list[Outcome] = []
+        traces: list[TraceRef] = []
+        spans: list[IngestSpans | None] = []
         for record in records:
-            # Open until its outcome is acked (ended in _send): the ingest stage covers the
-            # route to the tier topic, and model/tier are set on it before it ends.
-            span = start_process_span(
-                INGEST,
-                group=INGEST_GROUP,
-                partition=record.partition,
-                offset=record.offset,
-                key=record.key,
-                context=extract(record.headers),
-                stage="ingest",
-            )
+            self.offsets.polled(record.topic, record.partition, record.offset)
+            trace = read_traceparent(record.headers) or new_trace(ratio)
+            span = IngestSpans.start(record, trace) if tracing and trace.sampled else None
             outcome = handle_event(
                 record.value,
                 produced_at=datetime.fromtimestamp(record.timestamp / 1000, UTC),
@@ -141,148 +203,192 @@ class IngestService:
             if isinstance(outcome, Route):
                 # Counted at once, so this poll's later requests see it before its ack.
                 self.depths.reserve(outcome.topic)
-            sends.append(self._send(record, outcome, span))
-        # All acks before FastStream commits the poll; a failure raises and nacks it.
-        await asyncio.gather(*sends)
+            outcomes.append(outcome)
+            traces.append(trace)
+            spans.append(span)
+        outgoing = [
+            self._outgoing(record, outcome, trace, span)
+            for record, outcome, trace, span in zip(records, outcomes, traces, spans, strict=True)
+        ]
+        acks = await self.publisher.send_all(outgoing)
+        failed = [i for i, ack in enumerate(acks) if isinstance(ack, BaseException)]
+        if failed:
+            await self._undeliverable(records, outcomes, outgoing, acks, failed)
+        self._account(records, outcomes, acks, spans)
+        for record in records:
+            self.offsets.answered(record.topic, record.partition, record.offset)
+        self._handled.set()
 
-    async def _send(
-        self, record: ConsumerRecord[bytes, bytes], outcome: Outcome, span: Span
-    ) -> None:
-        try:
-            await self._send_outcome(record, outcome, span)
-        except KafkaError as exc:
-            # aiokafka has already retried for its request timeout. A send that still fails
-            # (a reply topic that does not exist, a tier topic never provisioned) must not
-            # nack the poll forever and stall ingest for everyone: answer or dead-letter it.
-            record_error(span, exc)
-            await self._undeliverable(record, outcome, exc, span)
-        except Exception as exc:
-            record_error(span, exc)
-            raise
-        finally:
-            span.end()
+    def _outgoing(
+        self, record: Record, outcome: Outcome, trace: TraceRef, span: IngestSpans | None
+    ) -> Outgoing:
+        if isinstance(outcome, Route):
+            headers = outcome.headers
+            if span is not None:
+                request = outcome.request
+                span.routed(
+                    outcome.topic,
+                    outcome.key,
+                    RequestAttrs(
+                        model=request.model, tier=request.tier, request_id=request.request_id
+                    ),
+                )
+                headers.append((h.TRACEPARENT, span.traceparent()))
+            else:
+                headers.append((h.TRACEPARENT, trace.header))
+            tracestate = h.header(record.headers, h.TRACESTATE)
+            if tracestate:
+                headers.append((h.TRACESTATE, tracestate.encode()))
+            return Outgoing(outcome.topic, outcome.key, outcome.value, headers)
+        if isinstance(outcome, Answer):
+            headers = result_headers("frame" if outcome.framed else "list")
+            headers.append(
+                (h.TRACEPARENT, span.traceparent() if span is not None else trace.header)
+            )
+            if span is not None:
+                span.failed(outcome.result.status)
+            value = _encode_answer(outcome)
+            return Outgoing(outcome.topic, outcome.key, value, headers)
+        if span is not None:
+            span.failed("unparseable")
+        headers = dead_letter_headers(
+            outcome.error, topic=record.topic, partition=record.partition, offset=record.offset
+        )
+        return Outgoing(DLQ, record.key, outcome.value, headers)
 
     async def _undeliverable(
-        self, record: ConsumerRecord[bytes, bytes], outcome: Outcome, exc: KafkaError, span: Span
+        self,
+        records: Sequence[Record],
+        outcomes: list[Outcome],
+        outgoing: list[Outgoing],
+        acks: list[RecordMetadata | BaseException],
+        failed: list[int],
     ) -> None:
         """A routed request gets `internal_error`; what still cannot be sent goes to the DLQ.
 
-        Only a DLQ send that fails raises (the broker itself is down): the poll is then
-        retried, which is right.
+        The DLQ is retried until it takes the record: when even that fails the broker is
+        down, and nothing else could be sent either.
         """
-        where = outcome.topic if isinstance(outcome, Route | Answer) else DLQ
-        reason = f"could not produce to {where}: {type(exc).__name__}: {exc}"
-        log.error(
-            "event=undeliverable partition=%d offset=%d reason=%r",
-            record.partition,
-            record.offset,
-            reason,
-        )
-        if isinstance(outcome, Route):
-            request = outcome.request
-            failure = EngineError(f"ingest could not route the request: {reason}")
-            answer = Answer(
-                request.reply_to,
-                outcome.key,
-                error_result(
+        second: list[Outgoing] = []
+        for index in failed:
+            record, outcome, error = records[index], outcomes[index], acks[index]
+            where = outgoing[index].topic
+            reason = f"could not produce to {where}: {type(error).__name__}: {error}"
+            log.error(
+                "event=undeliverable topic=%s partition=%d offset=%d reason=%r",
+                record.topic,
+                record.partition,
+                record.offset,
+                reason[:300],
+            )
+            if isinstance(outcome, Route):
+                self.depths.release(outcome.topic)
+                failure = EngineError(f"ingest could not route the request: {reason}")
+                request = outcome.request
+                result = error_result(
                     request.request_id,
                     request.model,
                     failure.status,
                     str(failure),
                     tenant=request.tenant,
                     completed_at=datetime.now(UTC),
-                ),
-                failure,
-                tier=request.tier,
-            )
-            try:
-                await self._send_outcome(record, answer, span)
-                return
-            except KafkaError as again:
-                reason = f"{reason}; and the error result to {request.reply_to}: {again!r}"
-        headers = h.dead_letter(
-            reason, topic=record.topic, partition=record.partition, offset=record.offset
-        )
-        headers[0] = (h.ERROR_CODE, b"undeliverable")
-        await (await self._raw_send(DLQ, record.key, record.value or b"", headers))
-        self.counts["dead_lettered"] += 1
-
-    async def _send_outcome(
-        self, record: ConsumerRecord[bytes, bytes], outcome: Outcome, span: Span
-    ) -> None:
-        if isinstance(outcome, Route):
-            request = outcome.request
-            attrs = RequestAttrs(
-                model=request.model, tier=request.tier, request_id=request.request_id
-            )
-            span.set_attributes(attrs.as_attributes())
-            send = start_send_span(outcome.topic, key=outcome.key, request=attrs, parent=span)
-            headers = inject(list(outcome.headers), trace.set_span_in_context(send))
-            try:
-                metadata = await (
-                    await self._raw_send(outcome.topic, outcome.key, outcome.value, headers)
                 )
-                set_delivery(send, partition=metadata.partition, offset=metadata.offset)
-            except BaseException:
-                self.depths.release(outcome.topic)
-                raise
-            finally:
-                send.end()
-            self.depths.observe_ack(metadata.topic, metadata.partition, metadata.offset)
-            self.counts["routed"] += 1
-        elif isinstance(outcome, Answer):
-            result = outcome.result
-            record_error(span, result.status)
-            value = result.model_dump_json(exclude_none=True).encode()
-            headers = inject(
-                [(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.RESULT_SCHEMA_V1)],
-                trace.set_span_in_context(span),
+                value = result.model_dump_json(exclude_none=True).encode()
+                answer = Outgoing(request.reply_to, outcome.key, value, result_headers("list"))
+                [ack] = await self.publisher.send_all([answer])
+                if not isinstance(ack, BaseException):
+                    outcomes[index] = Answer(
+                        request.reply_to, outcome.key, result, failure, tier=request.tier
+                    )
+                    acks[index] = ack
+                    continue
+                reason = f"{reason}; and the error result to {request.reply_to}: {ack!r}"
+            headers = h.dead_letter(
+                reason, topic=record.topic, partition=record.partition, offset=record.offset
             )
-            await (await self._raw_send(outcome.topic, outcome.key, value, headers))
-            self.counts[result.status] += 1
-            count_request(
-                "inferbus-ingest",
-                result.model,
-                outcome.tier,
-                result.status,
-            )
-            log.info(
-                "event=request_rejected request_id=%s status=%s reason=%r",
-                result.request_id,
-                result.status,
-                outcome.error.message[:200],
-            )
-        elif isinstance(outcome, DeadLetter):
-            record_error(span, "unparseable")
-            headers = dead_letter_headers(
-                outcome.error, topic=record.topic, partition=record.partition, offset=record.offset
-            )
-            await (await self._raw_send(DLQ, record.key, outcome.value, headers))
-            self.counts["dead_lettered"] += 1
-            log.info(
-                "event=dead_lettered partition=%d offset=%d reason=%r",
-                record.partition,
-                record.offset,
-                outcome.error.message[:200],
-            )
+            headers[0] = (h.ERROR_CODE, b"undeliverable")
+            second.append(Outgoing(DLQ, record.key, record.value or b"", headers))
+        attempt = 0
+        while second:
+            results = await self.publisher.send_all(second)
+            second = [o for o, r in zip(second, results, strict=True) if isinstance(r, Exception)]
+            self.counts["dead_lettered"] += len(results) - len(second)
+            if second:
+                attempt += 1
+                log.error("event=dlq_unreachable left=%d attempt=%d", len(second), attempt)
+                await asyncio.sleep(min(0.5 * attempt, 5.0))
 
-    async def _raw_send(
-        self, topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]
-    ) -> asyncio.Future[RecordMetadata]:
-        # aiokafka directly: FastStream's publish adds per-message middleware cost and
-        # headers of its own that results do not need.
-        future: asyncio.Future[RecordMetadata] = await self.producer.send(
-            topic, value, key=key, headers=headers
-        )
-        return future
+    def _account(
+        self,
+        records: Sequence[Record],
+        outcomes: list[Outcome],
+        acks: list[RecordMetadata | BaseException],
+        spans: list[IngestSpans | None],
+    ) -> None:
+        ingest_ms: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for outcome, ack, span in zip(outcomes, acks, spans, strict=True):
+            if isinstance(outcome, Route):
+                request = outcome.request
+                if not isinstance(ack, BaseException):
+                    self.depths.observe_ack(ack.topic, ack.partition, ack.offset)
+                    self.counts["routed"] += 1
+                ingest_ms[(request.model, request.tier)].append(_ingest_ms(outcome))
+            elif isinstance(outcome, Answer):
+                result = outcome.result
+                self.counts[result.status] += 1
+                count_request("inferbus-ingest", result.model, outcome.tier, result.status)
+                log.info(
+                    "event=request_rejected request_id=%s status=%s reason=%r",
+                    result.request_id,
+                    result.status,
+                    outcome.error.message[:200],
+                )
+            else:
+                self.counts["dead_lettered"] += 1
+                log.info("event=dead_lettered reason=%r", outcome.error.message[:200])
+            if span is not None:
+                span.end(ack)
+        for (model, tier), values in ingest_ms.items():
+            record_stages(model, tier, {"ingest": np.asarray(values)})
+
+
+def _ingest_ms(route: Route) -> float:
+    for key, value in reversed(route.headers):
+        if key == h.INGEST_MS:
+            return float(value)
+    return float("nan")
+
+
+def _encode_answer(answer: Answer) -> bytes:
+    value = answer.result.model_dump_json(exclude_none=True).encode()
+    if not answer.framed:
+        return value
+    from schemas.frames import join_frame
+
+    return join_frame(value)
 
 
 async def run_ingest(bootstrap: str, settings: IngestSettings | None = None) -> None:
-    """Run ingest until cancelled or signalled."""
+    """Run ingest until SIGTERM or SIGINT (a second signal exits at once)."""
     service = IngestService(bootstrap, settings)
     init_tracing("inferbus-ingest", instance_id=service.instance_id)
     start_metrics_server(service.settings.metrics_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            os._exit(1)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
     try:
-        await service.app().run()
+        await service.start()
+        await stop.wait()
     finally:
+        await service.stop()
         shutdown_tracing()

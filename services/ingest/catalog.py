@@ -55,6 +55,9 @@ class CachedModelCatalog:
     def queue_depth(self, topic: str) -> int | None:
         return self.depths.depth(topic)
 
+    def drain_rate(self, topic: str) -> float | None:
+        return self.depths.drain_rate(topic)
+
 
 class QueueDepths:
     """Lag of each tier topic's worker group: end offset - committed offset, per partition.
@@ -63,9 +66,13 @@ class QueueDepths:
     ListOffsets for partitions ingest has not written since it started.
     """
 
-    def __init__(self, bootstrap: str, *, refresh_ms: int) -> None:
+    def __init__(self, bootstrap: str, *, refresh_ms: int, active_for_s: float = 10.0) -> None:
         self.bootstrap = bootstrap
         self.refresh_s = refresh_ms / 1000
+        self.active_for_s = active_for_s
+        self._routed_at: dict[str, float] = {}
+        self._rates: dict[str, float] = {}
+        self._last_committed: dict[str, tuple[float, int]] = {}
         self._acked_end: dict[TopicPartition, int] = {}
         self._first_acked: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
@@ -83,6 +90,11 @@ class QueueDepths:
         """A request was routed to `topic` and is being produced: count it now, so that a
         poll's later requests see it before its ack arrives."""
         self._in_flight[topic] = self._in_flight.get(topic, 0) + 1
+        self._routed_at[topic] = time.monotonic()
+
+    def drain_rate(self, topic: str) -> float | None:
+        """Requests per second the topic's workers commit, smoothed; None before two reads."""
+        return self._rates.get(topic)
 
     def observe_ack(self, topic: str, partition: int, offset: int) -> None:
         """Record a produce ack: the partition's end is at least offset + 1."""
@@ -144,9 +156,14 @@ class QueueDepths:
             await asyncio.sleep(self.refresh_s)
 
     async def refresh(self) -> None:
-        """Re-read committed offsets (and listed ends) of every watched tier topic."""
+        """Re-read committed offsets (and listed ends) of the tier topics routed to lately.
+
+        An idle ingest reads nothing: depths only matter to the requests it routes.
+        """
         by_group: dict[str, list[str]] = defaultdict(list)
-        for topic in sorted(self._topics):
+        now = time.monotonic()
+        active = {t for t, at in self._routed_at.items() if now - at <= self.active_for_s}
+        for topic in sorted(self._topics & active):
             parsed = parse_request_topic(topic)
             if parsed is not None:
                 by_group[worker_group(*parsed)].append(topic)
@@ -167,6 +184,17 @@ class QueueDepths:
             for tp in tps:
                 committed = await consumer.committed(tp)
                 self._committed[tp] = committed if committed is not None else 0
+            self._observe_rate(topic, sum(self._committed[tp] for tp in tps))
+
+    def _observe_rate(self, topic: str, committed: int, alpha: float = 0.5) -> None:
+        now = time.monotonic()
+        last = self._last_committed.get(topic)
+        self._last_committed[topic] = (now, committed)
+        if last is None or now <= last[0] or committed < last[1]:
+            return
+        rate = (committed - last[1]) / (now - last[0])
+        previous = self._rates.get(topic)
+        self._rates[topic] = rate if previous is None else alpha * rate + (1 - alpha) * previous
 
     async def _consumer(self, group: str) -> AIOKafkaConsumer:
         consumer = self._consumers.get(group)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
-
-from pydantic import ValidationError
+from typing import Protocol
 
 from infra.models.config import ModelConfig
 from infra.models.inputs import validate_inputs
@@ -21,9 +18,19 @@ from schemas.errors import (
     Unauthorized,
     Unparseable,
 )
+from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
+from schemas.parse import (
+    ParsedRequest,
+    RejectedEvent,
+    Salvage,
+    load_object,
+    parse_request,
+    salvage,
+    split_event,
+)
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult, Timings, error_result
-from schemas.topics import RESULTS, TIERS, is_legal_topic, request_topic
+from schemas.topics import request_topic
 from services.ingest.settings import IngestSettings
 
 
@@ -40,10 +47,14 @@ class ModelCatalog(Protocol):
         """Unconsumed requests on a tier topic, or None when not known yet."""
         ...
 
+    def drain_rate(self, topic: str) -> float | None:
+        """Requests per second the topic's workers get through, or None when not known."""
+        ...
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class Route:
-    """A valid request, bound for its tier topic."""
+    """A valid request, bound for its tier topic with the producer's bytes unchanged."""
 
     topic: str
     key: bytes
@@ -52,7 +63,7 @@ class Route:
     request: InferenceRequest
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Answer:
     """A terminal error result, bound for the request's reply topic."""
 
@@ -62,9 +73,11 @@ class Answer:
     error: InferbusError
     tier: str = "-"
     """The request's tier when it named a valid one (a metrics label), else `-`."""
+    framed: bool = False
+    """The request came as a binary frame: the answer goes back as one."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """An event with no request id to answer: its original bytes go to the DLQ."""
 
@@ -79,46 +92,37 @@ def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _reply_topic(raw: dict[str, Any]) -> str:
-    candidate = raw.get("reply_to")
-    return candidate if isinstance(candidate, str) and is_legal_topic(candidate) else RESULTS
-
-
-def _answer(raw: dict[str, Any], error: InferbusError, ingest_ms: float) -> Answer:
-    request_id = str(raw["request_id"])
-    model = raw.get("model") if isinstance(raw.get("model"), str) else ""
-    tenant = raw.get("tenant") if isinstance(raw.get("tenant"), str) else None
+def answer(where: Salvage, error: InferbusError, ingest_ms: float) -> Answer:
+    """The error result for an event, sent where its salvaged fields say."""
     result = error_result(
-        request_id,
-        str(model),
+        where.request_id,
+        where.model,
         error.status,
         str(error),
-        tenant=tenant,
+        tenant=where.tenant,
         timings=Timings(ingest_ms=ingest_ms),
         completed_at=datetime.now(UTC),
     )
-    tier = raw.get("tier", "interactive")
     return Answer(
-        _reply_topic(raw),
-        request_id.encode(),
+        where.reply_to,
+        where.request_id.encode(),
         result,
         error,
-        tier=tier if isinstance(tier, str) and tier in TIERS else "-",
+        tier=where.tier,
+        framed=where.framed,
     )
 
 
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err["loc"]) or "<event>"
-        parts.append(f"{where}: {err['msg']}")
-    more = f" (+{exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
-    return "; ".join(parts) + more
-
-
-def _usable_request_id(raw: dict[str, Any]) -> bool:
-    rid = raw.get("request_id")
-    return isinstance(rid, str) and 0 < len(rid) <= 128
+def _salvage_request(parsed: ParsedRequest) -> Salvage:
+    request = parsed.request
+    return Salvage(
+        request_id=request.request_id,
+        reply_to=request.reply_to,
+        model=request.model,
+        tenant=request.tenant,
+        tier=request.tier,
+        framed=parsed.framed,
+    )
 
 
 def handle_event(
@@ -131,55 +135,42 @@ def handle_event(
 ) -> Outcome:
     """Decide what happens to one event; never raises on bad input."""
     started = now
-    if value is None:
-        return DeadLetter(b"", Unparseable("event has no value (a tombstone?)"))
-    try:
-        raw = json.loads(value)
-    except (ValueError, RecursionError) as exc:
-        # ValueError covers JSONDecodeError, UnicodeDecodeError and integers longer than
-        # Python's digit limit; RecursionError covers deeply nested arrays. Either would
-        # otherwise escape and nack the whole poll forever (a poison pill).
-        return DeadLetter(value, Unparseable(f"event is not JSON: {str(exc)[:200]}"))
-    if not isinstance(raw, dict):
-        return DeadLetter(value, Unparseable(f"event is JSON {type(raw).__name__}, not an object"))
-    if not _usable_request_id(raw):
-        return DeadLetter(value, Unparseable("event has no usable `request_id` (1-128 chars)"))
 
     def elapsed_ms() -> float:
         return max((datetime.now(UTC) - started).total_seconds() * 1000, 0.0)
 
-    if len(value) > settings.max_event_bytes:
-        error = InvalidInput(
-            f"event is {len(value)} bytes; the limit is {settings.max_event_bytes}",
-            size=len(value),
-        )
-        return _answer(raw, error, elapsed_ms())
     try:
-        request = InferenceRequest.model_validate(raw)
+        if value is not None and len(value) > settings.max_event_bytes:
+            envelope, payload = split_event(value)
+            error = InvalidInput(
+                f"event is {len(value)} bytes; the limit is {settings.max_event_bytes}",
+                size=len(value),
+            )
+            return answer(
+                salvage(load_object(envelope), framed=payload is not None), error, elapsed_ms()
+            )
+        parsed = parse_request(value)
+    except Unparseable as exc:
+        return DeadLetter(value or b"", exc)
+    except RejectedEvent as exc:
+        return answer(exc.salvage, InvalidInput(exc.message), elapsed_ms())
+    try:
         route = _route(
-            request,
-            value,
+            parsed,
+            value or b"",
             produced_at=produced_at,
             catalog=catalog,
             settings=settings,
             now=now,
         )
-    except ValidationError as exc:
-        return _answer(raw, InvalidInput(_validation_message(exc)), elapsed_ms())
     except InferbusError as exc:
-        return _answer(raw, exc, elapsed_ms())
-    ingest_ms = elapsed_ms()
-    return Route(
-        route.topic,
-        route.key,
-        route.value,
-        [*route.headers, (h.INGEST_MS, f"{ingest_ms:.3f}".encode())],
-        route.request,
-    )
+        return answer(_salvage_request(parsed), exc, elapsed_ms())
+    route.headers.append((h.INGEST_MS, f"{elapsed_ms():.3f}".encode()))
+    return route
 
 
 def _route(
-    request: InferenceRequest,
+    parsed: ParsedRequest,
     value: bytes,
     *,
     produced_at: datetime,
@@ -187,6 +178,7 @@ def _route(
     settings: IngestSettings,
     now: datetime,
 ) -> Route:
+    request = parsed.request
     config = catalog.config(request.model)
     if request.model_version is not None and not catalog.has_version(
         request.model, request.model_version
@@ -211,6 +203,7 @@ def _route(
         config,
         max_tensor_bytes=settings.max_tensor_bytes,
         max_samples=settings.max_samples_per_request,
+        payload=parsed.payload,
     )
     deadline = request.effective_deadline(produced_at)
     if deadline is not None and deadline <= now:
@@ -218,21 +211,21 @@ def _route(
             f"deadline {deadline.isoformat()} passed before ingest",
             late_ms=round((now - deadline).total_seconds() * 1000, 1),
         )
-    topic = request_topic(request.model, request.tier)
-    depth = catalog.queue_depth(topic)
-    bound = config.slo_for(request.tier).max_queue
-    if depth is not None and depth >= bound:
+    waited_ms = (now - produced_at).total_seconds() * 1000
+    if request.tier == "batch" and waited_ms > settings.shed_batch_after_ms:
         raise Overloaded(
-            f"tier {request.tier!r} of {request.model!r} has {depth} queued requests, "
-            f"over its bound of {bound}; retry later or use another tier",
+            f"ingest is {waited_ms:.0f} ms behind (bound {settings.shed_batch_after_ms:.0f} "
+            "ms); batch requests are shed first so critical and interactive ones go on; "
+            "retry later",
             tier=request.tier,
-            lag=depth,
-            bound=bound,
+            behind_ms=round(waited_ms),
         )
+    topic = request_topic(request.model, request.tier)
+    _check_queue(topic, request, config, catalog, settings, deadline=deadline, now=now)
     # The producer's bytes travel on unchanged (no re-encoding on the hot path); what ingest
     # resolved (the absolute deadline, when the request arrived) travels in headers.
     headers: list[tuple[str, bytes]] = [
-        (h.CONTENT_TYPE, h.JSON),
+        (h.CONTENT_TYPE, FRAME_CONTENT_TYPE if parsed.framed else h.JSON),
         (h.SCHEMA, h.REQUEST_SCHEMA_V1),
         (h.TIER, request.tier.encode()),
         (h.PRODUCED_AT, str(_ms(produced_at)).encode()),
@@ -240,6 +233,47 @@ def _route(
     if deadline is not None:
         headers.append((h.DEADLINE, str(_ms(deadline)).encode()))
     return Route(topic, request.request_id.encode(), value, headers, request)
+
+
+def _check_queue(
+    topic: str,
+    request: InferenceRequest,
+    config: ModelConfig,
+    catalog: ModelCatalog,
+    settings: IngestSettings,
+    *,
+    deadline: datetime | None,
+    now: datetime,
+) -> None:
+    """Overloaded when the tier queue is over its bound, or would outlast the request."""
+    depth = catalog.queue_depth(topic)
+    if depth is None:
+        return
+    slo = config.slo_for(request.tier)
+    if depth >= slo.max_queue:
+        raise Overloaded(
+            f"tier {request.tier!r} of {request.model!r} has {depth} queued requests, "
+            f"over its bound of {slo.max_queue}; retry later or use another tier",
+            tier=request.tier,
+            lag=depth,
+            bound=slo.max_queue,
+        )
+    rate = catalog.drain_rate(topic)
+    if not rate or depth == 0:
+        return
+    wait_ms = depth / rate * 1000
+    limit_ms = slo.p99_e2e_ms * settings.shed_wait_factor
+    if deadline is not None:
+        limit_ms = min(limit_ms, (deadline - now).total_seconds() * 1000)
+    if wait_ms > limit_ms:
+        raise Overloaded(
+            f"tier {request.tier!r} of {request.model!r} would make this request wait "
+            f"~{wait_ms:.0f} ms ({depth} queued at {rate:.0f}/s), longer than its "
+            f"{limit_ms:.0f} ms budget; retry later or use another tier",
+            tier=request.tier,
+            lag=depth,
+            wait_ms=round(wait_ms),
+        )
 
 
 def dead_letter_headers(

@@ -21,10 +21,18 @@ class IngestSettings(BaseSettings):
     """Largest decoded input tensor, bytes."""
     max_samples_per_request: int = Field(default=64, gt=0)
     """Largest leading (batch) dimension of one request."""
-    poll_max_records: int = Field(default=256, gt=0)
-    """Most events handled per poll; all of a poll are routed before one commit."""
-    poll_timeout_ms: int = Field(default=5, ge=0)
-    """How long a poll waits for more events before routing what it has, milliseconds."""
+    poll_max_records: int = Field(default=512, gt=0)
+    """Most events handled per poll; a poll is routed and acked before its offsets commit."""
+    shed_batch_after_ms: float = Field(default=2_000.0, gt=0)
+    """Ingest is behind when an event waited this long for it, ms: batch-tier requests are
+    then answered `rejected_overload` at once, so critical and interactive ones go first."""
+    shed_wait_factor: float = Field(default=2.0, gt=0)
+    """A request whose tier queue would take longer than this many times the tier's p99
+    SLO (or longer than its own deadline) to drain is rejected at once."""
+    lease_s: float = Field(default=3.0, gt=0)
+    """Registry lease: another ingest takes this one's partitions this long after it died."""
+    publish_attempts: int = Field(default=4, ge=1)
+    """Tries to produce a poll's outcomes before falling back (error result, then DLQ)."""
     queue_refresh_ms: int = Field(default=500, gt=0)
     """How often tier queue depths are re-read for overload checks, milliseconds."""
     model_refresh_s: float = Field(default=5.0, gt=0)

@@ -35,6 +35,8 @@ class WorkerSettings(BaseSettings):
     """Most records per poll."""
     starvation_ms: float = Field(default=1000.0, gt=0)
     """A lower tier waits at most this long behind higher ones, milliseconds."""
+    lease_s: float = Field(default=3.0, gt=0)
+    """Registry lease: a worker that dies hands its partitions over this long after."""
     max_publishes_in_flight: int = Field(default=4, gt=0)
     """Batches whose results are being published while the engine runs the next."""
     engine_queue_depth: int = Field(default=2, ge=1)
@@ -44,7 +46,7 @@ class WorkerSettings(BaseSettings):
     reload_check_s: float = Field(default=2.0, gt=0)
     """How often the repository is checked for a newer version, seconds (0 = never)."""
     publish_attempts: int = Field(default=4, ge=1)
-    """Tries to publish a batch's results before the worker gives up and leaves its groups."""
+    """Tries to publish a batch's results before they go to the DLQ as undeliverable."""
     drain_timeout_s: float = Field(default=30.0, gt=0)
     """On SIGTERM, how long to finish in-hand work before leaving, seconds."""
     metrics_port: int = 0

@@ -33,6 +33,7 @@ class FakeCatalog:
     configs: dict[str, ModelConfig]
     versions: dict[str, list[str]] = field(default_factory=dict)
     depths: dict[str, int] = field(default_factory=dict)
+    rates: dict[str, float] = field(default_factory=dict)
 
     def config(self, name: str) -> ModelConfig:
         if name not in self.configs:
@@ -44,6 +45,9 @@ class FakeCatalog:
 
     def queue_depth(self, topic: str) -> int | None:
         return self.depths.get(topic)
+
+    def drain_rate(self, topic: str) -> float | None:
+        return self.rates.get(topic)
 
 
 @pytest.fixture

@@ -285,13 +285,13 @@ ANSWERS = [
     pytest.param(
         mlp_event(inputs={"x": x_tensor(b64=b64(np.zeros((1, 16), dtype="<f4")))}),
         "invalid_input",
-        "exactly one of `data` (nested list) or `b64`",
+        "exactly one of `data` (nested list), `b64` or `raw`",
         id="data-and-b64",
     ),
     pytest.param(
         mlp_event(inputs={"x": x_tensor(data=...)}),
         "invalid_input",
-        "exactly one of `data` (nested list) or `b64`",
+        "exactly one of `data` (nested list), `b64` or `raw`",
         id="neither-data-nor-b64",
     ),
     # names

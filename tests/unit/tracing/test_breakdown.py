@@ -1,45 +1,46 @@
-"""StageBreakdown: folding stage spans and recorded stages into per-key histograms."""
+"""StageBreakdown: folding recorded stage times into per-key histograms."""
 
 from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tracing.attributes import RequestAttrs
 from tracing.breakdown import StageBreakdown, default_breakdown, record_stage
 from tracing.histogram import LatencyHistogram
-from tracing.kafka import infer_span, stage_span, timed_span
-
-REQ = RequestAttrs(model="demo-mlp", tier="batch", request_id="r")
 
 
-def test_stage_spans_fold_per_model_tier_stage(spans: InMemorySpanExporter) -> None:
-    timed_span("queue", start_ns=0, end_ns=7_000_000, stage="queue", request=REQ)
-    timed_span("queue", start_ns=0, end_ns=9_000_000, stage="queue", request=REQ)
-    timed_span("other", start_ns=0, end_ns=1_000_000, request=REQ)  # not a stage
-    timed_span("queue", start_ns=0, end_ns=1_000_000, stage="queue")  # no model/tier
-    with pytest.raises(RuntimeError), stage_span("ingest", stage="ingest", request=REQ):
-        raise RuntimeError  # errored spans stay out
-    with infer_span([timed_span("p", start_ns=0, end_ns=1)], request=REQ) as batch:
-        batch.timed_step("run", start_ns=0, end_ns=20_000_000)
-    entries = {e["stage"]: e for e in default_breakdown().snapshot_and_reset()}
+def test_record_many_folds_a_batch_per_model_tier_stage() -> None:
+    breakdown = StageBreakdown()
+    breakdown.record_many("demo-mlp", "batch", "queue", np.array([7.0, 9.0, np.nan]))
+    breakdown.record_many("demo-mlp", "batch", "infer", np.array([20.0]))
+    entries = {e["stage"]: e for e in breakdown.snapshot_and_reset()}
     assert set(entries) == {"queue", "infer"}
     queue = LatencyHistogram.from_dict(entries["queue"])
-    assert queue.count == 2
+    assert queue.count == 2, "NaN marks a stage the request never reached"
     assert queue.sum == pytest.approx(16.0)
+    assert queue.quantile(1.0) == pytest.approx(9.0, rel=0.02)
     assert entries["queue"]["model"] == "demo-mlp" and entries["queue"]["tier"] == "batch"
-    # The batch's engine time counts once per request it served.
-    assert entries["infer"]["count"] == 1
-    assert default_breakdown().snapshot_and_reset() == []
+    assert breakdown.snapshot_and_reset() == []
+
+
+def test_record_many_matches_one_at_a_time() -> None:
+    values = np.random.default_rng(3).lognormal(1.0, 1.5, size=500)
+    bulk, single = LatencyHistogram(), LatencyHistogram()
+    bulk.record_many(values)
+    for value in values:
+        single.record(float(value))
+    bulk_dict, single_dict = bulk.to_dict(), single.to_dict()
+    assert bulk_dict.pop("sum") == pytest.approx(single_dict.pop("sum"))
+    assert bulk_dict == single_dict
 
 
 def test_record_stage_and_observers() -> None:
-    seen: list[tuple[str, str, str, float, int]] = []
-    breakdown = StageBreakdown(observers=[lambda *a: seen.append(a)])
+    seen: list[tuple[str, str, str, list[float]]] = []
+    breakdown = StageBreakdown(observers=[lambda m, t, s, v: seen.append((m, t, s, list(v)))])
     breakdown.record_stage("m", "critical", "e2e", 120.0, count=3)
-    assert seen == [("m", "critical", "e2e", 120.0, 3)]
+    assert seen == [("m", "critical", "e2e", [120.0, 120.0, 120.0])]
     (entry,) = breakdown.snapshot_and_reset()
     assert entry["count"] == 3
     with pytest.raises(ValueError, match="unknown stage"):

@@ -12,7 +12,7 @@ from tracing import metrics
 
 def test_exposition_names() -> None:
     metrics.count_request("inferbus-worker", "m", "batch", "ok")
-    metrics.observe_stage("m", "batch", "queue", 12.0, count=2)
+    metrics.observe_stage("m", "batch", "queue", [12.0, 12.0])
     metrics.observe_batch("m", "batch", 8)
     metrics.set_group_lag("inferbus.workers.m.batch", 42)
     metrics.set_replicas("inferbus.workers.m.batch", "ready", 3)

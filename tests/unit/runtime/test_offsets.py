@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.worker.offsets import OffsetTracker
+from services.runtime.offsets import OffsetTracker
 
 T = "inferbus.req.demo-mlp.interactive"
 TP = (T, 0)

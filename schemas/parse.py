@@ -1,0 +1,134 @@
+"""Request events from bytes: a JSON event or a binary frame, validated by the pydantic model.
+
+pydantic-core parses and validates in one pass (about as fast as orjson plus hand checks,
+measured), and its JSON parser bounds nesting depth, so every event gets the model's
+own status and message. Only an event that fails is parsed a second time, to find out
+whom to answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from schemas.errors import InvalidInput, Unparseable, describe_validation_error
+from schemas.frames import FrameError, is_frame, split_frame
+from schemas.request import InferenceRequest
+from schemas.tensors import Buffer
+from schemas.topics import RESULTS, TIERS, is_legal_topic
+
+_TIERS = frozenset(TIERS)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """A valid request, and a binary frame's payload (None for a JSON event)."""
+
+    request: InferenceRequest
+    payload: memoryview | None = None
+
+    @property
+    def framed(self) -> bool:
+        """The request came as a binary frame (its answer goes back as one)."""
+        return self.payload is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Salvage:
+    """What an invalid event still tells: where and to whom to send its error result."""
+
+    request_id: str
+    reply_to: str
+    model: str
+    tenant: str | None
+    tier: str
+    """The tier it named when that is a real tier (a metrics label), else `-`."""
+    framed: bool = False
+
+
+class RejectedEvent(InvalidInput):
+    """The event has a request id but breaks the schema: answer it via `salvage`."""
+
+    def __init__(self, message: str, salvage: Salvage, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.salvage = salvage
+
+
+def parse_request(value: bytes | None) -> ParsedRequest:
+    """The request in a JSON event or a binary frame.
+
+    Raises Unparseable when no request id can be read (the event goes to the DLQ), and
+    RejectedEvent (an InvalidInput) when one can but the event breaks the schema.
+    """
+    envelope, payload = split_event(value)
+    try:
+        return ParsedRequest(InferenceRequest.model_validate_json(envelope), payload)
+    except ValidationError as exc:
+        failure = exc
+    raw = load_object(envelope)
+    raise RejectedEvent(
+        describe_validation_error(failure), salvage(raw, framed=payload is not None)
+    )
+
+
+def split_event(value: bytes | None) -> tuple[bytes, memoryview | None]:
+    """(JSON envelope, frame payload or None); Unparseable for a tombstone or a bad frame."""
+    if value is None:
+        raise Unparseable("event has no value (a tombstone?)")
+    if not is_frame(value):
+        return value, None
+    try:
+        envelope, payload = split_frame(value)
+    except FrameError as exc:
+        raise Unparseable(f"event is not a valid binary frame: {exc}") from None
+    return bytes(envelope), payload
+
+
+def load_object(envelope: bytes) -> dict[str, Any]:
+    """The event's JSON object with a usable request id, or Unparseable: nothing to answer.
+
+    orjson bounds nesting (1,024 levels); Python's parser is the fallback only for the
+    NaN and Infinity that many producers write, so such an event is answered, not lost.
+    """
+    raw = _loads(envelope)
+    if not isinstance(raw, dict):
+        kind = "NoneType" if raw is None else type(raw).__name__
+        raise Unparseable(f"event is JSON {kind}, not an object")
+    rid = raw.get("request_id")
+    if not isinstance(rid, str) or not 0 < len(rid) <= 128:
+        raise Unparseable("event has no usable `request_id` (1-128 chars)")
+    return raw
+
+
+def _loads(envelope: Buffer) -> Any:
+    try:
+        return orjson.loads(envelope)
+    except orjson.JSONDecodeError as exc:
+        strict_error = exc
+    data = bytes(envelope)
+    if b"NaN" in data or b"Infinity" in data:
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):
+            pass
+    raise Unparseable(f"event is not JSON: {str(strict_error)[:200]}")
+
+
+def salvage(raw: dict[str, Any], *, framed: bool = False) -> Salvage:
+    """Where to answer an event whose request id is known, from whatever else it holds."""
+    reply_to = raw.get("reply_to")
+    model = raw.get("model")
+    tenant = raw.get("tenant")
+    tier = raw.get("tier", "interactive")
+    return Salvage(
+        request_id=str(raw["request_id"]),
+        reply_to=reply_to if isinstance(reply_to, str) and is_legal_topic(reply_to) else RESULTS,
+        model=model if isinstance(model, str) else "",
+        tenant=tenant if isinstance(tenant, str) else None,
+        tier=tier if isinstance(tier, str) and tier in _TIERS else "-",
+        framed=framed,
+    )

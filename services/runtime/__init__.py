@@ -1,0 +1,1 @@
+"""Machinery ingest and the worker share: partition ownership, commits, answers."""

@@ -1,0 +1,349 @@
+"""A fetching consumer over the partitions this instance owns in some of its groups.
+
+Every partition of the group topics is assigned and paused; the instance resumes the ones
+it owns. Ownership follows `ownership.balanced_assignment` of the live members read from
+the registry (and the scaler's word on how many consume). A partition moves by handover:
+the old owner stops reading it, answers what it holds, commits and releases it in its
+record; only then does the new owner read it from the committed offset. Partitions
+that do not move are never paused. The same consumer reads the registry and the
+decisions (`control=True`) for the instance's other consumers too. One consumer per
+priority class: a fetch answers only when the records already fetched are consumed, so a
+backlog of batch records must never sit in front of an interactive one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
+
+from infra.kafka import FetchPacer, make_consumer, start_with_retry
+from schemas.errors import InferbusError
+from schemas.topics import DECISIONS, INSTANCES
+from services.runtime.committer import Committer
+from services.runtime.membership import Membership
+from services.runtime.offsets import OffsetTracker
+from services.runtime.ownership import claims_of, handover, target_for
+
+log = logging.getLogger(__name__)
+
+Drain = Callable[[str, frozenset[int]], Awaitable[None]]
+"""(topic, partitions) -> returns once every record of theirs in hand is answered."""
+CONTROL_TOPICS = (INSTANCES, DECISIONS)
+
+
+class MissingTopic(InferbusError):
+    """A topic this instance consumes does not exist."""
+
+
+@dataclass
+class _Group:
+    group: str
+    topic: str
+    partitions: int
+    committer: Committer
+    owned: set[int] = field(default_factory=set)
+    releasing: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    """How the owned consumer polls and hands partitions over."""
+
+    max_poll_records: int = 512
+    rebalance_every_s: float = 0.25
+    """How often ownership is re-checked without news (leases run out silently)."""
+    drain_timeout_s: float = 10.0
+    """A partition being released waits at most this for its in-hand records."""
+    control_window_s: float = 30.0
+    """How far back the registry and decisions are read at start, seconds."""
+
+
+class OwnedConsumer:
+    """Polls the owned partitions of every group; hands partitions over as members change."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str,
+        membership: Membership,
+        groups: Sequence[tuple[str, str]],
+        offsets: OffsetTracker,
+        drain: Drain,
+        control: bool = True,
+        options: ConsumerOptions | None = None,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self.membership = membership
+        self.offsets = offsets
+        self.options = options or ConsumerOptions()
+        self._drain = drain
+        self._group_topics = list(groups)
+        self._control_topics = CONTROL_TOPICS if control else ()
+        self._seen_version = -1
+        self._groups: list[_Group] = []
+        self._consumer: AIOKafkaConsumer = make_consumer(
+            bootstrap=bootstrap,
+            group_id=None,
+            client_id=client_id,
+            max_poll_records=self.options.max_poll_records,
+        )
+        self.pacer = FetchPacer(self._consumer)
+        self._held: set[str] = set()
+        self._last_rebalance = 0.0
+        self._releases: set[asyncio.Task[None]] = set()
+        self._commit_wanted = asyncio.Event()
+        self._committing: asyncio.Task[None] | None = None
+        self._rebalance_lock = asyncio.Lock()
+        self._started = False
+        self._closed = False
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, hold every data partition paused, read the recent registry (idempotent)."""
+        if self._started:
+            return
+        self._started = True
+        consumer = self._consumer
+        await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
+        counts = await self._partition_counts(
+            [topic for _, topic in self._group_topics] + list(self._control_topics)
+        )
+        for group, topic in self._group_topics:
+            committer = Committer(
+                self.bootstrap, group=group, topic=topic, client_id=self.client_id
+            )
+            await committer.start(counts[topic])
+            self._groups.append(_Group(group, topic, counts[topic], committer))
+        data = [TopicPartition(g.topic, p) for g in self._groups for p in range(g.partitions)]
+        control = [TopicPartition(t, p) for t in self._control_topics for p in range(counts[t])]
+        consumer.assign(data + control)
+        consumer.pause(*data)
+        if control:
+            await self._seek_recent(control)
+        self._committing = asyncio.create_task(self._commit_loop(), name="commits")
+
+    async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
+        await self._consumer.topics()
+        counts: dict[str, int] = {}
+        for topic in topics:
+            found = self._consumer.partitions_for_topic(topic)
+            if not found:
+                raise MissingTopic(
+                    f"topic {topic!r} does not exist; create the topics first "
+                    "(`inferbus topics create`, or `inferbus up` does it)",
+                    topic=topic,
+                )
+            counts[topic] = len(found)
+        return counts
+
+    async def _seek_recent(self, tps: list[TopicPartition]) -> None:
+        since_ms = int((time.time() - self.options.control_window_s) * 1000)
+        found = await self._consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+        for tp in tps:
+            hit = found.get(tp)
+            if hit is not None and hit.timestamp is not None and hit.timestamp >= 0:
+                self._consumer.seek(tp, hit.offset)
+            else:
+                await self._consumer.seek_to_end(tp)
+
+    async def close(self) -> None:
+        """Stop reading, answer what is in hand, commit, release every partition; idempotent.
+
+        The caller publishes `draining` before and `gone` after.
+        """
+        if self._closed or not self._started:
+            return
+        self._closed = True
+        tasks = list(self._releases)
+        for group in self._groups:
+            parts = frozenset(group.owned - group.releasing)
+            if parts:
+                tasks.append(self._start_release(group, parts))
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._committing is not None:
+            self._committing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._committing
+        await self._commit_now()
+        for group in self._groups:
+            await group.committer.stop()
+        await self._consumer.stop()
+
+    # ---- polling -----------------------------------------------------------------------
+
+    async def poll(
+        self, timeout_ms: int, max_records: int | None = None
+    ) -> list[ConsumerRecord[bytes, bytes]]:
+        """The next data records (registry and decision records are folded on the way)."""
+        limit = self.options.max_poll_records
+        batches = await self._consumer.getmany(
+            timeout_ms=timeout_ms, max_records=min(max_records or limit, limit)
+        )
+        records: list[ConsumerRecord[bytes, bytes]] = []
+        for tp, batch in batches.items():
+            if tp.topic in CONTROL_TOPICS:
+                for record in batch:
+                    self.membership.observe(tp.topic, record.key, record.value)
+            else:
+                records.extend(batch)
+        self.pacer.observe(len(records))
+        now = time.monotonic()
+        news = self.membership.version != self._seen_version
+        if news or now - self._last_rebalance >= self.options.rebalance_every_s:
+            self._seen_version = self.membership.version
+            self._last_rebalance = now
+            await self.rebalance()
+        return records
+
+    def hold(self, topics: set[str]) -> None:
+        """Stop reading these topics' owned partitions until released (backpressure)."""
+        self._held = set(topics)
+        self._apply_pauses()
+
+    def _apply_pauses(self) -> None:
+        pause: list[TopicPartition] = []
+        resume: list[TopicPartition] = []
+        for group in self._groups:
+            for partition in range(group.partitions):
+                tp = TopicPartition(group.topic, partition)
+                reading = (
+                    partition in group.owned
+                    and partition not in group.releasing
+                    and group.topic not in self._held
+                )
+                (resume if reading else pause).append(tp)
+        self._consumer.pause(*pause)
+        self._consumer.resume(*resume)
+
+    def owned(self, topic: str) -> frozenset[int]:
+        """Partitions of `topic` this instance reads now."""
+        for group in self._groups:
+            if group.topic == topic:
+                return frozenset(group.owned - group.releasing)
+        return frozenset()
+
+    # ---- ownership ---------------------------------------------------------------------
+
+    async def rebalance(self) -> None:
+        """Move toward this instance's share: release what is no longer its own, take what
+        no other live member claims."""
+        if self._closed:
+            return
+        async with self._rebalance_lock:
+            me = self.membership.identity.instance_id
+            for group in self._groups:
+                members = self.membership.members(group.group, group.topic)
+                target = target_for(
+                    me, group.partitions, members, self.membership.desired(group.group)
+                )
+                step = handover(me, frozenset(group.owned), target, claims_of(members, me))
+                release = step.release - group.releasing
+                if release:
+                    self._start_release(group, release)
+                if step.acquire:
+                    await self._acquire(group, step.acquire)
+
+    async def _acquire(self, group: _Group, parts: frozenset[int]) -> None:
+        try:
+            committed = await group.committer.committed(parts)
+        except KafkaError as exc:
+            log.warning("event=acquire_failed group=%s error=%r (retried)", group.group, exc)
+            return
+        for partition, offset in committed.items():
+            tp = TopicPartition(group.topic, partition)
+            self.offsets.forget(group.topic, partition)
+            if offset is None:
+                await self._consumer.seek_to_beginning(tp)
+            else:
+                self._consumer.seek(tp, offset)
+            group.owned.add(partition)
+        self._apply_pauses()
+        self.pacer.wake()
+        log.info(
+            "event=partitions_acquired group=%s partitions=%s from=%s",
+            group.group,
+            sorted(parts),
+            {p: committed[p] for p in sorted(parts)},
+        )
+        await self._publish_owned(group)
+
+    def _start_release(self, group: _Group, parts: frozenset[int]) -> asyncio.Task[None]:
+        group.releasing |= parts
+        self._apply_pauses()
+        task = asyncio.create_task(self._release(group, parts), name=f"release-{group.topic}")
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+        return task
+
+    async def _release(self, group: _Group, parts: frozenset[int]) -> None:
+        try:
+            await asyncio.wait_for(self._drain(group.topic, parts), self.options.drain_timeout_s)
+        except TimeoutError:
+            log.warning(
+                "event=release_drain_timeout group=%s partitions=%s (the new owner repeats "
+                "what was left unanswered)",
+                group.group,
+                sorted(parts),
+            )
+        try:
+            await self._commit_now()
+        except KafkaError as exc:
+            log.warning("event=release_commit_failed group=%s error=%r", group.group, exc)
+        for partition in parts:
+            self.offsets.forget(group.topic, partition)
+        group.owned -= parts
+        group.releasing -= parts
+        log.info("event=partitions_released group=%s partitions=%s", group.group, sorted(parts))
+        await self._publish_owned(group)
+
+    async def _publish_owned(self, group: _Group) -> None:
+        self.membership.owned[group.topic] = frozenset(group.owned)
+        try:
+            await self.membership.publish()
+        except KafkaError as exc:  # the lease refresh carries it soon
+            log.warning("event=owned_publish_failed error=%r", exc)
+
+    # ---- commits -----------------------------------------------------------------------
+
+    def request_commit(self) -> None:
+        """Commit what is answered soon (commits coalesce under load)."""
+        self._commit_wanted.set()
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted.clear()
+            try:
+                await self._commit_now()
+            except KafkaError as exc:
+                # Uncommitted records are repeated by whoever reads them next: no loss.
+                log.warning("event=commit_failed error=%r (retried)", exc)
+                await asyncio.sleep(0.5)
+                self._commit_wanted.set()
+
+    async def _commit_now(self) -> None:
+        committable = self.offsets.committable()
+        if not committable:
+            return
+        done: dict[tuple[str, int], int] = {}
+        for group in self._groups:
+            offsets = {
+                partition: offset
+                for (topic, partition), offset in committable.items()
+                if topic == group.topic and partition in group.owned
+            }
+            if offsets:
+                await group.committer.commit(offsets)
+                done.update({(group.topic, p): o for p, o in offsets.items()})
+        self.offsets.mark_committed(done)

@@ -1,0 +1,221 @@
+"""This instance in the registry, and its view of the others, for partition ownership.
+
+The instance publishes its record on every change and refreshes it within its lease;
+it folds the registry and the scaler's decisions as its consumer reads them, and turns
+them into each group's live members (`ownership.Member`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from infra.registry import RegistryTable, decode, fold, is_live, tombstone
+from schemas.telemetry import InstanceRecord, InstanceState
+from schemas.topics import DECISIONS, INSTANCES, Tier
+from services.runtime.ownership import Member
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[str, bytes, bytes], Awaitable[Any]]
+"""(topic, key, value) -> produced and acked."""
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Identity:
+    """What does not change over an instance's life."""
+
+    instance_id: str
+    service: str
+    model: str
+    tiers: list[Tier]
+    groups: list[str]
+    started_at: datetime
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+
+
+@dataclass(frozen=True)
+class Consuming:
+    """The scaler's word on a group: how many of its members consume (the rest stand by)."""
+
+    desired: int
+    at: float
+
+
+class Membership:
+    """Publishes this instance's record and keeps the registry and decisions it has read."""
+
+    def __init__(
+        self,
+        send: Send,
+        identity: Identity,
+        *,
+        lease_s: float = 3.0,
+        details: Callable[[], Mapping[str, Any]] | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.identity = identity
+        self.lease_s = lease_s
+        self.state: InstanceState = "loading"
+        self.owned: dict[str, frozenset[int]] = {}
+        self.ready_at: datetime | None = None
+        self.table = RegistryTable()
+        self.consuming: dict[str, Consuming] = {}
+        self._send = send
+        self._details = details
+        self._clock = clock
+        self._refresh: asyncio.Task[None] | None = None
+        self._publish_lock = asyncio.Lock()
+        self.version = 0
+        """Bumped whenever the view of other members or decisions changes."""
+
+    # ---- this instance -----------------------------------------------------------------
+
+    def record(self) -> InstanceRecord:
+        """This instance's registry record as of now."""
+        identity = self.identity
+        owned = {topic: sorted(parts) for topic, parts in self.owned.items() if parts}
+        return InstanceRecord(
+            instance_id=identity.instance_id,
+            service=identity.service,
+            model=identity.model,
+            tiers=identity.tiers,
+            group=identity.groups[0],
+            groups=identity.groups,
+            state=self.state,
+            host=identity.host,
+            pid=identity.pid,
+            started_at=identity.started_at,
+            updated_at=self._clock(),
+            ready_at=self.ready_at,
+            lease_s=self.lease_s,
+            owned=owned,
+            partitions=sum(len(parts) for parts in self.owned.values()),
+            **dict(self._details() if self._details else {}),
+        )
+
+    async def publish(self, state: InstanceState | None = None) -> None:
+        """Publish the record (with a new state): on every change, and within the lease."""
+        async with self._publish_lock:
+            if state is not None:
+                self.state = state
+                if state == "ready" and self.ready_at is None:
+                    self.ready_at = self._clock()
+            record = self.record()
+            await self._send(
+                INSTANCES, self.identity.instance_id.encode(), record.model_dump_json().encode()
+            )
+            self.table = fold(self.table, record)
+
+    def start_refresh(self) -> None:
+        """Refresh the record every third of the lease until `stop_refresh` (idempotent)."""
+        if self._refresh is None:
+            self._refresh = asyncio.create_task(self._refresh_loop(), name="registry-refresh")
+
+    async def stop_refresh(self) -> None:
+        task, self._refresh = self._refresh, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await self.publish()
+            except Exception as exc:  # the next refresh retries; past the lease we count gone
+                log.warning("event=registry_refresh_failed error=%r", exc)
+
+    # ---- the others --------------------------------------------------------------------
+
+    def observe(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Fold one record read from the registry or the decisions topic."""
+        if topic == INSTANCES:
+            self._observe_instance(key, value)
+        elif topic == DECISIONS and value is not None:
+            self._observe_decision(value)
+
+    def _observe_instance(self, key: bytes | None, value: bytes | None) -> None:
+        try:
+            record = decode(value)
+        except ValidationError as exc:
+            log.warning("event=registry_record_invalid key=%r errors=%d", key, exc.error_count())
+            return
+        if record is None:
+            if key is not None:
+                self.table = tombstone(self.table, key.decode(errors="replace"))
+                self.version += 1
+            return
+        if record.instance_id == self.identity.instance_id:
+            return  # our own echo; our local state is newer
+        self.table = fold(self.table, record)
+        self.version += 1
+
+    def _observe_decision(self, value: bytes) -> None:
+        try:
+            raw = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            log.warning("event=decision_record_invalid")
+            return
+        if not isinstance(raw, dict) or raw.get("group") not in self.identity.groups:
+            return
+        # Only a scaler that keeps warm standbys says how many consume; others leave every
+        # serving member consuming.
+        desired, standby, at = raw.get("desired"), raw.get("standby"), raw.get("at")
+        if not (isinstance(desired, int) and isinstance(standby, int)):
+            self.consuming.pop(str(raw["group"]), None)
+        elif raw.get("applied", True) and isinstance(at, int | float):
+            self.consuming[str(raw["group"])] = Consuming(desired, float(at))
+        self.version += 1
+
+    def members(self, group: str, topic: str) -> list[Member]:
+        """The live members of `group` (this one from its own state), for `topic`'s partitions."""
+        now = self._clock()
+        out = [self._me(topic)]
+        for record in self.table.instances.values():
+            if record.instance_id == self.identity.instance_id:
+                continue
+            if group not in record.groups and record.group != group:
+                continue
+            if not is_live(record, now):
+                continue
+            out.append(
+                Member(
+                    instance_id=record.instance_id,
+                    ready_at=(record.ready_at or record.updated_at).timestamp(),
+                    serving=record.state == "ready",
+                    owned=frozenset(record.owned.get(topic, ())),
+                )
+            )
+        return out
+
+    def _me(self, topic: str) -> Member:
+        return Member(
+            instance_id=self.identity.instance_id,
+            ready_at=(self.ready_at or self._clock()).timestamp(),
+            serving=self.state == "ready",
+            owned=self.owned.get(topic, frozenset()),
+        )
+
+    def desired(self, group: str, *, max_age_s: float = 300.0) -> int | None:
+        """How many members of `group` consume by the scaler's latest word; None: all."""
+        word = self.consuming.get(group)
+        if word is None or self._clock().timestamp() - word.at > max_age_s:
+            return None
+        return word.desired

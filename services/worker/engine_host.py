@@ -1,0 +1,165 @@
+"""The worker's engine: loaded and warmed once, run in one thread, swapped on a new version.
+
+One thread runs the engine, so batches queue behind each other and never overlap; a new
+version folder is loaded and warmed beside the old one, then switched in between batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from infra.models.repository import ModelRepository, ModelVersion
+from services.worker.engines.base import Engine
+from services.worker.engines.shapes import warmup_batches
+from services.worker.execution import Arrays, RequestOutcome, run_batch
+from services.worker.inhand import Tokenize
+
+log = logging.getLogger(__name__)
+EngineFactory = Callable[[ModelVersion], Engine]
+
+
+def default_engine_factory(model: ModelVersion) -> Engine:
+    """The engine the model's config asks for."""
+    from services.worker.engines.factory import create_engine
+
+    return create_engine(model)
+
+
+def tokenizer_for(version: ModelVersion) -> Tokenize | None:
+    """The model's text tokenizer, or None for a model that takes tensors only."""
+    if version.config.tokenizer is None:
+        return None
+    from infra.models.tokenize import TextTokenizer
+
+    return TextTokenizer.for_model(version).encode
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One batch as the engine ran it."""
+
+    outcomes: list[RequestOutcome]
+    start_ns: int
+    """Wall-clock time the engine thread started it (a batch may queue behind another)."""
+    engine: Engine
+    version: ModelVersion
+
+
+def _timed_run_batch(*args: Any) -> tuple[int, list[RequestOutcome]]:
+    return time.time_ns(), run_batch(*args)
+
+
+class EngineHost:
+    """The engine session of one model, its version, and the thread that runs it."""
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        model: str,
+        *,
+        pinned_version: str | None = None,
+        engine_factory: EngineFactory = default_engine_factory,
+    ) -> None:
+        self.repository = repository
+        self.model = model
+        self.pinned_version = pinned_version
+        self.engine_factory = engine_factory
+        self.engine: Engine | None = None
+        self.version: ModelVersion | None = None
+        self.tokenize: Tokenize | None = None
+        self.load_s: float | None = None
+        self.warmup_s: float | None = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self._lock = asyncio.Lock()
+        self._runs: set[asyncio.Future[Any]] = set()
+
+    async def load(self, *, on_warming: Callable[[], Awaitable[None]]) -> None:
+        """Load the pinned or newest version, then warm it up on real shapes."""
+        version = self.repository.resolve(self.model, self.pinned_version)
+        engine = self.engine_factory(version)
+        started = time.perf_counter()
+        await asyncio.to_thread(engine.load)
+        self.load_s = time.perf_counter() - started
+        await on_warming()
+        started = time.perf_counter()
+        await asyncio.to_thread(engine.warmup, warmup_batches(version.config))
+        self.warmup_s = time.perf_counter() - started
+        self.engine, self.version, self.tokenize = engine, version, tokenizer_for(version)
+
+    async def run(
+        self, requests: Sequence[Arrays], samples: Sequence[int], pad_length: int | None
+    ) -> Ran:
+        """Run one batch in the engine thread (behind any batch already there)."""
+        async with self._lock:  # a version switch swaps engines under this lock
+            engine, version = self.engine, self.version
+            assert engine is not None and version is not None
+            future = asyncio.get_running_loop().run_in_executor(
+                self._thread,
+                _timed_run_batch,
+                engine.infer,
+                requests,
+                samples,
+                version.config,
+                pad_length,
+            )
+            self._runs.add(future)
+        try:
+            start_ns, outcomes = await future
+        finally:
+            self._runs.discard(future)
+        return Ran(outcomes, start_ns, engine, version)
+
+    async def reload_loop(self, every_s: float, on_switched: Callable[[], Awaitable[None]]) -> None:
+        """Switch to a newer complete version when one appears; a bad one is refused once."""
+        if self.pinned_version is not None or every_s <= 0:
+            return
+        refused: set[str] = set()
+        while True:
+            await asyncio.sleep(every_s)
+            versions = self.repository.versions(self.model)
+            current = self.version.version if self.version else None
+            newest = versions[-1] if versions else None
+            if newest is None or newest == current or newest in refused:
+                continue
+            try:
+                await self.switch_to(newest)
+            except Exception as exc:  # the old version keeps serving; logged, not raised
+                refused.add(newest)
+                log.error(
+                    "event=reload_refused model=%s version=%s keeping=%s error=%r",
+                    self.model,
+                    newest,
+                    current,
+                    exc,
+                )
+                continue
+            await on_switched()
+
+    async def switch_to(self, version_name: str) -> None:
+        """Load and warm `version_name` beside the running one, then swap between batches."""
+        version = self.repository.resolve(self.model, version_name)
+        engine = self.engine_factory(version)
+        await asyncio.to_thread(engine.load)
+        await asyncio.to_thread(engine.warmup, warmup_batches(version.config))
+        tokenize = tokenizer_for(version)
+        async with self._lock:
+            old, self.engine, self.version, self.tokenize = self.engine, engine, version, tokenize
+            on_old = set(self._runs)
+        if on_old:
+            await asyncio.gather(*on_old, return_exceptions=True)
+        if old is not None:
+            await asyncio.to_thread(old.unload)
+        log.info("event=version_switched model=%s version=%s", self.model, version_name)
+
+    async def close(self) -> None:
+        """Unload the engine and let its thread go (idempotent)."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            await asyncio.to_thread(engine.unload)
+        self._thread.shutdown(wait=False)

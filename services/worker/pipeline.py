@@ -1,0 +1,507 @@
+"""The worker's hot path, top to bottom: poll, decode, batch, run, answer, commit.
+
+A poll's records are decoded into the batcher; the engine loop hands the next due batch
+to the engine thread while polling goes on; a batch's results are encoded in the form
+each request came in, produced without awaiting each send, and their offsets committed
+once every ack is in. Every record is answered exactly once: a result, a named error,
+or (no request id to answer) a DLQ record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from aiokafka import ConsumerRecord
+from aiokafka.structs import RecordMetadata
+
+from schemas import headers as h
+from schemas.errors import DeadlineExceeded, EngineError, InferbusError, Unparseable
+from schemas.result import Status
+from schemas.telemetry import WorkerLoad
+from schemas.topics import DLQ, Tier
+from services.runtime.answers import Outgoing, Publisher, encode_result, result_headers
+from services.runtime.consumer import OwnedConsumer
+from services.runtime.offsets import OffsetTracker
+from services.worker.batching import Batch, Batcher
+from services.worker.engine_host import EngineHost, Ran
+from services.worker.execution import RequestOutcome
+from services.worker.inhand import InHand, decode_record
+from services.worker.settings import WorkerSettings
+from services.worker.spans import RequestSpans, batch_spans
+from tracing.attributes import RequestAttrs
+from tracing.breakdown import record_stages
+from tracing.metrics import count_request, observe_batch
+from tracing.setup import tracing_enabled
+
+log = logging.getLogger(__name__)
+
+ANSWERED_STAGES = ("queue", "batch_wait", "preprocess", "infer", "postprocess", "e2e")
+
+
+@dataclass
+class LoadCounters:
+    """Counters folded into each heartbeat's WorkerLoad, then reset."""
+
+    busy_s: float = 0.0
+    batches: int = 0
+    samples: int = 0
+    since: float = field(default_factory=time.monotonic)
+
+
+@dataclass(slots=True)
+class _Answer:
+    item: InHand
+    status: Status
+    outgoing: Outgoing
+    timings: dict[str, float | None]
+
+
+class Pipeline:
+    """Everything between a worker's consumers and its producer."""
+
+    def __init__(
+        self,
+        *,
+        settings: WorkerSettings,
+        instance_id: str,
+        host: EngineHost,
+        batcher: Batcher[InHand],
+        publisher: Publisher,
+        offsets: OffsetTracker,
+        groups: dict[Tier, str],
+    ) -> None:
+        self.settings = settings
+        self.instance_id = instance_id
+        self.host = host
+        self.batcher = batcher
+        self.publisher = publisher
+        self.offsets = offsets
+        self.groups = groups
+        self.counts: Counter[str] = Counter()
+        self.in_hand = 0
+        self.wakeup = asyncio.Event()
+        self.answered = asyncio.Event()
+        """Set whenever records were answered (drains and backpressure wait on it)."""
+        self.load = LoadCounters()
+        self._engine_batches = 0
+        self._slots = asyncio.Semaphore(settings.max_publishes_in_flight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._commit_requests: list[OwnedConsumer] = []
+
+    # ---- poll and decode ---------------------------------------------------------------
+
+    async def poll_loop(self, tier: Tier, consumer: OwnedConsumer) -> None:
+        """Poll one tier's owned partitions while there is room in hand."""
+        self._commit_requests.append(consumer)
+        limit = self.settings.max_in_hand
+        while True:
+            room = limit - self.in_hand
+            if room <= 0:
+                self.answered.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.answered.wait(), 0.1)
+                continue
+            records = await consumer.poll(timeout_ms=100, max_records=room)
+            if records:
+                self.take(records, tier)
+                self.wakeup.set()
+
+    def take(self, records: Sequence[ConsumerRecord[bytes, bytes]], tier: Tier) -> None:
+        """Decode a poll's records into the batcher; bad ones are answered on their own."""
+        version = self.host.version
+        assert version is not None
+        config, tokenize = version.config, self.host.tokenize
+        tracing = tracing_enabled()
+        now = time.monotonic()
+        dead: list[tuple[ConsumerRecord[bytes, bytes], Unparseable]] = []
+        failed: list[tuple[InHand, InferbusError]] = []
+        for record in records:
+            self.offsets.polled(record.topic, record.partition, record.offset)
+            self.in_hand += 1
+            try:
+                item = decode_record(
+                    record,
+                    tier=tier,
+                    config=config,
+                    tokenize=tokenize,
+                    max_samples=config.batching.max_batch_size,
+                )
+            except Unparseable as exc:
+                dead.append((record, exc))
+                continue
+            if tracing and item.trace is not None and item.trace.sampled:
+                item.spans = RequestSpans.start(
+                    record,
+                    item.trace,
+                    group=self.groups[tier],
+                    attrs=self._attrs(item),
+                    polled_ns=item.polled_ns,
+                )
+            if item.error is not None:
+                failed.append((item, item.error))
+                continue
+            self.batcher.add(item, tier=tier, samples=item.samples, length=item.length, now=now)
+        if dead:
+            self._spawn(self._dead_letter(dead))
+        if failed:
+            self._spawn(self.answer_errors(failed))
+
+    def _attrs(self, item: InHand) -> RequestAttrs:
+        version, engine = self.host.version, self.host.engine
+        return RequestAttrs(
+            model=self.settings.model,
+            tier=item.tier,
+            model_version=version.version if version else None,
+            request_id=item.request_id,
+            provider=engine.info.provider if engine else None,
+        )
+
+    # ---- batches -----------------------------------------------------------------------
+
+    async def engine_loop(self) -> None:
+        """Form batches and hand them to the engine thread.
+
+        Up to `engine_queue_depth` batches are in the engine's hands: one running, the next
+        queued behind it, so the engine starts it the moment the last one ends. A batch only
+        queues behind a running one when it is full; a partial batch is better formed when
+        the engine frees up.
+        """
+        batcher, depth = self.batcher, self.settings.engine_queue_depth
+        while True:
+            now = time.monotonic()
+            batch = None
+            if self._engine_batches < depth:
+                batch = batcher.next_batch(now, full_only=self._engine_batches > 0)
+            if batch is None:
+                wait = batcher.next_due_in(now) if self._engine_batches < depth else None
+                self.wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self.wakeup.wait(), timeout=wait if wait is not None else 0.1
+                    )
+                continue
+            live = [entry.item for entry in batch.entries if not entry.item.expired]
+            if len(live) < len(batch.entries):
+                expired = [entry.item for entry in batch.entries if entry.item.expired]
+                late = DeadlineExceeded("deadline passed while queued")
+                self._spawn(self.answer_errors([(item, late) for item in expired]))
+            if not live:
+                continue
+            await self._slots.acquire()
+            self._engine_batches += 1
+            self._spawn(self._run_and_answer(batch, live), slot_taken=True)
+
+    async def _run_and_answer(self, batch: Batch[InHand], live: list[InHand]) -> None:
+        batch_id = uuid.uuid4().hex[:16]
+        dispatch_ns = time.time_ns()
+        for item in live:
+            item.batch_wait_ms = max(dispatch_ns - item.polled_ns, 0) / 1e6
+            if item.spans is not None:
+                item.spans.dispatched(
+                    polled_ns=item.polled_ns,
+                    dispatch_ns=dispatch_ns,
+                    size=len(live),
+                    batch_id=batch_id,
+                )
+        try:
+            ran = await self.host.run(
+                [item.arrays or {} for item in live],
+                [item.samples for item in live],
+                batch.pad_length,
+            )
+        except Exception as exc:  # answered as internal_error below, never lost
+            log.error("event=batch_crashed size=%d error=%r", len(live), exc)
+            failure = EngineError(f"the worker failed on this batch: {type(exc).__name__}")
+            await self.answer_errors([(item, failure) for item in live])
+            return
+        finally:
+            self._engine_batches -= 1
+            self.wakeup.set()
+        self._account_batch(batch, live, ran, batch_id)
+        await self.answer(live, ran)
+
+    def _account_batch(
+        self, batch: Batch[InHand], live: list[InHand], ran: Ran, batch_id: str
+    ) -> None:
+        first = ran.outcomes[0]
+        steps = (
+            ("preprocess", first.assemble_ms),
+            ("run", first.infer_ms),
+            ("postprocess", first.split_ms),
+        )
+        sampled = [item.spans for item in live if item.spans is not None]
+        if sampled:
+            batch_spans(
+                sampled,
+                RequestAttrs(
+                    model=self.settings.model,
+                    tier=batch.tier,
+                    model_version=ran.version.version,
+                    provider=ran.engine.info.provider,
+                    batch_id=batch_id,
+                ),
+                size=len(live),
+                start_ns=ran.start_ns,
+                steps_ms=steps,
+                failed=any(outcome.error for outcome in ran.outcomes),
+            )
+        samples = sum(item.samples for item in live)
+        self.load.busy_s += (first.assemble_ms + first.infer_ms + first.split_ms) / 1000
+        self.load.batches += 1
+        self.load.samples += samples
+        observe_batch(self.settings.model, batch.tier, samples)
+
+    # ---- answers -----------------------------------------------------------------------
+
+    async def answer(self, items: list[InHand], ran: Ran) -> None:
+        """Encode and publish a batch's results."""
+        info, version = ran.engine.info, ran.version.version
+        completed_at = _now_iso()
+        answers = []
+        for item, outcome in zip(items, ran.outcomes, strict=True):
+            started = time.perf_counter()
+            if outcome.outputs is not None:
+                status: Status = "ok"
+                error = None
+            else:
+                status, error = "internal_error", outcome.error or "engine failed"
+            timings = self._timings(item, outcome)
+            value = encode_result(
+                request_id=item.request_id,
+                model=item.model,
+                status=status,
+                form=item.form,
+                outputs=outcome.outputs,
+                error=error,
+                model_version=version,
+                timings=timings,
+                batch_size=outcome.batch_size,
+                worker_id=self.instance_id,
+                provider=info.provider,
+                simulated=info.simulated,
+                tenant=item.tenant,
+                completed_at=completed_at,
+            )
+            # Result encoding is the tail of postprocessing; e2e includes it.
+            timings["postprocess_ms"] = (timings["postprocess_ms"] or 0.0) + (
+                time.perf_counter() - started
+            ) * 1000
+            answers.append(_Answer(item, status, self._outgoing(item, value), timings))
+        await self._publish(answers)
+
+    async def answer_errors(self, failures: list[tuple[InHand, InferbusError]]) -> None:
+        """Answer requests that end without running: bad input, expired, a crashed batch."""
+        version = self.host.version
+        completed_at = _now_iso()
+        answers = []
+        for item, error in failures:
+            log.info(
+                "event=request_error request_id=%s status=%s reason=%r",
+                item.request_id,
+                error.status,
+                error.message[:200],
+            )
+            value = encode_result(
+                request_id=item.request_id,
+                model=item.model,
+                status=error.status,
+                form=item.form,
+                error=str(error),
+                model_version=version.version if version else None,
+                timings=self._timings(item, None),
+                worker_id=self.instance_id,
+                tenant=item.tenant,
+                completed_at=completed_at,
+            )
+            answers.append(_Answer(item, error.status, self._outgoing(item, value), {}))
+        await self._publish(answers)
+
+    def _outgoing(self, item: InHand, value: bytes) -> Outgoing:
+        headers = result_headers(item.form)
+        if item.spans is not None:
+            headers.append((h.TRACEPARENT, item.spans.publishing(item.reply_to, item.request_id)))
+        elif item.trace is not None:
+            headers.append((h.TRACEPARENT, item.trace.header))
+        return Outgoing(item.reply_to, item.request_id.encode(), value, headers)
+
+    def _timings(self, item: InHand, outcome: RequestOutcome | None) -> dict[str, float | None]:
+        now_ms = time.time() * 1000
+        origin = item.produced_ms or item.record_ts_ms
+        return {
+            "ingest_ms": item.ingest_ms,
+            "queue_ms": max(item.polled_at_s * 1000 - item.record_ts_ms, 0.0),
+            "batch_wait_ms": item.batch_wait_ms,
+            "preprocess_ms": item.preprocess_ms + (outcome.assemble_ms if outcome else 0.0),
+            "infer_ms": outcome.infer_ms if outcome else None,
+            "postprocess_ms": outcome.split_ms if outcome else None,
+            "e2e_ms": max(now_ms - origin, 0.0),
+        }
+
+    async def _publish(self, answers: list[_Answer]) -> None:
+        acks = await self.publisher.send_all([a.outgoing for a in answers])
+        failed = [a for a, ack in zip(answers, acks, strict=True) if isinstance(ack, BaseException)]
+        if failed:
+            await self._undeliverable(failed, acks)
+        self._account_answers(answers, acks)
+        for answer in answers:
+            item = answer.item
+            self.offsets.answered(item.topic, item.partition, item.offset)
+        self.in_hand -= len(answers)
+        self.answered.set()
+        self._request_commits()
+
+    async def _undeliverable(
+        self, failed: list[_Answer], acks: Sequence[RecordMetadata | BaseException]
+    ) -> None:
+        """Results that outlived every attempt go to the DLQ, which is retried until it takes
+        them (when even the DLQ fails, the broker is down and nothing else moves either)."""
+        errors = {id(a): e for a, e in zip(failed, acks, strict=False)}
+        pending = []
+        for answer in failed:
+            item = answer.item
+            reason = f"could not deliver the result to {item.reply_to}: {errors.get(id(answer))!r}"
+            log.error("event=result_undeliverable request_id=%s reason=%r", item.request_id, reason)
+            headers = h.dead_letter(
+                reason, topic=item.topic, partition=item.partition, offset=item.offset
+            )
+            headers[0] = (h.ERROR_CODE, b"undeliverable")
+            pending.append(Outgoing(DLQ, item.request_id.encode(), answer.outgoing.value, headers))
+        attempt = 0
+        while pending:
+            results = await self.publisher.send_all(pending)
+            pending = [o for o, r in zip(pending, results, strict=True) if isinstance(r, Exception)]
+            if pending:
+                attempt += 1
+                log.error("event=dlq_unreachable left=%d attempt=%d", len(pending), attempt)
+                await asyncio.sleep(min(0.5 * attempt, 5.0))
+        self.counts["dead_lettered"] += len(failed)
+
+    def _account_answers(
+        self, answers: list[_Answer], acks: Sequence[RecordMetadata | BaseException]
+    ) -> None:
+        by_status: Counter[tuple[str, str]] = Counter()
+        stages: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for answer, ack in zip(answers, acks, strict=True):
+            item = answer.item
+            by_status[(item.tier, answer.status)] += 1
+            if answer.status == "ok":
+                per_tier = stages[item.tier]
+                for stage in ANSWERED_STAGES:
+                    value = answer.timings.get(f"{stage}_ms")
+                    per_tier[stage].append(value if value is not None else float("nan"))
+            if item.spans is not None:
+                item.spans.end(ack, answer.status)
+        for (tier, status), n in by_status.items():
+            self.counts[status] += n
+            count_request("inferbus-worker", self.settings.model, tier, status, n)
+        for tier, values in stages.items():
+            record_stages(self.settings.model, tier, {k: np.asarray(v) for k, v in values.items()})
+
+    async def _dead_letter(
+        self, records: list[tuple[ConsumerRecord[bytes, bytes], Unparseable]]
+    ) -> None:
+        outgoing = [
+            Outgoing(
+                DLQ,
+                record.key,
+                record.value or b"",
+                h.dead_letter(
+                    str(error), topic=record.topic, partition=record.partition, offset=record.offset
+                ),
+            )
+            for record, error in records
+        ]
+        attempt = 0
+        pending = outgoing
+        while pending:
+            results = await self.publisher.send_all(pending)
+            pending = [o for o, r in zip(pending, results, strict=True) if isinstance(r, Exception)]
+            if pending:
+                attempt += 1
+                log.error("event=dlq_unreachable left=%d attempt=%d", len(pending), attempt)
+                await asyncio.sleep(min(0.5 * attempt, 5.0))
+        for record, error in records:
+            log.info(
+                "event=dead_lettered topic=%s offset=%d reason=%r",
+                record.topic,
+                record.offset,
+                error.message[:200],
+            )
+            self.offsets.answered(record.topic, record.partition, record.offset)
+        self.counts["dead_lettered"] += len(records)
+        self.in_hand -= len(records)
+        self.answered.set()
+        self._request_commits()
+
+    def _request_commits(self) -> None:
+        for consumer in self._commit_requests:
+            consumer.request_commit()
+
+    # ---- tasks, drains and load --------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], *, slot_taken: bool = False) -> None:
+        async def guarded() -> None:
+            try:
+                await coro
+            except Exception as exc:  # its records stay unanswered: logged, redelivered later
+                log.error("event=answer_task_failed error=%r", exc)
+            finally:
+                if slot_taken:
+                    self._slots.release()
+
+        task = asyncio.create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self, topic: str, partitions: frozenset[int]) -> None:
+        """Return once every record of these partitions in hand is answered."""
+        while any(self.offsets.in_flight(topic, p) for p in partitions):
+            self.wakeup.set()
+            self.answered.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.answered.wait(), 0.1)
+
+    async def drain_all(self, timeout_s: float) -> None:
+        """Answer everything in hand (a stop), within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while self.in_hand > 0 and time.monotonic() < deadline:
+            self.wakeup.set()
+            self.answered.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.answered.wait(), 0.1)
+        if self.in_hand > 0:
+            log.warning("event=drain_timeout left=%d (they will be redelivered)", self.in_hand)
+
+    async def settle(self) -> None:
+        """Wait for every answer task (after the loops stopped)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def load_snapshot(self) -> WorkerLoad:
+        """Load since the last snapshot (busy fraction, batch sizes, in hand); resets."""
+        now = time.monotonic()
+        counters, self.load = self.load, LoadCounters(since=now)
+        elapsed = max(now - counters.since, 1e-9)
+        return WorkerLoad(
+            busy_fraction=min(counters.busy_s / elapsed, 1.0),
+            batches=counters.batches,
+            samples=counters.samples,
+            mean_batch_size=counters.samples / counters.batches if counters.batches else 0.0,
+            queued=self.in_hand,
+            samples_per_s=counters.samples / counters.busy_s if counters.busy_s > 0 else 0.0,
+            window_s=elapsed,
+        )
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
