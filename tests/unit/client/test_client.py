@@ -11,6 +11,9 @@ from aiokafka.structs import ConsumerRecord
 
 from schemas.result import InferenceResult, error_result
 from schemas.tensors import Tensor, TextInput
+from schemas import headers as h
+from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
+from schemas.parse import parse_request
 from services.client.client import InferenceClient, _SeenIds, to_wire_inputs
 
 REPLY = "inferbus.results"
@@ -208,14 +211,32 @@ async def test_deliver_leaves_a_cancelled_waiter_alone(client: InferenceClient) 
 def test_build_request_uses_the_clients_reply_topic_and_tenant() -> None:
     client = InferenceClient("localhost:1", reply_to="team-a.results", tenant="team-a")
 
-    request = client.build_request(
+    wire = client.build_request(
         "demo-mlp", {"x": np.zeros((1, 16), np.float32)}, tier="batch", timeout_ms=500
     )
 
+    request = wire.envelope
     assert (request.reply_to, request.tenant, request.tier) == ("team-a.results", "team-a", "batch")
     assert request.timeout_ms == 500
     assert request.created_at is not None
-    assert request.request_id
+    assert wire.request_id == request.request_id
+
+
+@pytest.mark.parametrize("form", ["frame", "json"])
+def test_built_requests_parse_back_to_the_same_arrays(form: str) -> None:
+    client = InferenceClient("localhost:1")
+    x = np.arange(32, dtype=np.float32).reshape(2, 16)
+    ids = np.arange(6, dtype=np.int64).reshape(1, 6)
+    wire = client.build_request("demo-mlp", {"x": x, "ids": ids}, form=form)  # type: ignore[arg-type]
+
+    value, content_type = wire.encode()
+    parsed = parse_request(value)
+
+    assert parsed.framed is (form == "frame")
+    assert content_type == (FRAME_CONTENT_TYPE if form == "frame" else h.JSON)
+    inputs = parsed.request.inputs
+    np.testing.assert_array_equal(inputs["x"].to_numpy(parsed.payload), x)  # type: ignore[union-attr]
+    np.testing.assert_array_equal(inputs["ids"].to_numpy(parsed.payload), ids)  # type: ignore[union-attr]
 
 
 async def test_submit_before_start_says_so(client: InferenceClient) -> None:
