@@ -90,6 +90,8 @@ class InferenceResult(BaseModel):
         envelope, payload = split_frame(value)
         result = cls.model_validate_json(bytes(envelope))
         result._payload = payload
+        for tensor in result.outputs.values():
+            tensor._payload = payload
         return result
 
     def output(self, name: str) -> np.ndarray[Any, Any]:

@@ -56,6 +56,7 @@ class InHand:
     form: OutputForm = "list"
     """Outputs go back in the request's form: frame for frame, b64 for b64, else lists."""
     trace: TraceRef | None = None
+    tracestate: bytes | None = None
     spans: RequestSpans | None = None
 
     @property
@@ -113,6 +114,8 @@ def decode_record(
             deadline_header = _float(value)
         elif key == h.TRACEPARENT:
             item.trace = parse_traceparent(value)
+        elif key == h.TRACESTATE:
+            item.tracestate = value
     if parsed is None:
         assert where is not None
         salvage = where.salvage

@@ -45,7 +45,16 @@ from tracing.setup import tracing_enabled
 
 log = logging.getLogger(__name__)
 
-ANSWERED_STAGES = ("queue", "batch_wait", "preprocess", "infer", "postprocess", "e2e")
+ANSWERED_STAGES = (
+    "queue",
+    "batch_wait",
+    "preprocess",
+    "infer",
+    "postprocess",
+    "publish",
+    "e2e",
+)
+"""Stages a successful request's histograms get (its result was sent without `publish`)."""
 
 
 @dataclass
@@ -332,6 +341,8 @@ class Pipeline:
             headers.append((h.TRACEPARENT, item.spans.publishing(item.reply_to, item.request_id)))
         elif item.trace is not None:
             headers.append((h.TRACEPARENT, item.trace.header))
+        if item.tracestate:
+            headers.append((h.TRACESTATE, item.tracestate))
         return Outgoing(item.reply_to, item.request_id.encode(), value, headers)
 
     def _timings(self, item: InHand, outcome: RequestOutcome | None) -> dict[str, float | None]:
@@ -348,7 +359,11 @@ class Pipeline:
         }
 
     async def _publish(self, answers: list[_Answer]) -> None:
+        started = time.perf_counter()
         acks = await self.publisher.send_all([a.outgoing for a in answers])
+        publish_ms = (time.perf_counter() - started) * 1000
+        for answer in answers:
+            answer.timings["publish_ms"] = publish_ms
         failed = [a for a, ack in zip(answers, acks, strict=True) if isinstance(ack, BaseException)]
         if failed:
             await self._undeliverable(failed, acks)

@@ -95,7 +95,7 @@ async def stack(broker: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncI
         return engine
 
     ingest = IngestService(broker, IngestSettings(models_dir=models, queue_refresh_ms=200))
-    app_task = asyncio.create_task(ingest.app().run())
+    await ingest.start()
     mlp = Worker(
         broker,
         WorkerSettings(model="demo-mlp", tiers=["critical", "interactive"], models_dir=models),
@@ -105,9 +105,7 @@ async def stack(broker: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncI
     await asyncio.gather(mlp.start(), encoder.start())
     await asyncio.wait_for(ingest.ready.wait(), 60)
     yield Stack(broker, models, ingest, mlp, engines)
-    await asyncio.gather(mlp.stop(), encoder.stop())
-    app_task.cancel()
-    await asyncio.gather(app_task, return_exceptions=True)
+    await asyncio.gather(mlp.stop(), encoder.stop(), ingest.stop())
 
 
 def mlp_session(stack: Stack, name: str = "demo-mlp", version: str = "1") -> ort.InferenceSession:
@@ -472,7 +470,7 @@ async def test_hot_reload_under_load_answers_everything(stack: Stack) -> None:
             add_mlp_version(stack.models, model, "2", seed=42)
             during = await asyncio.gather(*(one() for _ in range(60)))
             deadline = time.monotonic() + 30
-            while worker.version is None or worker.version.version != "2":
+            while worker.host.version is None or worker.host.version.version != "2":
                 assert time.monotonic() < deadline, "version 2 was never switched in"
                 await asyncio.sleep(0.1)
             after = await one()
