@@ -76,7 +76,6 @@ def decode(value: bytes | None) -> InstanceRecord | None:
     return InstanceRecord.model_validate_json(value)
 
 
-
 def is_live(record: InstanceRecord, now: datetime) -> bool:
     """Not gone, and refreshed within its lease (records without a lease never expire)."""
     if record.state == "gone":

@@ -405,8 +405,9 @@ def infer_span(
 
     `requests`: each request's span or context (the worker's `process` span). `request`:
     the batch's shared attributes (model, tier, version, provider, batch_id); batch size
-    is `size`, default `len(requests)` (a batch of partly sampled requests links fewer). Parent: `parent`, else the first request, so that a batch of one
-    reads as one trace; the other requests reach it through their links.
+    is `size`, default `len(requests)` (a batch of partly sampled requests links fewer).
+    Parent: `parent`, else the first request, so that a batch of one reads as one trace;
+    the other requests reach it through their links.
     """
     if not requests:
         raise ValueError("a batch needs at least one request")

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from schemas.result import InferenceResult, error_result
-from schemas.tensors import Tensor, TextInput
 from schemas import headers as h
 from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.parse import parse_request
+from schemas.result import InferenceResult, error_result
+from schemas.tensors import Tensor, TextInput
 from services.client.client import InferenceClient, _SeenIds, to_wire_inputs
 
 REPLY = "inferbus.results"
