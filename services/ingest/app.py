@@ -20,12 +20,11 @@ from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 from faststream import AckPolicy, FastStream
-from faststream.kafka import KafkaBroker
 from faststream.kafka.annotations import KafkaMessage
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from infra.kafka import FETCH_MAX_WAIT_MS, make_producer, start_with_retry
+from infra.kafka import FETCH_MAX_WAIT_MS, make_broker, make_producer, start_with_retry
 from schemas import headers as h
 from schemas.errors import EngineError
 from schemas.result import error_result
@@ -73,7 +72,7 @@ class IngestService:
             repository, refresh_s=self.settings.model_refresh_s, depths=self.depths
         )
         self.counts: Counter[str] = Counter()
-        self.broker = KafkaBroker(bootstrap, client_id=self.instance_id)
+        self.broker = make_broker(bootstrap, client_id=self.instance_id)
         self.producer = make_producer(bootstrap, client_id=self.instance_id)
         self.ready = asyncio.Event()
         self.telemetry = TelemetryPublisher(
