@@ -43,7 +43,11 @@ class KafkaSecuritySettings(BaseSettings):
     """How every Kafka client authenticates and encrypts; documented in docs/security.md."""
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, hide_input_in_errors=True
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        frozen=True,
+        hide_input_in_errors=True,
+        use_attribute_docstrings=True,
     )
 
     security_protocol: SecurityProtocol = "PLAINTEXT"

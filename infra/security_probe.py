@@ -111,7 +111,7 @@ def _untrusted_broker(
     failure: ssl.SSLCertVerificationError, security: KafkaSecurity, where: str
 ) -> KafkaSecurityError:
     settings = security.settings
-    if "hostname" in str(failure):
+    if "mismatch" in (failure.verify_message or "").lower():  # hostname or IP address
         hint = f"connect by a name the certificate holds (or {env('ssl_check_hostname')}=false)"
     else:
         hint = f"set {env('ssl_cafile')} to the CA that signed it"
