@@ -10,6 +10,7 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,12 @@ from aiokafka.admin import NewTopic
 
 from infra.broker import EmbeddedBroker
 from infra.kafka import make_admin, make_broker, make_consumer, make_producer
-from infra.security import KafkaSecurityError, KafkaSecuritySettings
+from infra.security import KafkaSecurityError, KafkaSecuritySettings, process_security
+from infra.topics import TopicSpec, ensure_topics, partition_count
+from scaler.collector.offsets import GroupOffsetReader
+from scaler.registry import Registry
+from schemas.telemetry import InstanceRecord
+from services.client import InferenceClient
 from tests.integration.tls_proxy import TlsProxy, server_context
 from tests.pki import KEY_PASSWORD, Pki, make_pki
 
@@ -185,3 +191,61 @@ async def test_tls_client_on_a_plain_listener_is_told_it_is_not_tls(
         await client.stop()
     assert "no TLS answer" in str(refused.value)
     assert "INFERBUS_KAFKA_SECURITY_PROTOCOL=SSL" in str(refused.value)
+
+
+@pytest.fixture
+def tls_environment(tls_broker: TlsBroker, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's INFERBUS_KAFKA_* settings say mutual TLS (read afresh, then forgotten)."""
+    pki = tls_broker.pki
+    monkeypatch.setenv("INFERBUS_KAFKA_SECURITY_PROTOCOL", "SSL")
+    monkeypatch.setenv("INFERBUS_KAFKA_SSL_CAFILE", str(pki.ca))
+    monkeypatch.setenv("INFERBUS_KAFKA_SSL_CERTFILE", str(pki.client_cert))
+    monkeypatch.setenv("INFERBUS_KAFKA_SSL_KEYFILE", str(pki.client_key))
+    process_security.cache_clear()
+    yield
+    process_security.cache_clear()
+
+
+@pytest.mark.usefixtures("tls_environment")
+async def test_project_clients_use_the_environment_settings(tls_broker: TlsBroker) -> None:
+    """Topics admin, scaler registry and offsets reader, client library: all over mutual TLS."""
+    bootstrap, suffix = tls_broker.bootstrap, uuid.uuid4().hex[:8]
+    instances, requests, replies = f"t-inst-{suffix}", f"t-req-{suffix}", f"t-res-{suffix}"
+    refused_before = tls_broker.proxy.refused
+    specs = [TopicSpec(instances, 1), TopicSpec(requests, 2), TopicSpec(replies, 1)]
+    assert sorted(await ensure_topics(bootstrap, specs)) == sorted([instances, requests, replies])
+    assert await partition_count(bootstrap, requests) == 2
+
+    now = datetime.now(UTC)
+    record = InstanceRecord(
+        instance_id="w-1", model="m", tiers=["batch"], group="inferbus.workers.m.batch",
+        state="ready", started_at=now, updated_at=now,
+    )  # fmt: skip
+    producer = make_producer(bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(instances, record.model_dump_json().encode(), key=b"w-1")
+        for _ in range(3):
+            await producer.send_and_wait(requests, b"{}", partition=0)
+    finally:
+        await producer.stop()
+
+    registry = Registry(bootstrap, topic=instances)
+    await registry.start()
+    try:
+        await asyncio.wait_for(registry.caught_up.wait(), timeout=30)
+        assert registry.view()["w-1"].state == "ready"
+    finally:
+        await registry.close()
+
+    reader = GroupOffsetReader(bootstrap, f"g-{suffix}", requests)
+    await reader.start()
+    try:
+        answer = await reader.read()
+    finally:
+        await reader.close()
+    assert {o.partition: o.end for o in answer.offsets} == {0: 3, 1: 0}
+
+    async with InferenceClient(bootstrap, reply_to=replies) as client:
+        assert client.bootstrap == bootstrap
+    assert tls_broker.proxy.refused == refused_before
