@@ -82,9 +82,20 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
 class EmbeddedBroker:
     """A Tansu broker on loopback; `start()` and `stop()` are idempotent."""
 
-    def __init__(self, settings: BrokerSettings | None = None, *, port: int | None = None) -> None:
+    def __init__(
+        self,
+        settings: BrokerSettings | None = None,
+        *,
+        port: int | None = None,
+        advertised: str | None = None,
+        authentication: bool = False,
+    ) -> None:
+        """`advertised` (host:port) replaces the listener in metadata, e.g. a TLS proxy's;
+        `authentication` makes Tansu require SASL (SCRAM) from every client."""
         self.settings = settings or BrokerSettings()
         self._wanted_port = port if port is not None else self.settings.broker_port
+        self._advertised = advertised
+        self._authentication = authentication
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self.port: int | None = None
@@ -118,10 +129,12 @@ class EmbeddedBroker:
             "--listener-url",
             url,
             "--advertised-listener-url",
-            url,
+            f"tcp://{self._advertised}" if self._advertised else url,
             "--storage-engine",
             "memory://tansu/",
         ]
+        if self._authentication:
+            command.append("--authentication")
         # A file, not a pipe: a chatty broker must never block on a full pipe buffer.
         # It lives as long as the broker process, so stop() closes it, not a with-block.
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()

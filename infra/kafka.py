@@ -10,24 +10,73 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError
 
+from infra.security import KafkaSecurity, KafkaSecuritySettings, broker_security, resolve
+from infra.security_probe import explain_refusal
 from infra.settings import KafkaSettings, kafka_settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class _ExplainsRefusal:
+    """A client whose failed `start()` says which security setting the broker refused."""
+
+    _bootstrap: str
+    _security: KafkaSecurity
+
+    async def start(self) -> None:
+        try:
+            await super().start()  # type: ignore[misc]
+        except Exception as exc:
+            refusal = await explain_refusal(self._bootstrap, self._security)
+            if refusal is None:
+                raise
+            raise refusal from exc
+
+
+class SecureProducer(_ExplainsRefusal, AIOKafkaProducer):  # type: ignore[misc]
+    """An AIOKafkaProducer with the security options applied (built by `make_producer`)."""
+
+    def __init__(self, security: KafkaSecurity, **options: Any) -> None:
+        super().__init__(**options)
+        self._bootstrap, self._security = options["bootstrap_servers"], security
+
+
+class SecureConsumer(_ExplainsRefusal, AIOKafkaConsumer):  # type: ignore[misc]
+    """An AIOKafkaConsumer with the security options applied (built by `make_consumer`)."""
+
+    def __init__(self, *topics: str, security: KafkaSecurity, **options: Any) -> None:
+        super().__init__(*topics, **options)
+        self._bootstrap, self._security = options["bootstrap_servers"], security
+
+
+class SecureAdmin(_ExplainsRefusal, AIOKafkaAdminClient):  # type: ignore[misc]
+    """An AIOKafkaAdminClient with the security options applied (built by `make_admin`)."""
+
+    def __init__(self, security: KafkaSecurity, **options: Any) -> None:
+        super().__init__(**options)
+        self._bootstrap, self._security = options["bootstrap_servers"], security
+
+
 def make_producer(
-    bootstrap: str, *, client_id: str = "inferbus", **overrides: Any
+    bootstrap: str,
+    *,
+    client_id: str = "inferbus",
+    security: KafkaSecuritySettings | None = None,
+    **overrides: Any,
 ) -> AIOKafkaProducer:
-    """A producer that waits for all in-sync replicas (acks=all) and batches by linger.
+    """A producer that waits for all in-sync replicas (acks=all).
 
     Idempotence stays off: Tansu has no InitProducerId; at-least-once plus request-id
     dedup at the client gives the same guarantee users see. No compression: on loopback
-    and LAN the CPU costs more than the bytes.
+    and LAN the CPU costs more than the bytes. `security` defaults to the process's
+    `INFERBUS_KAFKA_*` settings (infra.security), as for every factory here.
     """
     settings = kafka_settings()
+    secure = resolve(security)
     options: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "client_id": client_id,
@@ -38,8 +87,9 @@ def make_producer(
         "max_request_size": settings.max_request_bytes,
         "request_timeout_ms": settings.request_timeout_ms,
     }
+    options.update(secure.options)
     options.update(overrides)
-    return AIOKafkaProducer(**options)
+    return SecureProducer(secure, **options)
 
 
 def make_consumer(
@@ -47,10 +97,12 @@ def make_consumer(
     bootstrap: str,
     group_id: str | None,
     client_id: str = "inferbus",
+    security: KafkaSecuritySettings | None = None,
     **overrides: Any,
 ) -> AIOKafkaConsumer:
     """A consumer with explicit commits only (`enable_auto_commit=False`)."""
     settings = kafka_settings()
+    secure = resolve(security)
     options: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "client_id": client_id,
@@ -65,8 +117,33 @@ def make_consumer(
         "session_timeout_ms": 10_000,
         "heartbeat_interval_ms": 1_000,
     }
+    options.update(secure.options)
     options.update(overrides)
-    return AIOKafkaConsumer(*topics, **options)
+    return SecureConsumer(*topics, security=secure, **options)
+
+
+def make_admin(
+    bootstrap: str,
+    *,
+    client_id: str = "inferbus-admin",
+    security: KafkaSecuritySettings | None = None,
+    **overrides: Any,
+) -> AIOKafkaAdminClient:
+    """An admin client (topics, offsets); `start()` it, `close()` it."""
+    secure = resolve(security)
+    options: dict[str, Any] = {"bootstrap_servers": bootstrap, "client_id": client_id}
+    options.update(secure.options)
+    options.update(overrides)
+    return SecureAdmin(secure, **options)
+
+
+def make_broker(
+    bootstrap: str, *, client_id: str, security: KafkaSecuritySettings | None = None
+) -> Any:
+    """A FastStream `KafkaBroker` with the equivalent `security=` object."""
+    from faststream.kafka import KafkaBroker
+
+    return KafkaBroker(bootstrap, client_id=client_id, security=broker_security(resolve(security)))
 
 
 class FetchPacer:

@@ -6,9 +6,10 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from infra.kafka import make_admin
 from schemas import topics
 from schemas.topics import TIERS, Tier
 
@@ -51,7 +52,7 @@ def standard_topics(
 
 async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
     """Create the missing topics; returns the names created. Safe to call again."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="inferbus-topics")
+    admin = make_admin(bootstrap, client_id="inferbus-topics")
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -75,7 +76,7 @@ async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]
 
 async def partition_count(bootstrap: str, topic: str) -> int:
     """Partitions of one topic (0 when it does not exist)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id="inferbus-topics")
+    admin = make_admin(bootstrap, client_id="inferbus-topics")
     await admin.start()
     try:
         described = await admin.describe_topics([topic])

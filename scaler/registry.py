@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from infra.kafka import stop_consume_loop
+from infra.kafka import make_consumer, stop_consume_loop
 from infra.registry import (
     READY_HISTORY,
     RegistryTable,
@@ -105,10 +105,11 @@ class Registry:
         """Start consuming (idempotent)."""
         if self._task is not None:
             return
-        from aiokafka import AIOKafkaConsumer
-
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, enable_auto_commit=False, group_id=None
+        consumer = make_consumer(
+            bootstrap=self._bootstrap,
+            group_id=None,
+            client_id="inferbus-registry",
+            fetch_max_wait_ms=500,  # aiokafka's default: the registry changes rarely.
         )
         await consumer.start()
         self._consumer = consumer

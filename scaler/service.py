@@ -23,7 +23,15 @@ from scaler.registry import Registry
 from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerState
 from scaler.telemetry import TelemetryReader
 from schemas.topics import Tier
-from tracing.metrics import set_desired_replicas, set_group_lag, set_replicas
+from tracing.metrics import (
+    mark_scale_decision,
+    set_desired_replicas,
+    set_group_lag,
+    set_group_p99,
+    set_oldest_age,
+    set_replicas,
+    set_slo,
+)
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +151,19 @@ class ScalerService:
                 set_group_lag(collection.group, signals.lag)
             set_replicas(collection.group, "ready", signals.ready_replicas)
             set_replicas(collection.group, "starting", signals.starting_replicas)
+            set_oldest_age(collection.group, signals.oldest_age_ms)
+            set_slo(collection.group, signals.slo_p99_e2e_ms)
+            for part, ms in (
+                ("queue", signals.queue_p99_ms),
+                ("engine", signals.engine_p99_ms),
+                ("e2e", signals.e2e_p99_ms),
+            ):
+                set_group_p99(collection.group, part, ms)
         if decision is not None:
             set_desired_replicas(collection.group, decision.desired)
+            mark_scale_decision(
+                decision.group, decision.current, decision.desired, decision.diagnosis, time.time()
+            )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set."""

@@ -109,6 +109,46 @@ DESIRED_REPLICAS = Gauge(
     ("group",),
     registry=REGISTRY,
 )
+ARRIVAL_RPS = Gauge(
+    "inferbus_arrival_rps",
+    "Requests produced to a group's tier topic per second (end-offset delta, scaler window).",
+    ("group",),
+    registry=REGISTRY,
+)
+SERVICE_RPS = Gauge(
+    "inferbus_service_rps",
+    "Requests a group committed per second (committed-offset delta, scaler window).",
+    ("group",),
+    registry=REGISTRY,
+)
+OLDEST_AGE = Gauge(
+    "inferbus_oldest_age_seconds",
+    "Age of the oldest request a group has not committed yet.",
+    ("group",),
+    registry=REGISTRY,
+)
+GROUP_P99 = Gauge(
+    "inferbus_group_p99_seconds",
+    "The scaler's p99 per group over its window; part: queue (queue + batch wait), "
+    "engine (preprocess + infer + postprocess) or e2e.",
+    ("group", "part"),
+    registry=REGISTRY,
+)
+SLO_P99_E2E = Gauge(
+    "inferbus_slo_p99_e2e_seconds",
+    "The group's tier objective for p99 end-to-end latency (model.yaml).",
+    ("group",),
+    registry=REGISTRY,
+)
+SCALE_DECISION_TIME = Gauge(
+    "inferbus_scaler_decision_timestamp_seconds",
+    "When the scaler last decided to scale a group up or down with this diagnosis (Unix s); "
+    "one value per decision, so dashboards draw each as an annotation at its own time.",
+    ("group", "direction", "diagnosis"),
+    registry=REGISTRY,
+)
+NOT_MEASURED = float("nan")
+"""What a gauge shows for a value the scaler has not measured (graphs show a gap)."""
 
 
 def count_request(service: str, model: str, tier: str, status: str, n: int = 1) -> None:
@@ -139,6 +179,40 @@ def set_replicas(group: str, state: str, replicas: int) -> None:
 def set_desired_replicas(group: str, replicas: int) -> None:
     """The scaler's latest desired replica count for a group."""
     DESIRED_REPLICAS.labels(group).set(replicas)
+
+
+def _ms_to_s(ms: float | None) -> float:
+    return NOT_MEASURED if ms is None else ms / 1000.0
+
+
+def set_group_rates(group: str, arrival_rps: float | None, service_rps: float | None) -> None:
+    """A group's arrival and service rates, requests per second (None: not measured)."""
+    ARRIVAL_RPS.labels(group).set(NOT_MEASURED if arrival_rps is None else arrival_rps)
+    SERVICE_RPS.labels(group).set(NOT_MEASURED if service_rps is None else service_rps)
+
+
+def set_oldest_age(group: str, ms: float | None) -> None:
+    """Age of a group's oldest uncommitted request, in ms (None: not measured)."""
+    OLDEST_AGE.labels(group).set(_ms_to_s(ms))
+
+
+def set_group_p99(group: str, part: str, ms: float | None) -> None:
+    """The scaler's p99 of `part` (queue, engine, e2e) for a group, in ms."""
+    GROUP_P99.labels(group, part).set(_ms_to_s(ms))
+
+
+def set_slo(group: str, p99_e2e_ms: float) -> None:
+    """The group's p99 end-to-end objective, in ms."""
+    SLO_P99_E2E.labels(group).set(p99_e2e_ms / 1000.0)
+
+
+def mark_scale_decision(
+    group: str, current: int, desired: int, diagnosis: str, at_s: float
+) -> None:
+    """A decision taken at `at_s` (Unix s); one that keeps the replicas is not marked."""
+    if desired != current:
+        direction = "up" if desired > current else "down"
+        SCALE_DECISION_TIME.labels(group, direction, diagnosis).set(at_s)
 
 
 def start_metrics_server(port: int, *, addr: str = "0.0.0.0") -> WSGIServer | None:

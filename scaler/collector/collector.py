@@ -21,6 +21,7 @@ from scaler.registry import Registry, ready_time, replicas_by_state
 from scaler.signals import GroupSignals
 from schemas.errors import InferbusError
 from schemas.topics import Tier, request_topic, worker_group
+from tracing.metrics import set_group_rates
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +222,7 @@ class Collector:
         )
         memory.samples = window((*memory.samples, sample), self.config.rate_window_s)
         measured = rates(memory.samples)
+        set_group_rates(target.group, measured.arrival_rps, measured.service_rps)
 
         behind = {p.partition: p.position for p in fresh if p.lag > 0 and p.position is not None}
         heads = await reader.head_timestamps(behind) if behind else {}

@@ -49,12 +49,13 @@ class GroupOffsetReader:
         """Connect (idempotent)."""
         if self._consumer is not None:
             return
-        from aiokafka import AIOKafkaConsumer
+        from infra.kafka import make_consumer
 
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap,
+        consumer = make_consumer(
+            bootstrap=self._bootstrap,
             group_id=self.group,
-            enable_auto_commit=False,
+            client_id="inferbus-scaler",
+            fetch_max_wait_ms=500,  # aiokafka's default: this reader polls rarely.
             auto_offset_reset="none",
             max_partition_fetch_bytes=256 * 1024,
             request_timeout_ms=int(self._timeout_s * 1000),
