@@ -107,6 +107,10 @@ class EmbeddedBroker:
         return f"{self.settings.broker_host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

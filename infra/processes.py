@@ -94,3 +94,11 @@ class ChildProcess:
                 process.wait(timeout=5)
         log.info("event=child_stopped name=%s returncode=%s", self.name, process.returncode)
         return process.returncode
+
+
+def name_this_thread(name: str) -> None:
+    """Give the calling OS thread a name (15 bytes at most) that /proc and top show."""
+    if sys.platform.startswith("linux"):
+        pr_set_name = 15
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(pr_set_name, name.encode()[:15], 0, 0, 0)

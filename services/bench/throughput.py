@@ -13,18 +13,21 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from infra.broker import EmbeddedBroker
 from infra.models.repository import ModelRepository, ModelVersion
 from infra.processes import ChildProcess, inferbus_command
 from infra.topics import ensure_topics, standard_topics
+from services.bench.cpu import CpuMeter
 from services.bench.loadgen import EncoderEvents, LoadGenerator, LoadReport
+from services.bench.otlp_sink import OtlpSink
 from services.bench.stats import batch_histogram, percentiles, statuses, steady_throughput
 from services.models.demo import write_demo_models
 from services.worker.engines.factory import create_engine
@@ -46,6 +49,17 @@ class ThroughputOptions:
     models_dir: Path | None = None
     long_len: int = 512
     long_share: float = 0.0
+    engine: str = "model"
+    """`model`: the engine model.yaml names; `null`: an engine that does no work (sim with
+    a = b = 0), so the run measures the bus ceiling."""
+    intra_op_threads: int | None = None
+    """Override the served engine's ONNX Runtime intra-op threads (0: all cores)."""
+    ingest_instances: int = 1
+    workers: int = 1
+    encoding: str = "frame"
+    """The load generator's request form: frame, b64 or list."""
+    trace_ratio: float | None = None
+    """None: no span export (tracing off); else export to a local sink at this ratio."""
 
 
 def sequence_batch(
@@ -63,6 +77,13 @@ def sequence_batch(
             shape = [batch, *[d if d > 0 else 1 for d in spec.shape[1:]]]
             inputs[spec.name] = rng.random(shape).astype(np.float32)
     return inputs
+
+
+def all_cores(version: ModelVersion) -> ModelVersion:
+    """The same model with ONNX Runtime free to use every core: what a user gets without us."""
+    engine = version.config.engine.model_copy(update={"intra_op_num_threads": 0})
+    config = version.config.model_copy(update={"engine": engine})
+    return ModelVersion(version.name, version.version, version.directory, config)
 
 
 def raw_engine_throughput(version: ModelVersion, seq_len: int, seconds: float) -> dict[str, Any]:
@@ -85,6 +106,7 @@ def raw_engine_throughput(version: ModelVersion, seq_len: int, seconds: float) -
         "samples_per_s": runs * batch_size / elapsed,
         "ms_per_batch": elapsed / runs * 1000,
         "provider": engine.info.label,
+        "intra_op_num_threads": version.config.engine.intra_op_num_threads,
     }
 
 
@@ -120,23 +142,34 @@ def summarize(report: LoadReport) -> dict[str, Any]:
 
 
 class Deployment:
-    """Broker (embedded unless given), topics, one ingest and one worker per model."""
+    """Broker (embedded unless given), topics, ingest instances and workers per model."""
 
     def __init__(
-        self, bootstrap: str | None, models_dir: Path, models: list[str], log_dir: Path
+        self,
+        bootstrap: str | None,
+        models_dir: Path,
+        models: list[str],
+        log_dir: Path,
+        *,
+        ingest_instances: int = 1,
+        workers: int = 1,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.broker = EmbeddedBroker(port=0) if bootstrap is None else None
         self.bootstrap = bootstrap or ""
         self.models_dir = models_dir
         self.models = models
         self.log_dir = log_dir
+        self.ingest_instances = ingest_instances
+        self.workers = workers
+        self.env = env or {}
         self.children: list[ChildProcess] = []
 
     async def start(self) -> str:
         if self.broker is not None:
             self.bootstrap = await asyncio.to_thread(self.broker.start)
         await ensure_topics(self.bootstrap, standard_topics(self.models))
-        env = {"INFERBUS_WORKER_HEARTBEAT_INTERVAL_S": "2"}
+        env = {"INFERBUS_WORKER_HEARTBEAT_INTERVAL_S": "2", **self.env}
         common = [
             "--bootstrap",
             self.bootstrap,
@@ -145,20 +178,27 @@ class Deployment:
             "--log-level",
             "WARNING",
         ]
-        self.children.append(
-            ChildProcess(
-                "ingest", inferbus_command("ingest", *common), log_path=self.log_dir / "ingest.log"
-            )
-        )
-        for model in self.models:
+        for i in range(self.ingest_instances):
             self.children.append(
                 ChildProcess(
-                    f"worker-{model}",
-                    inferbus_command("worker", "--model", model, "--tier", "interactive", *common),
-                    env=env,
-                    log_path=self.log_dir / f"worker-{model}.log",
+                    f"ingest-{i}",
+                    inferbus_command("ingest", *common),
+                    env=self.env,
+                    log_path=self.log_dir / f"ingest-{i}.log",
                 )
             )
+        for model in self.models:
+            for i in range(self.workers):
+                self.children.append(
+                    ChildProcess(
+                        f"worker-{model}-{i}",
+                        inferbus_command(
+                            "worker", "--model", model, "--tier", "interactive", *common
+                        ),
+                        env=env,
+                        log_path=self.log_dir / f"worker-{model}-{i}.log",
+                    )
+                )
         for child in self.children:
             child.start()
         return self.bootstrap
@@ -169,6 +209,13 @@ class Deployment:
             if not child.running:
                 code = child.process.returncode if child.process else None
                 raise RuntimeError(f"{child.name} exited with {code}; see {child.log_path}")
+
+    def pids(self) -> dict[str, int]:
+        """Every process of the deployment by role (`ingest-0`, `worker-demo-encoder-0`, ...)."""
+        out = {c.name: c.pid for c in self.children if c.pid is not None}
+        if self.broker is not None and self.broker.pid is not None:
+            out["broker"] = self.broker.pid
+        return out
 
     async def stop(self) -> None:
         for child in self.children:
@@ -194,35 +241,84 @@ async def wait_until_serving(
     raise TimeoutError("the stack did not answer within the start-up timeout")
 
 
-def prepare_models(options: ThroughputOptions) -> tuple[Path, bool]:
-    """The model repository to serve: the given one, or fresh demo models in a temp dir."""
-    if options.models_dir is not None and ModelRepository(options.models_dir).names():
-        return options.models_dir, False
+def prepare_models(options: ThroughputOptions) -> Path:
+    """A private copy of the model repository to serve, the engine set as asked.
+
+    The given repository (or fresh demo models) is copied, so a `null` engine or a thread
+    override never touches the user's files.
+    """
     root = Path(tempfile.mkdtemp(prefix="inferbus-bench-models-"))
-    write_demo_models(root)
-    return root, True
+    source = options.models_dir
+    if source is not None and ModelRepository(source).names():
+        shutil.copytree(source, root, dirs_exist_ok=True, symlinks=True)
+    else:
+        write_demo_models(root)
+    path = root / options.model / "model.yaml"
+    raw = yaml.safe_load(path.read_text())
+    if options.engine == "null":
+        raw["engine"]["kind"] = "sim"
+        raw["engine"]["sim"] = {**raw["engine"].get("sim", {}), "a_ms": 0.0, "b_ms": 0.0}
+    if options.intra_op_threads is not None:
+        raw["engine"]["intra_op_num_threads"] = options.intra_op_threads
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return root
+
+
+def _child_env(options: ThroughputOptions, sink: OtlpSink | None) -> dict[str, str]:
+    if sink is None:
+        return {"OTEL_TRACES_EXPORTER": "none"}
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint,
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": str(options.trace_ratio),
+    }
+
+
+async def _measured(meter: CpuMeter, run: Callable[[], Awaitable[LoadReport]]) -> dict[str, Any]:
+    started = time.perf_counter()
+    meter.start()
+    report = await run()
+    seconds = time.perf_counter() - started
+    summary = summarize(report)
+    summary["cpu"] = meter.stop(requests=len(report.completed), seconds=seconds)
+    summary["seconds"] = round(seconds, 2)
+    return summary
 
 
 async def bench_throughput(options: ThroughputOptions, progress: Progress) -> dict[str, Any]:
     """Run all phases and return the JSON report."""
-    models_dir, temporary = prepare_models(options)
+    models_dir = prepare_models(options)
     log_dir = Path(tempfile.mkdtemp(prefix="inferbus-bench-logs-"))
+    sink = OtlpSink().__enter__() if options.trace_ratio is not None else None
     try:
         version = ModelRepository(models_dir).resolve(options.model)
-        progress(f"raw engine: {options.model} seq {options.seq_len}, {options.raw_seconds:.0f}s")
+        reference = version if options.engine == "null" else all_cores(version)
+        progress(
+            f"raw engine: {options.model} seq {options.seq_len}, {options.raw_seconds:.0f}s "
+            f"({reference.config.engine.kind}, all cores)"
+        )
         raw = await asyncio.to_thread(
-            raw_engine_throughput, version, options.seq_len, options.raw_seconds
+            raw_engine_throughput, reference, options.seq_len, options.raw_seconds
         )
         progress(f"raw engine: {raw['samples_per_s']:.0f} samples/s at batch {raw['batch_size']}")
-        deployment = Deployment(options.bootstrap, models_dir, [options.model], log_dir)
+        deployment = Deployment(
+            options.bootstrap,
+            models_dir,
+            [options.model],
+            log_dir,
+            ingest_instances=options.ingest_instances,
+            workers=options.workers,
+            env=_child_env(options, sink),
+        )
         bootstrap = await deployment.start()
         rng = np.random.default_rng(1)
-        gen = LoadGenerator(bootstrap, EncoderEvents(options.model))
+        gen = LoadGenerator(bootstrap, EncoderEvents(options.model, encoding=options.encoding))
         try:
             await gen.start()
             progress("waiting for ingest and the worker to serve")
             await wait_until_serving(gen, deployment, progress)
             lengths = _lengths(options, rng)
+            meter = CpuMeter({**deployment.pids(), "loadgen": os.getpid()})
 
             def tick(done: int) -> None:
                 progress(f"answered {done}")
@@ -230,32 +326,42 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             progress("warm-up: 300 requests")
             await gen.closed_loop(300, options.window, lengths, tick)
             progress(f"saturation: {options.requests} requests, window {options.window}")
-            saturated = summarize(
-                await gen.closed_loop(options.requests, options.window, lengths, tick)
+            saturated = await _measured(
+                meter, lambda: gen.closed_loop(options.requests, options.window, lengths, tick)
             )
             half_rate = max(saturated["samples_per_s"] / 2, 1.0)
             half_count = max(int(half_rate * 10), 200)
             progress(f"half load: {half_rate:.0f} req/s open loop, {half_count} requests")
-            half = summarize(await gen.open_loop(half_count, half_rate, lengths, tick))
+            half = await _measured(
+                meter, lambda: gen.open_loop(half_count, half_rate, lengths, tick)
+            )
         finally:
             await gen.stop()
             await deployment.stop()
         return {
             "benchmark": "throughput",
             "model": options.model,
+            "engine": options.engine,
             "seq_len": options.seq_len,
             "long_share": options.long_share,
+            "encoding": options.encoding,
+            "ingest_instances": options.ingest_instances,
+            "workers": options.workers,
+            "trace_ratio": options.trace_ratio,
+            "span_exports": sink.exports if sink is not None else None,
+            "served_intra_op_threads": version.config.engine.intra_op_num_threads,
             "cores": os.cpu_count(),
-            "note": "broker, ingest, worker and load generator share these cores; "
-            "the raw engine ran alone",
+            "note": "broker, ingest, worker and load generator share these cores; the raw "
+            "engine ran alone, with ONNX Runtime on all cores",
             "raw_engine": raw,
             "saturation": saturated,
             "ratio_e2e_over_raw": saturated["samples_per_s"] / raw["samples_per_s"],
             "half_load": {"rate_rps": half_rate, **half},
         }
     finally:
-        if temporary:
-            shutil.rmtree(models_dir, ignore_errors=True)
+        if sink is not None:
+            sink.__exit__(None, None, None)
+        shutil.rmtree(models_dir, ignore_errors=True)
 
 
 def _lengths(options: ThroughputOptions, rng: np.random.Generator) -> Callable[[], int]:

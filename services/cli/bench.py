@@ -36,6 +36,19 @@ def throughput(
     seq: Annotated[int, typer.Option(help="Tokens per request.")] = 32,
     requests: Annotated[int, typer.Option(help="Requests in the saturation phase.")] = 3000,
     window: Annotated[int, typer.Option(help="Requests kept outstanding at saturation.")] = 128,
+    engine: Annotated[
+        str, typer.Option(help="model (as model.yaml says) or null (no work: the bus ceiling).")
+    ] = "model",
+    intra_op_threads: Annotated[
+        int | None, typer.Option(help="Served engine's ONNX Runtime threads (0: all cores).")
+    ] = None,
+    ingest: Annotated[int, typer.Option(help="Ingest instances.")] = 1,
+    workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
+    encoding: Annotated[str, typer.Option(help="Request form: frame, b64 or list.")] = "frame",
+    trace_ratio: Annotated[
+        float | None,
+        typer.Option(help="Export spans to a local sink at this sampling ratio (default: off)."),
+    ] = None,
     bootstrap: Annotated[
         str | None, typer.Option(help="Use this Kafka, not the embedded one.")
     ] = None,
@@ -45,10 +58,17 @@ def throughput(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
 ) -> None:
-    """Raw engine samples/s, then end to end at saturation and at half load; prints the ratio."""
+    """Raw engine samples/s (all cores), then end to end at saturation and at half load.
+
+    Prints the ratio, latency, and each process's CPU per request (its own counters).
+    """
     from services.bench.plot import plot_throughput
     from services.bench.throughput import ThroughputOptions, bench_throughput
 
+    if engine not in ("model", "null"):
+        raise typer.BadParameter(f"--engine must be model or null, got {engine!r}")
+    if encoding not in ("frame", "b64", "list"):
+        raise typer.BadParameter(f"--encoding must be frame, b64 or list, got {encoding!r}")
     setup_logging("WARNING")
     options = ThroughputOptions(
         model=model,
@@ -57,6 +77,12 @@ def throughput(
         window=window,
         bootstrap=bootstrap,
         models_dir=models,
+        engine=engine,
+        intra_op_threads=intra_op_threads,
+        ingest_instances=ingest,
+        workers=workers,
+        encoding=encoding,
+        trace_ratio=trace_ratio,
     )
     report = asyncio.run(bench_throughput(options, _progress))
     _write(report, json_out)
@@ -64,13 +90,19 @@ def throughput(
         plot_throughput(report, plot)
         _progress(f"wrote {plot}")
     sat, half = report["saturation"], report["half_load"]
+    cpu = ", ".join(f"{k} {v:.3f}" for k, v in sat["cpu"]["cpu_ms_per_request"].items())
+    headline = (
+        f"bus ceiling (null engine) {sat['samples_per_s']:.0f} req/s"
+        if engine == "null"
+        else f"raw engine {report['raw_engine']['samples_per_s']:.0f} samples/s | end to end "
+        f"{sat['samples_per_s']:.0f} samples/s | ratio {report['ratio_e2e_over_raw']:.2f}"
+    )
     typer.echo(
-        f"raw engine {report['raw_engine']['samples_per_s']:.0f} samples/s | end to end "
-        f"{sat['samples_per_s']:.0f} samples/s | ratio {report['ratio_e2e_over_raw']:.2f} | "
-        f"saturation p99 e2e {sat['e2e_ms']['p99']:.0f} ms | "
-        f"half load ({half['rate_rps']:.0f} req/s) "
-        f"p50 e2e-engine {half['overhead_ms']['p50']:.1f} ms, "
-        f"p99 e2e {half['e2e_ms']['p99']:.0f} ms"
+        f"{headline} | saturation p99 e2e {sat['e2e_ms']['p99']:.0f} ms | "
+        f"half load ({half['rate_rps']:.0f} req/s) p50 e2e-engine "
+        f"{half['overhead_ms']['p50']:.1f} ms, p99 e2e {half['e2e_ms']['p99']:.0f} ms\n"
+        f"CPU ms per request at saturation: {cpu} | cores busy "
+        f"{sat['cpu']['machine_cores_busy']:.2f}"
     )
 
 

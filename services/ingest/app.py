@@ -101,6 +101,7 @@ class IngestService:
         )
         self._handled = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._polls: set[asyncio.Task[None]] = set()
         self._started = False
         self._stopping = False
 
@@ -149,6 +150,8 @@ class IngestService:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._polls:
+            await asyncio.gather(*self._polls, return_exceptions=True)
         for consumer in self.consumers:
             await consumer.close()
         await self.membership.stop_refresh()
@@ -175,11 +178,28 @@ class IngestService:
     # ---- the hot path --------------------------------------------------------------------
 
     async def _poll_loop(self, consumer: OwnedConsumer) -> None:
+        """Poll, and route each poll in its own task: the next poll does not wait for the
+        last one's acks (at most `polls_in_flight` of them; commits stay in offset order)."""
+        slots = asyncio.Semaphore(self.settings.polls_in_flight)
         while True:
             records = await consumer.poll(timeout_ms=100)
-            if records:
-                await self.handle(records)
-                consumer.request_commit()
+            if not records:
+                continue
+            await slots.acquire()
+            task = asyncio.create_task(self._handle_poll(records, consumer, slots))
+            self._polls.add(task)
+            task.add_done_callback(self._polls.discard)
+
+    async def _handle_poll(
+        self, records: Sequence[Record], consumer: OwnedConsumer, slots: asyncio.Semaphore
+    ) -> None:
+        try:
+            await self.handle(records)
+        except Exception as exc:  # its records stay unanswered and uncommitted: redelivered
+            log.error("event=poll_failed records=%d error=%r", len(records), exc)
+        finally:
+            slots.release()
+        consumer.request_commit()
 
     async def handle(self, records: Sequence[Record]) -> None:
         """Route, answer or dead-letter one poll's records; returns once all are acked."""

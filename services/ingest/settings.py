@@ -23,6 +23,8 @@ class IngestSettings(BaseSettings):
     """Largest leading (batch) dimension of one request."""
     poll_max_records: int = Field(default=512, gt=0)
     """Most events handled per poll; a poll is routed and acked before its offsets commit."""
+    polls_in_flight: int = Field(default=4, gt=0)
+    """Polls being routed at once: the next poll goes on while the last one's acks are due."""
     shed_batch_after_ms: float = Field(default=2_000.0, gt=0)
     """Ingest is behind when an event waited this long for it, ms: batch-tier requests are
     then answered `rejected_overload` at once, so critical and interactive ones go first."""

@@ -63,6 +63,9 @@ class ConsumerOptions:
     """A partition being released waits at most this for its in-hand records."""
     control_window_s: float = 30.0
     """How far back the registry and decisions are read at start, seconds."""
+    commit_interval_s: float = 0.1
+    """Commits coalesce: at most one per this interval while records flow (every commit is
+    a broker request; a crash repeats at most this much, which at-least-once allows)."""
 
 
 class OwnedConsumer:
@@ -331,6 +334,8 @@ class OwnedConsumer:
                 log.warning("event=commit_failed error=%r (retried)", exc)
                 await asyncio.sleep(0.5)
                 self._commit_wanted.set()
+                continue
+            await asyncio.sleep(self.options.commit_interval_s)
 
     async def _commit_now(self) -> None:
         committable = self.offsets.committable()

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.models.repository import ModelRepository, ModelVersion
+from infra.processes import name_this_thread
 from services.worker.engines.base import Engine
 from services.worker.engines.shapes import warmup_batches
 from services.worker.execution import Arrays, RequestOutcome, run_batch
 from services.worker.inhand import Tokenize
 
 log = logging.getLogger(__name__)
+ENGINE_THREAD = "inferbus-engine"
+"""The engine thread's OS name: per-thread CPU counters tell it from the event loop."""
 EngineFactory = Callable[[ModelVersion], Engine]
 
 
@@ -75,7 +78,12 @@ class EngineHost:
         self.tokenize: Tokenize | None = None
         self.load_s: float | None = None
         self.warmup_s: float | None = None
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self._thread = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="engine",
+            initializer=name_this_thread,
+            initargs=(ENGINE_THREAD,),
+        )
         self._lock = asyncio.Lock()
         self._runs: set[asyncio.Future[Any]] = set()
 
