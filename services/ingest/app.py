@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -43,7 +42,7 @@ from services.ingest.settings import IngestSettings
 from services.ingest.spans import IngestSpans
 from services.runtime.answers import Outgoing, Publisher, result_headers
 from services.runtime.consumer import OwnedConsumer
-from services.runtime.membership import Identity, Membership
+from services.runtime.membership import Identity, Membership, default_instance_id
 from services.runtime.offsets import OffsetTracker
 from tracing.attributes import RequestAttrs
 from tracing.breakdown import record_stages
@@ -65,9 +64,7 @@ class IngestService:
     def __init__(self, bootstrap: str, settings: IngestSettings | None = None) -> None:
         self.settings = settings or IngestSettings()
         self.bootstrap = bootstrap
-        self.instance_id = (
-            self.settings.instance_id or f"ingest-{socket.gethostname()}-{os.getpid()}"
-        )
+        self.instance_id = self.settings.instance_id or default_instance_id("ingest")
         self.depths = QueueDepths(bootstrap, refresh_ms=self.settings.queue_refresh_ms)
         repository = ModelRepository(self.settings.models_dir)
         self.depths.watch_models(repository.names())

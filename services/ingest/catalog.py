@@ -73,6 +73,8 @@ class QueueDepths:
         self._routed_at: dict[str, float] = {}
         self._rates: dict[str, float] = {}
         self._last_committed: dict[str, tuple[float, int]] = {}
+        self._last_depth: dict[str, int] = {}
+        self._growing: dict[str, bool] = {}
         self._acked_end: dict[TopicPartition, int] = {}
         self._first_acked: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
@@ -93,8 +95,9 @@ class QueueDepths:
         self._routed_at[topic] = time.monotonic()
 
     def drain_rate(self, topic: str) -> float | None:
-        """Requests per second the topic's workers commit, smoothed; None before two reads."""
-        return self._rates.get(topic)
+        """Requests per second the topic's workers commit while its queue grows (their
+        capacity); None when the queue is not growing or before two reads."""
+        return self._rates.get(topic) if self._growing.get(topic) else None
 
     def observe_ack(self, topic: str, partition: int, offset: int) -> None:
         """Record a produce ack: the partition's end is at least offset + 1."""
@@ -185,6 +188,9 @@ class QueueDepths:
                 committed = await consumer.committed(tp)
                 self._committed[tp] = committed if committed is not None else 0
             self._observe_rate(topic, sum(self._committed[tp] for tp in tps))
+            depth = self.depth(topic) or 0
+            self._growing[topic] = depth > self._last_depth.get(topic, depth)
+            self._last_depth[topic] = depth
 
     def _observe_rate(self, topic: str, committed: int, alpha: float = 0.5) -> None:
         now = time.monotonic()

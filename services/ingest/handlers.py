@@ -48,7 +48,8 @@ class ModelCatalog(Protocol):
         ...
 
     def drain_rate(self, topic: str) -> float | None:
-        """Requests per second the topic's workers get through, or None when not known."""
+        """Requests per second the topic's busy workers get through; None unless the queue
+        is growing (then the rate is their capacity, not just the arrivals)."""
         ...
 
 
@@ -221,7 +222,7 @@ def _route(
             behind_ms=round(waited_ms),
         )
     topic = request_topic(request.model, request.tier)
-    _check_queue(topic, request, config, catalog, settings, deadline=deadline, now=now)
+    _check_queue(topic, request, config, catalog, deadline=deadline, now=now)
     # The producer's bytes travel on unchanged (no re-encoding on the hot path); what ingest
     # resolved (the absolute deadline, when the request arrived) travels in headers.
     headers: list[tuple[str, bytes]] = [
@@ -240,12 +241,12 @@ def _check_queue(
     request: InferenceRequest,
     config: ModelConfig,
     catalog: ModelCatalog,
-    settings: IngestSettings,
     *,
     deadline: datetime | None,
     now: datetime,
 ) -> None:
-    """Overloaded when the tier queue is over its bound, or would outlast the request."""
+    """Overloaded when the tier queue is over its bound, or would outlast the request's
+    deadline: such a request would only expire in the queue."""
     depth = catalog.queue_depth(topic)
     if depth is None:
         return
@@ -259,17 +260,17 @@ def _check_queue(
             bound=slo.max_queue,
         )
     rate = catalog.drain_rate(topic)
-    if not rate or depth == 0:
+    if deadline is None or not rate or depth == 0:
         return
+    # The drain rate is the workers' capacity only while the queue grows (they are busy);
+    # QueueDepths reports none otherwise, so an idle group never rejects on it.
     wait_ms = depth / rate * 1000
-    limit_ms = slo.p99_e2e_ms * settings.shed_wait_factor
-    if deadline is not None:
-        limit_ms = min(limit_ms, (deadline - now).total_seconds() * 1000)
-    if wait_ms > limit_ms:
+    left_ms = (deadline - now).total_seconds() * 1000
+    if wait_ms > left_ms:
         raise Overloaded(
             f"tier {request.tier!r} of {request.model!r} would make this request wait "
-            f"~{wait_ms:.0f} ms ({depth} queued at {rate:.0f}/s), longer than its "
-            f"{limit_ms:.0f} ms budget; retry later or use another tier",
+            f"~{wait_ms:.0f} ms ({depth} queued, served at {rate:.0f}/s), past its deadline "
+            f"in {left_ms:.0f} ms; retry later or use another tier",
             tier=request.tier,
             lag=depth,
             wait_ms=round(wait_ms),

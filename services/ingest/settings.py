@@ -28,9 +28,6 @@ class IngestSettings(BaseSettings):
     shed_batch_after_ms: float = Field(default=2_000.0, gt=0)
     """Ingest is behind when an event waited this long for it, ms: batch-tier requests are
     then answered `rejected_overload` at once, so critical and interactive ones go first."""
-    shed_wait_factor: float = Field(default=2.0, gt=0)
-    """A request whose tier queue would take longer than this many times the tier's p99
-    SLO (or longer than its own deadline) to drain is rejected at once."""
     lease_s: float = Field(default=3.0, gt=0)
     """Registry lease: another ingest takes this one's partitions this long after it died."""
     publish_attempts: int = Field(default=4, ge=1)

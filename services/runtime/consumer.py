@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
@@ -93,13 +94,8 @@ class OwnedConsumer:
         self._control_topics = CONTROL_TOPICS if control else ()
         self._seen_version = -1
         self._groups: list[_Group] = []
-        self._consumer: AIOKafkaConsumer = make_consumer(
-            bootstrap=bootstrap,
-            group_id=None,
-            client_id=client_id,
-            max_poll_records=self.options.max_poll_records,
-        )
-        self.pacer = FetchPacer(self._consumer)
+        self._consumer: AIOKafkaConsumer | Any = None
+        self.pacer: FetchPacer | None = None
         self._held: set[str] = set()
         self._last_rebalance = 0.0
         self._releases: set[asyncio.Task[None]] = set()
@@ -116,7 +112,13 @@ class OwnedConsumer:
         if self._started:
             return
         self._started = True
-        consumer = self._consumer
+        consumer = self._consumer = make_consumer(
+            bootstrap=self.bootstrap,
+            group_id=None,
+            client_id=self.client_id,
+            max_poll_records=self.options.max_poll_records,
+        )
+        self.pacer = FetchPacer(consumer)
         await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
         counts = await self._partition_counts(
             [topic for _, topic in self._group_topics] + list(self._control_topics)
@@ -200,6 +202,7 @@ class OwnedConsumer:
                     self.membership.observe(tp.topic, record.key, record.value)
             else:
                 records.extend(batch)
+        assert self.pacer is not None
         self.pacer.observe(len(records))
         now = time.monotonic()
         news = self.membership.version != self._seen_version
@@ -272,7 +275,8 @@ class OwnedConsumer:
                 self._consumer.seek(tp, offset)
             group.owned.add(partition)
         self._apply_pauses()
-        self.pacer.wake()
+        if self.pacer is not None:
+            self.pacer.wake()
         log.info(
             "event=partitions_acquired group=%s partitions=%s from=%s",
             group.group,

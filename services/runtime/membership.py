@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,6 +34,12 @@ Send = Callable[[str, bytes, bytes], Awaitable[Any]]
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def default_instance_id(prefix: str) -> str:
+    """`<prefix>-<host>-<pid>-<random>`: unique even for two instances in one process
+    (ownership tells members apart by it)."""
+    return f"{prefix}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 @dataclass

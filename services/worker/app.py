@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 from datetime import UTC, datetime
@@ -28,7 +27,7 @@ from schemas.errors import InferbusError
 from schemas.topics import TIERS, Tier, request_topic, worker_group
 from services.runtime.answers import Publisher
 from services.runtime.consumer import OwnedConsumer
-from services.runtime.membership import Identity, Membership
+from services.runtime.membership import Identity, Membership, default_instance_id
 from services.runtime.offsets import OffsetTracker
 from services.worker.batching import Batcher, BatchPolicy
 from services.worker.engine_host import EngineFactory, EngineHost, default_engine_factory
@@ -60,9 +59,8 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.bootstrap = bootstrap
         self.tiers: list[Tier] = [t for t in TIERS if t in self.settings.tiers]
-        self.instance_id = (
-            self.settings.instance_id
-            or f"worker-{self.settings.model}-{socket.gethostname()}-{os.getpid()}"
+        self.instance_id = self.settings.instance_id or default_instance_id(
+            f"worker-{self.settings.model}"
         )
         self.host = EngineHost(
             ModelRepository(self.settings.models_dir),

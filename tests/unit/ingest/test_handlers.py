@@ -746,3 +746,67 @@ def test_every_event_with_a_request_id_is_answered_or_routed(
     if isinstance(outcome, Answer):
         assert outcome.result.request_id == event["request_id"]
         assert outcome.result.error is not None
+
+
+# ---- shedding: a queue that would outlast the request, an ingest that is behind -------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "depth", "rate", "rejected"),
+    [
+        pytest.param({"timeout_ms": 5_000}, 100, 10.0, True, id="10s-of-queue-5s-deadline"),
+        pytest.param({"timeout_ms": 5_000}, 100, 50.0, False, id="2s-of-queue-5s-deadline"),
+        pytest.param({}, 100, 10.0, False, id="no-deadline-queues"),
+        pytest.param({"timeout_ms": 5_000}, 100, None, False, id="queue-not-growing"),
+    ],
+)
+def test_a_queue_that_would_outlast_the_deadline_rejects_at_once(
+    catalog: FakeCatalog,
+    settings: IngestSettings,
+    changes: dict[str, Any],
+    depth: int,
+    rate: float | None,
+    rejected: bool,
+) -> None:
+    catalog.depths[MLP_TOPIC] = depth
+    if rate is not None:
+        catalog.rates[MLP_TOPIC] = rate
+
+    outcome = run(
+        encode(mlp_event(created_at=PRODUCED_AT.isoformat(), **changes)), catalog, settings
+    )
+
+    if rejected:
+        assert isinstance(outcome, Answer)
+        assert outcome.result.status == "rejected_overload"
+        assert "past its deadline" in outcome.result.error.message  # type: ignore[union-attr]
+    else:
+        assert isinstance(outcome, Route)
+
+
+@pytest.mark.parametrize(
+    ("tier", "behind_s", "rejected"),
+    [
+        pytest.param("batch", 3.0, True, id="batch-shed-when-behind"),
+        pytest.param("batch", 1.0, False, id="batch-fine-when-caught-up"),
+        pytest.param("interactive", 3.0, False, id="interactive-never-shed"),
+    ],
+)
+def test_batch_is_shed_first_when_ingest_falls_behind(
+    catalog: FakeCatalog, settings: IngestSettings, tier: str, behind_s: float, rejected: bool
+) -> None:
+    produced = NOW - timedelta(seconds=behind_s)
+    outcome = handle_event(
+        encode(mlp_event(tier=tier)),
+        produced_at=produced,
+        catalog=catalog,
+        settings=settings,
+        now=NOW,
+    )
+
+    if rejected:
+        assert isinstance(outcome, Answer)
+        assert outcome.result.status == "rejected_overload"
+        assert "batch requests are shed first" in outcome.result.error.message  # type: ignore[union-attr]
+    else:
+        assert isinstance(outcome, Route)

@@ -1,0 +1,126 @@
+"""What an instance sees of its group: live members by lease, their claims, the scaler's word."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from schemas.telemetry import InstanceRecord
+from schemas.topics import DECISIONS, INSTANCES
+from services.runtime.membership import Identity, Membership
+
+GROUP = "inferbus.workers.demo-mlp.interactive"
+TOPIC = "inferbus.req.demo-mlp.interactive"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def membership(clock: Clock, sent: list[tuple[str, bytes, bytes]]) -> Membership:
+    async def send(topic: str, key: bytes, value: bytes) -> None:
+        sent.append((topic, key, value))
+
+    identity = Identity("me", "inferbus-worker", "demo-mlp", ["interactive"], [GROUP], T0)
+    return Membership(send, identity, lease_s=3.0, clock=clock)
+
+
+def record(
+    instance: str, *, at: datetime, state: str = "ready", owned: list[int] | None = None
+) -> bytes:
+    return (
+        InstanceRecord(
+            instance_id=instance,
+            model="demo-mlp",
+            tiers=["interactive"],
+            group=GROUP,
+            groups=[GROUP],
+            state=state,  # type: ignore[arg-type]
+            started_at=T0,
+            updated_at=at,
+            ready_at=T0,
+            lease_s=3.0,
+            owned={TOPIC: owned or []},
+        )
+        .model_dump_json()
+        .encode()
+    )
+
+
+def names(m: Membership) -> list[str]:
+    return sorted(member.instance_id for member in m.members(GROUP, TOPIC))
+
+
+async def test_own_record_carries_state_owned_partitions_and_lease() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    m.owned[TOPIC] = frozenset({3, 1})
+    await m.publish("ready")
+    [(topic, key, value)] = sent
+    published: dict[str, Any] = json.loads(value)
+    assert (topic, key) == (INSTANCES, b"me")
+    assert published["state"] == "ready" and published["lease_s"] == 3.0
+    assert published["owned"] == {TOPIC: [1, 3]} and published["partitions"] == 2
+    assert published["ready_at"] is not None
+
+
+def test_others_count_while_their_lease_holds() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    m.observe(INSTANCES, b"a", record("a", at=T0, owned=[4, 5]))
+    m.observe(INSTANCES, b"b", record("b", at=T0 - timedelta(seconds=10)))
+    assert names(m) == ["a", "me"], "b's lease ran out before we read it"
+    claims = {member.instance_id: member.owned for member in m.members(GROUP, TOPIC)}
+    assert claims["a"] == {4, 5}
+    clock.now = T0 + timedelta(seconds=3.5)
+    assert names(m) == ["me"], "a died without a word: gone once its lease runs out"
+
+
+def test_gone_and_tombstones_remove_at_once() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    m.observe(INSTANCES, b"a", record("a", at=T0))
+    m.observe(INSTANCES, b"b", record("b", at=T0))
+    m.observe(INSTANCES, b"a", record("a", at=T0 + timedelta(seconds=1), state="gone"))
+    m.observe(INSTANCES, b"b", None)
+    assert names(m) == ["me"]
+
+
+def test_draining_members_keep_their_claims_but_take_no_new_work() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    m.observe(INSTANCES, b"a", record("a", at=T0, state="draining", owned=[7]))
+    [other] = [x for x in m.members(GROUP, TOPIC) if x.instance_id == "a"]
+    assert not other.serving and other.owned == {7}
+
+
+def test_an_invalid_registry_record_is_skipped() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    m.observe(INSTANCES, b"x", b"{not json")
+    assert names(m) == ["me"]
+
+
+def decision(**fields: Any) -> bytes:
+    return json.dumps({"group": GROUP, "applied": True, "at": T0.timestamp(), **fields}).encode()
+
+
+def test_the_scaler_word_on_how_many_consume() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    version = m.version
+    m.observe(DECISIONS, GROUP.encode(), decision(desired=2))
+    assert m.desired(GROUP) is None, "a scaler that keeps no standby leaves all consuming"
+    m.observe(DECISIONS, GROUP.encode(), decision(desired=2, standby=1))
+    assert m.desired(GROUP) == 2
+    assert m.version > version
+    m.observe(DECISIONS, b"other", decision(group="other", desired=0, standby=0))
+    assert m.desired(GROUP) == 2
+    clock.now = T0 + timedelta(minutes=10)
+    assert m.desired(GROUP) is None, "an old word lapses: everyone consumes again"

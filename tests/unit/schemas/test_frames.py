@@ -1,0 +1,101 @@
+"""Binary frames: the envelope and payload round trip, and every malformed frame is named."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from schemas.errors import Unparseable
+from schemas.frames import MAGIC, FrameError, is_frame, join_frame, split_frame
+from schemas.parse import RejectedEvent, parse_request
+from schemas.tensors import TensorDecodeError
+
+
+def envelope(**tensor: Any) -> dict[str, Any]:
+    x = {"dtype": "float32", "shape": [1, 4], **tensor}
+    return {"request_id": "r-1", "model": "demo-mlp", "inputs": {"x": x}}
+
+
+def frame(document: dict[str, Any], *payload: bytes) -> bytes:
+    return join_frame(json.dumps(document).encode(), payload)
+
+
+def test_round_trip_gives_views_of_the_same_bytes() -> None:
+    value = join_frame(b'{"a": 1}', [b"abc", b"defg"])
+    head, payload = split_frame(value)
+    assert is_frame(value)
+    assert bytes(head) == b'{"a": 1}'
+    assert bytes(payload) == b"abcdefg"
+    assert not is_frame(b'{"a": 1}')
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param(MAGIC, "shorter than its 8-byte header", id="header-cut"),
+        pytest.param(MAGIC + b"\x00\x00\x00\x10{}", "only 2 follow", id="envelope-cut"),
+        pytest.param(b"IBF2\x00\x00\x00\x00", "magic", id="other-magic"),
+    ],
+)
+def test_malformed_frames_are_named(value: bytes, message: str) -> None:
+    with pytest.raises(FrameError, match=message):
+        split_frame(value)
+
+
+def test_a_framed_request_decodes_its_raw_tensor_without_copying() -> None:
+    x = np.arange(4, dtype="<f4").reshape(1, 4)
+    value = frame(envelope(raw={"offset": 0, "nbytes": 16}), x.tobytes())
+
+    parsed = parse_request(value)
+
+    assert parsed.framed
+    array = parsed.request.inputs["x"].to_numpy(parsed.payload)  # type: ignore[union-attr]
+    np.testing.assert_array_equal(array, x)
+    assert not array.flags.writeable, "a view of the record's bytes"
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        pytest.param(MAGIC + b"\x00\x00\x01\x00", Unparseable, "binary frame", id="cut-frame"),
+        pytest.param(join_frame(b"[1]"), Unparseable, "not an object", id="envelope-not-object"),
+        pytest.param(join_frame(b"{nope"), Unparseable, "not JSON", id="envelope-not-json"),
+    ],
+)
+def test_frames_without_a_readable_request_id_are_unparseable(
+    value: bytes, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        parse_request(value)
+
+
+def test_a_framed_event_that_breaks_the_schema_is_answered_as_a_frame() -> None:
+    with pytest.raises(RejectedEvent) as caught:
+        parse_request(frame({**envelope(raw={"offset": 0, "nbytes": 16}), "tier": "gold"}))
+    assert caught.value.salvage.framed
+    assert caught.value.salvage.request_id == "r-1"
+    assert "tier" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("raw", "payload", "message"),
+    [
+        pytest.param({"offset": 0, "nbytes": 12}, b"\0" * 16, "needs 16", id="short-slice"),
+        pytest.param({"offset": 8, "nbytes": 16}, b"\0" * 16, "reaches byte 24", id="past-end"),
+    ],
+)
+def test_raw_slices_that_do_not_fit_are_named(
+    raw: dict[str, int], payload: bytes, message: str
+) -> None:
+    parsed = parse_request(frame(envelope(raw=raw), payload))
+    with pytest.raises(TensorDecodeError, match=message):
+        parsed.request.inputs["x"].to_numpy(parsed.payload)  # type: ignore[union-attr]
+
+
+def test_a_raw_tensor_in_plain_json_needs_a_frame() -> None:
+    parsed = parse_request(json.dumps(envelope(raw={"offset": 0, "nbytes": 16})).encode())
+    with pytest.raises(TensorDecodeError, match="needs a binary frame"):
+        parsed.request.inputs["x"].to_numpy(parsed.payload)  # type: ignore[union-attr]
