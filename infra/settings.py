@@ -22,8 +22,9 @@ class KafkaSettings(BaseSettings):
     """Client request timeout, milliseconds."""
     linger_ms: int = Field(default=2, ge=0)
     """Producer linger: how long a record waits for others to share its produce request, ms."""
-    max_batch_bytes: int = Field(default=1_048_576, gt=0)
-    """Largest record batch per partition in one produce request, bytes."""
+    max_batch_bytes: int = Field(default=4_194_304, gt=0)
+    """Largest record batch per partition in one produce request, bytes: above ingest's
+    largest event plus its headers, so every accepted event fits."""
     max_request_bytes: int = Field(default=8_388_608, gt=0)
     """Largest produce request, bytes (a record must fit)."""
     partition_fetch_bytes: int = Field(default=8_388_608, gt=0)

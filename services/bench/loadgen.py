@@ -18,6 +18,7 @@ from aiokafka import TopicPartition
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from schemas.frames import is_frame, join_frame, split_frame
 from schemas.topics import INGEST, RESULTS
+from services.runtime.answers import Outgoing, Publisher
 
 
 @dataclass
@@ -141,6 +142,9 @@ class LoadGenerator:
         self.bootstrap = bootstrap
         self.make_event = make_event
         self._producer = make_producer(bootstrap, client_id="inferbus-bench")
+        self._publisher = Publisher(self._producer)
+        self._sends: set[asyncio.Task[None]] = set()
+        self._last_progress = 0.0
         self._consumer = make_consumer(
             bootstrap=bootstrap, group_id=None, client_id="inferbus-bench"
         )
@@ -200,13 +204,33 @@ class LoadGenerator:
             if len(self._report.completed) >= self._expected > 0:
                 self._done.set()
 
-    async def _send(self, seq_len: int) -> None:
-        request_id = uuid.uuid4().hex
-        self._sent[request_id] = (time.perf_counter(), seq_len)
-        self._report.sent += 1
-        await self._producer.send(
-            INGEST, self.make_event(request_id, seq_len), key=request_id.encode()
-        )
+    def _send(self, count: int, lengths: Callable[[], int]) -> None:
+        """Produce `count` requests in one go (as a high-rate producer batches), acks awaited
+        in the background."""
+        now = time.perf_counter()
+        records = []
+        for _ in range(count):
+            request_id = uuid.uuid4().hex
+            seq_len = lengths()
+            self._sent[request_id] = (now, seq_len)
+            records.append(
+                Outgoing(INGEST, request_id.encode(), self.make_event(request_id, seq_len), [])
+            )
+        self._report.sent += count
+        task = asyncio.create_task(self._acked(records))
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _acked(self, records: list[Outgoing]) -> None:
+        for ack in await self._publisher.send_all(records):
+            if isinstance(ack, BaseException):
+                raise ack
+
+    def _tick(self, progress: Callable[[int], None]) -> None:
+        now = time.perf_counter()
+        if now - self._last_progress >= 1.0:
+            self._last_progress = now
+            progress(len(self._report.completed))
 
     async def closed_loop(
         self, count: int, window: int, lengths: Callable[[], int], progress: Callable[[int], None]
@@ -218,9 +242,10 @@ class LoadGenerator:
             if outstanding >= window:
                 self.in_flight_changed.clear()
                 await asyncio.wait_for(self.in_flight_changed.wait(), 60)
-                progress(len(self._report.completed))
+                self._tick(progress)
                 continue
-            await self._send(lengths())
+            self._send(min(window - outstanding, count - self._report.sent), lengths)
+            await asyncio.sleep(0)
         return await self._finish(progress)
 
     async def open_loop(
@@ -230,17 +255,16 @@ class LoadGenerator:
         lengths: Callable[[], int],
         progress: Callable[[int], None],
     ) -> LoadReport:
-        """Send `count` requests at a fixed rate, regardless of answers (Poisson-free, paced)."""
+        """Send `count` requests at a fixed rate, regardless of answers (evenly paced; the
+        requests due in each millisecond go together)."""
         self._reset(count)
         start = time.perf_counter()
-        for i in range(count):
-            target = start + i / rate_rps
-            delay = target - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await self._send(lengths())
-            if i % 200 == 0:
-                progress(len(self._report.completed))
+        while self._report.sent < count:
+            due = min(int((time.perf_counter() - start) * rate_rps) + 1, count)
+            if due > self._report.sent:
+                self._send(due - self._report.sent, lengths)
+                self._tick(progress)
+            await asyncio.sleep(0.001)
         return await self._finish(progress)
 
     def _reset(self, count: int) -> None:
@@ -249,7 +273,8 @@ class LoadGenerator:
         self._done.clear()
 
     async def _finish(self, progress: Callable[[int], None]) -> LoadReport:
-        await self._producer.flush()
+        if self._sends:
+            await asyncio.gather(*self._sends)
         deadline = time.perf_counter() + 120
         while not self._done.is_set() and time.perf_counter() < deadline:
             with_timeout = asyncio.wait_for(self._done.wait(), 1.0)

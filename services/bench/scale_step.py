@@ -396,11 +396,12 @@ class StepLoad(LoadGenerator):
             delay = start + offset - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await self._send(seq_len)
+            self._send(1, lambda: seq_len)
             # The newest key is this request's: an answer cannot be popped before it is sent.
             request_id = next(reversed(self._sent))
             sent.append((request_id, self._sent[request_id][0]))
-        await self._producer.flush()
+        if self._sends:
+            await asyncio.gather(*self._sends)
         return sent
 
     def outstanding(self) -> int:

@@ -40,7 +40,12 @@ from services.ingest.handlers import (
 )
 from services.ingest.settings import IngestSettings
 from services.ingest.spans import IngestSpans
-from services.runtime.answers import Outgoing, Publisher, result_headers
+from services.runtime.answers import (
+    Outgoing,
+    Publisher,
+    deliver_until_taken,
+    result_headers,
+)
 from services.runtime.consumer import OwnedConsumer
 from services.runtime.membership import Identity, Membership, default_instance_id
 from services.runtime.offsets import OffsetTracker
@@ -325,15 +330,8 @@ class IngestService:
             )
             headers[0] = (h.ERROR_CODE, b"undeliverable")
             second.append(Outgoing(DLQ, record.key, record.value or b"", headers))
-        attempt = 0
-        while second:
-            results = await self.publisher.send_all(second)
-            second = [o for o, r in zip(second, results, strict=True) if isinstance(r, Exception)]
-            self.counts["dead_lettered"] += len(results) - len(second)
-            if second:
-                attempt += 1
-                log.error("event=dlq_unreachable left=%d attempt=%d", len(second), attempt)
-                await asyncio.sleep(min(0.5 * attempt, 5.0))
+        await deliver_until_taken(self.publisher, second)
+        self.counts["dead_lettered"] += len(second)
 
     def _account(
         self,

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from aiokafka import ConsumerRecord
+from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.structs import RecordMetadata
 
 from schemas import headers as h
@@ -29,7 +30,13 @@ from schemas.errors import DeadlineExceeded, EngineError, InferbusError, Unparse
 from schemas.result import Status
 from schemas.telemetry import WorkerLoad
 from schemas.topics import DLQ, Tier
-from services.runtime.answers import Outgoing, Publisher, encode_result, result_headers
+from services.runtime.answers import (
+    Outgoing,
+    Publisher,
+    deliver_until_taken,
+    encode_result,
+    result_headers,
+)
 from services.runtime.consumer import OwnedConsumer
 from services.runtime.offsets import OffsetTracker
 from services.worker.batching import Batch, Batcher
@@ -364,9 +371,13 @@ class Pipeline:
         publish_ms = (time.perf_counter() - started) * 1000
         for answer in answers:
             answer.timings["publish_ms"] = publish_ms
-        failed = [a for a, ack in zip(answers, acks, strict=True) if isinstance(ack, BaseException)]
+        failed = [
+            (answer, ack)
+            for answer, ack in zip(answers, acks, strict=True)
+            if isinstance(ack, BaseException)
+        ]
         if failed:
-            await self._undeliverable(failed, acks)
+            await self._undeliverable(failed)
         self._account_answers(answers, acks)
         for answer in answers:
             item = answer.item
@@ -375,31 +386,43 @@ class Pipeline:
         self.answered.set()
         self._request_commits()
 
-    async def _undeliverable(
-        self, failed: list[_Answer], acks: Sequence[RecordMetadata | BaseException]
-    ) -> None:
+    async def _undeliverable(self, failed: list[tuple[_Answer, BaseException]]) -> None:
         """Results that outlived every attempt go to the DLQ, which is retried until it takes
         them (when even the DLQ fails, the broker is down and nothing else moves either)."""
-        errors = {id(a): e for a, e in zip(failed, acks, strict=False)}
         pending = []
-        for answer in failed:
+        for answer, error in failed:
             item = answer.item
-            reason = f"could not deliver the result to {item.reply_to}: {errors.get(id(answer))!r}"
+            if isinstance(error, MessageSizeTooLargeError):
+                replacement = self._too_large(answer, len(answer.outgoing.value))
+                [ack] = await self.publisher.send_all([replacement])
+                if not isinstance(ack, BaseException):
+                    answer.status = "internal_error"
+                    continue
+            reason = f"could not deliver the result to {item.reply_to}: {error!r}"
             log.error("event=result_undeliverable request_id=%s reason=%r", item.request_id, reason)
             headers = h.dead_letter(
                 reason, topic=item.topic, partition=item.partition, offset=item.offset
             )
             headers[0] = (h.ERROR_CODE, b"undeliverable")
             pending.append(Outgoing(DLQ, item.request_id.encode(), answer.outgoing.value, headers))
-        attempt = 0
-        while pending:
-            results = await self.publisher.send_all(pending)
-            pending = [o for o, r in zip(pending, results, strict=True) if isinstance(r, Exception)]
-            if pending:
-                attempt += 1
-                log.error("event=dlq_unreachable left=%d attempt=%d", len(pending), attempt)
-                await asyncio.sleep(min(0.5 * attempt, 5.0))
-        self.counts["dead_lettered"] += len(failed)
+        await deliver_until_taken(self.publisher, pending)
+        self.counts["dead_lettered"] += len(pending)
+
+    def _too_large(self, answer: _Answer, size: int) -> Outgoing:
+        """An error result in place of one too large for the broker."""
+        item = answer.item
+        value = encode_result(
+            request_id=item.request_id,
+            model=item.model,
+            status="internal_error",
+            form=item.form,
+            error=f"the result is {size} bytes, more than the broker takes "
+            "(INFERBUS_KAFKA_MAX_BATCH_BYTES); ask for fewer samples per request",
+            worker_id=self.instance_id,
+            tenant=item.tenant,
+            completed_at=_now_iso(),
+        )
+        return self._outgoing(item, value)
 
     def _account_answers(
         self, answers: list[_Answer], acks: Sequence[RecordMetadata | BaseException]
@@ -436,15 +459,7 @@ class Pipeline:
             )
             for record, error in records
         ]
-        attempt = 0
-        pending = outgoing
-        while pending:
-            results = await self.publisher.send_all(pending)
-            pending = [o for o, r in zip(pending, results, strict=True) if isinstance(r, Exception)]
-            if pending:
-                attempt += 1
-                log.error("event=dlq_unreachable left=%d attempt=%d", len(pending), attempt)
-                await asyncio.sleep(min(0.5 * attempt, 5.0))
+        await deliver_until_taken(self.publisher, outgoing)
         for record, error in records:
             log.info(
                 "event=dead_lettered topic=%s offset=%d reason=%r",

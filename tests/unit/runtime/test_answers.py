@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aiokafka.errors import KafkaTimeoutError
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+from aiokafka.structs import RecordMetadata
 
 from schemas.frames import is_frame
 from schemas.result import InferenceResult
@@ -58,45 +59,77 @@ def test_an_error_result_carries_code_and_message() -> None:
     assert result.outputs == {}
 
 
-class FakeProducer:
-    """Fails the first `fail` sends, and any send to a topic it does not know."""
+class FakeBatch:
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.values: list[bytes] = []
 
-    def __init__(self, fail: int = 0, topics: tuple[str, ...] = ("known",)) -> None:
+    def append(self, *, key: bytes | None, value: bytes, timestamp: None, headers: Any) -> object:
+        if len(self.values) >= self.room:
+            return None
+        self.values.append(value)
+        return object()
+
+
+class FakeProducer:
+    """Fails the first `fail` batches; knows only `topics`; batches hold `room` records."""
+
+    def __init__(
+        self, fail: int = 0, topics: tuple[str, ...] = ("known",), room: int = 100
+    ) -> None:
         self.fail = fail
-        self.sent: list[str] = []
+        self.room = room
+        self.sent: list[tuple[int, list[str]]] = []
         self.topics = topics
         self.client = self
+        self.offset = 0
 
     @property
     def cluster(self) -> FakeProducer:
         return self
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
-        return {0} if topic in self.topics else None
+        return {0, 1, 2} if topic in self.topics else None
 
     async def partitions_for(self, topic: str) -> set[int]:
         raise KafkaTimeoutError(f"no metadata for {topic}")
 
-    async def send(self, topic: str, value: bytes, **_: Any) -> asyncio.Future[Any]:
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch(self.room)
+
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self.fail > 0:
             self.fail -= 1
             future.set_exception(KafkaTimeoutError("broker away"))
         else:
-            self.sent.append(value.decode())
-            future.set_result(("ack", value))
+            self.sent.append((partition, [v.decode() for v in batch.values]))
+            future.set_result(RecordMetadata(topic, partition, None, self.offset, -1, 0, -1))
+            self.offset += len(batch.values)
         return future
 
 
-async def test_failed_sends_are_retried_alone_in_order_of_the_records() -> None:
+async def test_a_failed_batch_is_retried_and_acks_keep_the_records_order() -> None:
     producer = FakeProducer(fail=1)
     publisher = Publisher(producer, attempts=3)  # type: ignore[arg-type]
 
     records = [Outgoing("known", None, f"v{i}".encode(), []) for i in range(3)]
     acks = await asyncio.wait_for(publisher.send_all(records), 5)
 
-    assert [ack[1] for ack in acks] == [b"v0", b"v1", b"v2"]
-    assert sorted(producer.sent) == ["v0", "v1", "v2"], "v0 sent once more, the others once"
+    assert [(a.topic, a.offset) for a in acks] == [("known", 0), ("known", 1), ("known", 2)]
+    assert [values for _, values in producer.sent] == [["v0", "v1", "v2"]], "sent once, together"
+
+
+async def test_records_go_in_batches_to_the_next_partition_in_turn() -> None:
+    producer = FakeProducer(room=2)
+    publisher = Publisher(producer)  # type: ignore[arg-type]
+
+    await publisher.send_all([Outgoing("known", None, f"v{i}".encode(), []) for i in range(5)])
+    await publisher.send_all([Outgoing("known", None, b"w", [])])
+
+    assert producer.sent == [(0, ["v0", "v1"]), (1, ["v2", "v3"]), (2, ["v4"]), (0, ["w"])]
 
 
 async def test_records_for_a_missing_topic_fail_fast_and_alone() -> None:
@@ -107,6 +140,15 @@ async def test_records_for_a_missing_topic_fail_fast_and_alone() -> None:
         [Outgoing("known", None, b"a", []), Outgoing("gone", None, b"b", [])]
     )
 
-    assert acks[0] == ("ack", b"a")
+    assert not isinstance(acks[0], BaseException) and acks[0].offset == 0
     assert isinstance(acks[1], UnknownTopic)
     assert "gone" in str(acks[1])
+
+
+async def test_a_record_too_large_for_any_batch_fails_alone() -> None:
+    producer = FakeProducer(room=0)
+    publisher = Publisher(producer, attempts=1)  # type: ignore[arg-type]
+
+    [ack] = await publisher.send_all([Outgoing("known", None, b"x" * 10, [])])
+
+    assert isinstance(ack, MessageSizeTooLargeError)
