@@ -37,6 +37,13 @@ BACKENDS: dict[str, dict[str, Any]] = {
     "tensorrt-native": {"kind": "tensorrt"},
     "tensorrt-native-fp16": {"kind": "tensorrt", "fp16": True},
 }
+EXPECTED_PROVIDER = {
+    "cpu": "CPUExecutionProvider",
+    "cuda-ep": "CUDAExecutionProvider",
+    "tensorrt-ep": "TensorrtExecutionProvider",
+    "tensorrt-ep-fp16": "TensorrtExecutionProvider",
+}
+"""A backend that runs on another provider than this one fell back: an error, never `ok`."""
 
 
 def _version(root: Path, cache: Path, engine: dict[str, Any], backend: str) -> ModelVersion:
@@ -88,8 +95,11 @@ def run(seconds: float, seqs: list[int], batch: int) -> dict[str, Any]:
             engine.load()
             entry["load_s"] = round(time.perf_counter() - t0, 3)
             entry["provider"] = engine.info.provider
-            if backend.endswith("-ep") and engine.info.provider == "CPUExecutionProvider":
-                raise InferbusError(f"{backend} fell back to CPU")
+            expected = EXPECTED_PROVIDER.get(backend)
+            if expected is not None and engine.info.provider != expected:
+                raise InferbusError(
+                    f"{backend} fell back to {engine.info.provider} (wanted {expected})"
+                )
             entry["shapes"] = {}
             for seq in seqs:
                 feed = sample_batch(model.config, batch, seq, seed=seq)

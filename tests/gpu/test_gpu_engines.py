@@ -19,12 +19,42 @@ from services.worker.engines.shapes import sample_batch
 
 pytestmark = pytest.mark.gpu
 
-AVAILABLE = ort.get_available_providers()
+
+def provider_starts(name: str) -> bool:
+    """The provider is listed *and* a session really runs on it.
+
+    onnxruntime-gpu lists the TensorRT provider even when libnvinfer is missing, then
+    quietly runs the session on the next provider: listed is not usable.
+    """
+    if name not in ort.get_available_providers():
+        return False
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        session = ort.InferenceSession(
+            model.SerializeToString(), sess_options=options, providers=[name]
+        )
+    except Exception:  # the provider's libraries are missing or broken: it cannot start
+        return False
+    return session.get_providers()[0] == name
+
+
 needs_cuda_ep = pytest.mark.skipif(
-    "CUDAExecutionProvider" not in AVAILABLE, reason="onnxruntime has no CUDA provider here"
+    not provider_starts("CUDAExecutionProvider"),
+    reason="onnxruntime's CUDA provider cannot start here (no onnxruntime-gpu or no GPU)",
 )
 needs_trt_ep = pytest.mark.skipif(
-    "TensorrtExecutionProvider" not in AVAILABLE, reason="onnxruntime has no TensorRT provider"
+    not provider_starts("TensorrtExecutionProvider"),
+    reason="onnxruntime's TensorRT provider cannot start here (no libnvinfer)",
 )
 needs_tensorrt = pytest.mark.skipif(
     importlib.util.find_spec("tensorrt") is None or importlib.util.find_spec("cuda") is None,
