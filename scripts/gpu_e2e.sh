@@ -31,7 +31,7 @@ run() { # name, then `bench throughput` arguments
     fi
 }
 
-for n in 1 2 3; do
+for n in ${SIZES:-1 2 3}; do
     run "e2e_minilm_i${n}w${n}" --model minilm --models "$MODELS" --seq 32 \
         --requests "$REQUESTS" --window 1024 --ingest "$n" --workers "$n"
 done
