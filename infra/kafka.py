@@ -147,10 +147,11 @@ def make_broker(
 
 
 class FetchPacer:
-    """Short fetch waits while records flow, long ones once a consumer has idled.
+    """Short fetch waits while records flow, longer ones the longer a consumer idles.
 
-    Tansu answers a fetch only when its wait ends, and every waiting fetch costs it CPU:
-    a fixed 5 ms wait kept an idle stack busy. Call `observe` after every poll.
+    Tansu answers a fetch only when its wait ends, and a waiting fetch costs it CPU: a fixed
+    5 ms wait kept an idle stack busy. Three steps (busy, idle, asleep; see KafkaSettings).
+    Call `observe` after every poll.
     """
 
     def __init__(
@@ -164,33 +165,42 @@ class FetchPacer:
         self._clock = clock
         self._consumer = consumer
         self._last_records = clock()
-        self.idle = False
+        self.wait_ms = self._settings.fetch_wait_busy_ms
+
+    @property
+    def idle(self) -> bool:
+        return self.wait_ms > self._settings.fetch_wait_busy_ms
 
     def observe(self, records: int) -> None:
-        """Records the last poll returned; switches the wait when the consumer (un)idles."""
+        """Records the last poll returned; moves the wait when the consumer (un)idles."""
         now = self._clock()
         if records:
             self._last_records = now
-            if self.idle:
-                self._set(busy=True)
-        elif not self.idle and now - self._last_records >= self._settings.idle_after_s:
-            self._set(busy=False)
+        self._set(self._wait_for(now - self._last_records))
 
     def wake(self) -> None:
         """Expect records soon (a handover, a start): poll briskly again."""
         self._last_records = self._clock()
-        if self.idle:
-            self._set(busy=True)
+        self._set(self._settings.fetch_wait_busy_ms)
 
-    def _set(self, *, busy: bool) -> None:
-        self.idle = not busy
-        wait = self._settings.fetch_wait_busy_ms if busy else self._settings.fetch_wait_idle_ms
+    def _wait_for(self, quiet_s: float) -> int:
+        settings = self._settings
+        if quiet_s >= settings.asleep_after_s:
+            return settings.fetch_wait_asleep_ms
+        if quiet_s >= settings.idle_after_s:
+            return settings.fetch_wait_idle_ms
+        return settings.fetch_wait_busy_ms
+
+    def _set(self, wait_ms: int) -> None:
+        if wait_ms == self.wait_ms:
+            return
+        self.wait_ms = wait_ms
         # aiokafka reads this attribute for every fetch request it builds (its fetcher
         # exists once the consumer started) and has no public setter. The consumer is
         # built with the busy wait, so if the attribute ever goes, only the saving is lost.
         fetcher = getattr(self._consumer, "_fetcher", None)
         if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
-            fetcher._fetch_max_wait_ms = wait
+            fetcher._fetch_max_wait_ms = wait_ms
 
 
 async def start_with_retry(

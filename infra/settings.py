@@ -38,13 +38,20 @@ class KafkaSettings(BaseSettings):
     of it on Tansu (measured), nothing on Apache Kafka."""
     idle_after_s: float = Field(default=2.0, gt=0)
     """Seconds without records after which a consumer counts as idle."""
+    fetch_wait_asleep_ms: int = Field(default=500, ge=0)
+    """Fetch wait after `asleep_after_s` without records, ms: a long-idle stack asks rarely."""
+    asleep_after_s: float = Field(default=30.0, gt=0)
+    """Seconds without records after which an idle consumer uses the longest wait."""
 
     @model_validator(mode="after")
     def _ordered(self) -> KafkaSettings:
-        if self.fetch_wait_idle_ms < self.fetch_wait_busy_ms:
+        if not self.fetch_wait_busy_ms <= self.fetch_wait_idle_ms <= self.fetch_wait_asleep_ms:
             raise ValueError(
-                "INFERBUS_KAFKA_FETCH_WAIT_IDLE_MS must be >= INFERBUS_KAFKA_FETCH_WAIT_BUSY_MS"
+                "fetch waits must grow: INFERBUS_KAFKA_FETCH_WAIT_BUSY_MS <= "
+                "INFERBUS_KAFKA_FETCH_WAIT_IDLE_MS <= INFERBUS_KAFKA_FETCH_WAIT_ASLEEP_MS"
             )
+        if self.asleep_after_s < self.idle_after_s:
+            raise ValueError("INFERBUS_KAFKA_ASLEEP_AFTER_S must be >= INFERBUS_KAFKA_IDLE_AFTER_S")
         return self
 
 

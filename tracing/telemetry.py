@@ -23,7 +23,8 @@ def _utcnow() -> datetime:
 
 
 class TelemetryPublisher:
-    """Every `interval_s`, one `Heartbeat` with the breakdown's snapshot; a last one on stop.
+    """Every `interval_s` (`idle_interval_s` while quiet), one `Heartbeat` with the
+    breakdown's snapshot; a last one on stop.
 
     A heartbeat that fails to send is logged and its histograms merged back, so the next
     one carries them: the scaler loses no samples to one broker hiccup.
@@ -38,6 +39,7 @@ class TelemetryPublisher:
         model: str | None = None,
         tiers: Sequence[Tier] = (),
         interval_s: float = 5.0,
+        idle_interval_s: float = 10.0,
         load_provider: Callable[[], WorkerLoad | None] | None = None,
         breakdown: StageBreakdown | None = None,
         clock: Callable[[], datetime] = _utcnow,
@@ -50,6 +52,8 @@ class TelemetryPublisher:
         self._model = model
         self._tiers = list(tiers)
         self._interval_s = interval_s
+        self._idle_interval_s = max(idle_interval_s, interval_s)
+        self._quiet = False
         self._load_provider = load_provider
         self._breakdown = breakdown if breakdown is not None else default_breakdown()
         self._clock = clock
@@ -81,14 +85,16 @@ class TelemetryPublisher:
     async def publish_now(self) -> bool:
         """Build and send one heartbeat now; False (logged, samples kept) when sending failed."""
         histograms = self._breakdown.snapshot_and_reset()
+        load = self._load_provider() if self._load_provider else None
+        self._quiet = not histograms and (load is None or (load.samples == 0 and not load.queued))
         heartbeat = Heartbeat(
             instance_id=self._instance_id,
             service=self._service,
             model=self._model,
             tiers=self._tiers,
             at=self._clock(),
-            interval_s=self._interval_s,
-            load=self._load_provider() if self._load_provider else None,
+            interval_s=self._idle_interval_s if self._quiet else self._interval_s,
+            load=load,
             histograms=histograms,
         )
         try:
@@ -108,8 +114,11 @@ class TelemetryPublisher:
         return True
 
     async def _run(self) -> None:
+        # A quiet process (nothing recorded, nothing in hand) beats every idle_interval_s:
+        # the scaler reads the heartbeat's own interval, and the broker is spared.
         while not self._stopping.is_set():
+            wait = self._idle_interval_s if self._quiet else self._interval_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+                await asyncio.wait_for(self._stopping.wait(), wait)
             if not self._stopping.is_set():
                 await self.publish_now()

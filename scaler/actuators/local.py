@@ -99,6 +99,10 @@ class LocalActuator(Actuator):
             str(self._models_dir),
         ]
 
+    def groups(self) -> list[str]:
+        """The groups this actuator has started workers for."""
+        return sorted(self._groups)
+
     def pids(self, group: str) -> list[int]:
         """Running workers of a group, oldest first."""
         return [c.pid for c in self._reap(group)]

@@ -62,7 +62,12 @@ class TelemetryFeed:
         from infra.kafka import make_consumer
 
         consumer = make_consumer(
-            self._topic, bootstrap=self._bootstrap, group_id=None, auto_offset_reset="latest"
+            self._topic,
+            bootstrap=self._bootstrap,
+            group_id=None,
+            auto_offset_reset="latest",
+            # Heartbeats come every few seconds: a short wait only costs the broker idle fetches.
+            fetch_max_wait_ms=self._poll_timeout_ms,
         )
         await consumer.start()
         self._consumer = consumer

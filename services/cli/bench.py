@@ -106,6 +106,31 @@ def throughput(
     )
 
 
+@bench_app.command("idle")
+def idle(
+    settle: Annotated[float, typer.Option(help="Seconds to settle after start.")] = 40.0,
+    window: Annotated[float, typer.Option(help="Seconds of measured quiet.")] = 60.0,
+    probes: Annotated[int, typer.Option(help="Single requests after each quiet gap.")] = 3,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
+) -> None:
+    """CPU of an idle `inferbus up` per process, then the e2e of requests after quiet gaps."""
+    from services.bench.idle import IdleOptions, bench_idle
+
+    setup_logging("WARNING")
+    report = asyncio.run(
+        bench_idle(IdleOptions(settle_s=settle, window_s=window, probes=probes), _progress)
+    )
+    _write(report, json_out)
+    probes_line = ", ".join(
+        f"{gap}: p50 {p['p50']:.0f} ms max {max(p['e2e_ms']):.0f} ms"
+        for gap, p in report["first_request_after_quiet"].items()
+    )
+    typer.echo(
+        f"idle inferbus up: {report['inferbus_cores_busy']:.3f} cores busy (machine "
+        f"{report['machine_cores_busy']:.3f}) | first requests {probes_line}"
+    )
+
+
 @bench_app.command("buckets")
 def buckets(
     requests: Annotated[int, typer.Option(help="Requests per variant.")] = 1500,

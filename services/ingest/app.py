@@ -184,7 +184,7 @@ class IngestService:
         last one's acks (at most `polls_in_flight` of them; commits stay in offset order)."""
         slots = asyncio.Semaphore(self.settings.polls_in_flight)
         while True:
-            records = await consumer.poll(timeout_ms=100)
+            records = await consumer.poll(timeout_ms=500)
             if not records:
                 continue
             await slots.acquire()

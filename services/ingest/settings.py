@@ -28,7 +28,7 @@ class IngestSettings(BaseSettings):
     shed_batch_after_ms: float = Field(default=2_000.0, gt=0)
     """Ingest is behind when an event waited this long for it, ms: batch-tier requests are
     then answered `rejected_overload` at once, so critical and interactive ones go first."""
-    lease_s: float = Field(default=3.0, gt=0)
+    lease_s: float = Field(default=6.0, gt=0)
     """Registry lease: another ingest takes this one's partitions this long after it died."""
     publish_attempts: int = Field(default=4, ge=1)
     """Tries to produce a poll's outcomes before falling back (error result, then DLQ)."""

@@ -127,7 +127,7 @@ class Pipeline:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.answered.wait(), 0.1)
                 continue
-            records = await consumer.poll(timeout_ms=100, max_records=room)
+            records = await consumer.poll(timeout_ms=500, max_records=room)
             if records:
                 self.take(records, tier)
                 self.wakeup.set()
@@ -202,8 +202,9 @@ class Pipeline:
                 wait = batcher.next_due_in(now) if self._engine_batches < depth else None
                 self.wakeup.clear()
                 with contextlib.suppress(TimeoutError):
+                    # Idle, it sleeps until woken (a poll, an engine done): no busy ticking.
                     await asyncio.wait_for(
-                        self.wakeup.wait(), timeout=wait if wait is not None else 0.1
+                        self.wakeup.wait(), timeout=wait if wait is not None else 1.0
                     )
                 continue
             live = [entry.item for entry in batch.entries if not entry.item.expired]

@@ -35,7 +35,7 @@ class WorkerSettings(BaseSettings):
     """Most records per poll."""
     starvation_ms: float = Field(default=1000.0, gt=0)
     """A lower tier waits at most this long behind higher ones, milliseconds."""
-    lease_s: float = Field(default=3.0, gt=0)
+    lease_s: float = Field(default=6.0, gt=0)
     """Registry lease: a worker that dies hands its partitions over this long after."""
     max_publishes_in_flight: int = Field(default=4, gt=0)
     """Batches whose results are being published while the engine runs the next."""
