@@ -23,6 +23,8 @@ DTYPES: dict[str, np.dtype[Any]] = {
     "bool": np.dtype("?"),
 }
 Buffer = bytes | bytearray | memoryview
+Arrays = dict[str, np.ndarray[Any, Any]]
+"""Named arrays: a request's inputs, a batch, an engine's outputs."""
 
 
 class TensorDecodeError(ValueError):

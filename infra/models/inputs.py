@@ -8,10 +8,9 @@ import numpy as np
 
 from schemas.errors import InvalidInput
 from schemas.request import InferenceRequest
-from schemas.tensors import Buffer, Tensor, TensorDecodeError, TextInput
+from schemas.tensors import Arrays, Buffer, Tensor, TensorDecodeError, TextInput
 from infra.models.config import ModelConfig
 
-Arrays = dict[str, np.ndarray[Any, Any]]
 
 
 def _fail(message: str, **context: Any) -> InvalidInput:

@@ -9,11 +9,10 @@ from typing import Any
 import numpy as np
 
 from schemas.errors import InvalidInput
-from schemas.tensors import TextInput
+from schemas.tensors import Arrays, TextInput
 from infra.models.config import ModelConfigError, TokenizerConfig
 from infra.models.repository import ModelVersion
 
-Arrays = dict[str, np.ndarray[Any, Any]]
 
 
 def tokenizer_path(model: ModelVersion) -> Path:

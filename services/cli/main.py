@@ -6,12 +6,16 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from schemas.topics import TIERS, Tier
 from services.cli.common import run, setup_logging
+
+if TYPE_CHECKING:
+    from services.ingest.settings import IngestSettings
+    from services.worker.settings import WorkerSettings
 
 app = typer.Typer(
     name="inferbus",
@@ -80,41 +84,79 @@ def topics_create(
     typer.echo(f"created {len(created)} topic(s): {', '.join(created) or 'none, all existed'}")
 
 
+ServiceModels = Annotated[
+    Path | None,
+    typer.Option(
+        "--models", help="Model repository folder (else the service's *_MODELS_DIR, or models)."
+    ),
+]
+
+
+def given(**flags: object) -> dict[str, object]:
+    """The flags the user set: unset ones leave the service's settings to its environment."""
+    return {name: value for name, value in flags.items() if value is not None}
+
+
+def ingest_settings(models: Path | None) -> IngestSettings:
+    """IngestSettings from INFERBUS_INGEST_* with the given flags on top."""
+    from services.ingest.settings import IngestSettings
+
+    return IngestSettings(**given(models_dir=models))  # type: ignore[arg-type]
+
+
+def worker_settings(
+    model: str | None, tier: str | None, models: Path | None, version: str | None
+) -> WorkerSettings:
+    """WorkerSettings from INFERBUS_WORKER_* with the given flags on top."""
+    from services.worker.settings import WorkerSettings
+
+    flags = given(
+        model=model,
+        tiers=_tiers(tier) if tier is not None else None,
+        models_dir=models,
+        model_version=version,
+    )
+    return WorkerSettings(**flags)  # type: ignore[arg-type]
+
+
 @app.command()
 def ingest(
     bootstrap: Bootstrap = "127.0.0.1:9092",
-    models: ModelsDir = Path("models"),
+    models: ServiceModels = None,
     log_level: LogLevel = "INFO",
 ) -> None:
-    """Run the ingest service (validate and route `inferbus.ingest`)."""
+    """Run the ingest service (validate and route the ingest topics)."""
     from services.ingest.app import run_ingest
-    from services.ingest.settings import IngestSettings
 
     setup_logging(log_level)
-    settings = IngestSettings(models_dir=models)
-    run(run_ingest(bootstrap, settings))
+    run(run_ingest(bootstrap, ingest_settings(models)))
 
 
 @app.command()
 def worker(
-    model: Annotated[str, typer.Option("--model", "-m", help="Model to serve.")],
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Model to serve (INFERBUS_WORKER_MODEL).")
+    ] = None,
     tier: Annotated[
-        str, typer.Option("--tier", "-t", help="Tier(s), comma-separated, priority order.")
-    ] = "interactive",
+        str | None,
+        typer.Option(
+            "--tier",
+            "-t",
+            help="Tier(s), comma-separated, priority order (INFERBUS_WORKER_TIERS; interactive).",
+        ),
+    ] = None,
     bootstrap: Bootstrap = "127.0.0.1:9092",
-    models: ModelsDir = Path("models"),
-    version: Annotated[str | None, typer.Option(help="Pin a model version.")] = None,
+    models: ServiceModels = None,
+    version: Annotated[
+        str | None, typer.Option(help="Pin a model version (INFERBUS_WORKER_MODEL_VERSION).")
+    ] = None,
     log_level: LogLevel = "INFO",
 ) -> None:
     """Run one worker: one engine session, one consumer per tier."""
     from services.worker.app import run_worker
-    from services.worker.settings import WorkerSettings
 
     setup_logging(log_level)
-    settings = WorkerSettings(
-        model=model, tiers=_tiers(tier), models_dir=models, model_version=version
-    )
-    run(run_worker(bootstrap, settings))
+    run(run_worker(bootstrap, worker_settings(model, tier, models, version)))
 
 
 @app.command()

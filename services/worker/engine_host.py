@@ -16,9 +16,10 @@ from typing import Any
 
 from infra.models.repository import ModelRepository, ModelVersion
 from infra.processes import name_this_thread
+from schemas.tensors import Arrays
 from services.worker.engines.base import Engine
 from services.worker.engines.shapes import warmup_batches
-from services.worker.execution import Arrays, RequestOutcome, run_batch
+from services.worker.execution import RequestOutcome, run_batch
 from services.worker.inhand import Tokenize
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ import numpy as np
 
 from infra.models.config import ModelConfig
 from schemas.errors import EngineError
+from schemas.tensors import Arrays
 
 log = logging.getLogger(__name__)
-Arrays = dict[str, np.ndarray[Any, Any]]
 InferFn = Callable[[Mapping[str, np.ndarray[Any, Any]]], Arrays]
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy as np
 from aiokafka import ConsumerRecord
 
 from infra.models.config import ModelConfig
@@ -15,7 +14,7 @@ from infra.models.inputs import validate_inputs
 from schemas import headers as h
 from schemas.errors import InferbusError, InvalidInput
 from schemas.parse import ParsedRequest, RejectedEvent, parse_request
-from schemas.tensors import Tensor
+from schemas.tensors import Arrays, Tensor
 from schemas.topics import Tier
 from services.runtime.answers import OutputForm
 from tracing.sampling import TraceRef, parse_traceparent
@@ -23,7 +22,6 @@ from tracing.sampling import TraceRef, parse_traceparent
 if TYPE_CHECKING:
     from services.worker.spans import RequestSpans
 
-Arrays = dict[str, np.ndarray[Any, Any]]
 Tokenize = Callable[[list[str]], Arrays]
 """Texts to the model's input arrays (the worker's tokenizer)."""
 

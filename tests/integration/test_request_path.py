@@ -25,13 +25,14 @@ from infra.models.repository import ModelVersion
 from infra.topics import ensure_topics, standard_topics
 from schemas import headers as h
 from schemas.result import InferenceResult
+from schemas.tensors import Arrays
 from schemas.topics import DLQ, INGEST, RESULTS, request_topic
 from services.client import InferenceClient
 from services.ingest.app import IngestService
 from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
 from services.worker.app import Worker
-from services.worker.engines.base import Arrays, Engine, EngineInfo
+from services.worker.engines.base import Engine, EngineInfo
 from services.worker.engines.factory import create_engine
 from services.worker.settings import WorkerSettings
 from tests.integration.stack import add_mlp_version, collect, derive_model, reply_consumer

@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 
 from infra.models.repository import ModelVersion
-
-Arrays = dict[str, np.ndarray[Any, Any]]
+from schemas.tensors import Arrays
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,7 @@ import numpy as np
 
 from infra.models.config import ModelConfig
 from schemas.errors import InvalidInput
-from schemas.tensors import DTYPES
-from services.worker.engines.base import Arrays
+from schemas.tensors import DTYPES, Arrays
 
 
 def check_inputs(config: ModelConfig, inputs: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:

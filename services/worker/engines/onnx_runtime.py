@@ -12,7 +12,8 @@ import numpy as np
 from infra.models.config import EngineConfig, ModelConfig, Provider
 from infra.models.repository import ModelVersion
 from schemas.errors import EngineError
-from services.worker.engines.base import Arrays, Engine, EngineInfo
+from schemas.tensors import Arrays
+from services.worker.engines.base import Engine, EngineInfo
 from services.worker.engines.inputs import check_inputs
 from services.worker.engines.shapes import profiles
 

@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from infra.models.config import ModelConfig, TensorSpec
-from schemas.tensors import DTYPES
-from services.worker.engines.base import Arrays
+from schemas.tensors import DTYPES, Arrays
 
 DEFAULT_SEQUENCE = 1
 """Size given to a dynamic non-batch dimension of a model without length buckets."""

@@ -11,8 +11,8 @@ import numpy as np
 from infra.models.config import ModelConfig, SimConfig
 from infra.models.repository import ModelVersion
 from schemas.errors import EngineError
-from schemas.tensors import DTYPES
-from services.worker.engines.base import Arrays, Engine, EngineInfo
+from schemas.tensors import DTYPES, Arrays
+from services.worker.engines.base import Engine, EngineInfo
 from services.worker.engines.inputs import check_inputs
 
 SIM_INFO = EngineInfo(backend="sim", provider="sim", simulated=True)

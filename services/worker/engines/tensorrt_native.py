@@ -21,8 +21,8 @@ import numpy as np
 from infra.files import write_atomic
 from infra.models.repository import ModelVersion
 from schemas.errors import EngineError, InvalidInput
-from schemas.tensors import DTYPES
-from services.worker.engines.base import Arrays, Engine, EngineInfo
+from schemas.tensors import DTYPES, Arrays
+from services.worker.engines.base import Engine, EngineInfo
 from services.worker.engines.inputs import check_inputs
 from services.worker.engines.shapes import Profile, profiles
 
