@@ -64,6 +64,25 @@ class Consuming:
     at: float
 
 
+def gone_record(
+    instance_id: str, *, model: str, tiers: list[Tier], group: str, service: str
+) -> InstanceRecord:
+    """The last word for an instance whose process died: a supervisor says it at once, so
+    its partitions move now instead of when its lease runs out."""
+    now = _utcnow()
+    return InstanceRecord(
+        instance_id=instance_id,
+        service=service,
+        model=model,
+        tiers=tiers,
+        group=group,
+        groups=[group],
+        state="gone",
+        started_at=now,
+        updated_at=now,
+    )
+
+
 class Membership:
     """Publishes this instance's record and keeps the registry and decisions it has read."""
 
