@@ -149,6 +149,19 @@ class TopicKeeper:
         specs = list(self.specs())
         existing = set(await self._admin.list_topics())
         missing = [spec for spec in specs if spec.name not in existing]
+        if missing:
+            # The broker lost its state. Clients asking for a topic before we re-create it
+            # make Tansu create it with its default partition count (4); such a topic is
+            # moments old and wrong-sized: replaced before any partition is missed.
+            short = await self._short([spec for spec in specs if spec.name in existing])
+            if short:
+                log.warning(
+                    "event=topics_wrong_size topics=%s (auto-created by the broker after it "
+                    "lost its state; recreated)",
+                    ",".join(spec.name for spec in short),
+                )
+                await self._admin.delete_topics([spec.name for spec in short])
+                missing.extend(short)
         created: list[str] = []
         for spec in missing:
             try:
@@ -164,6 +177,17 @@ class TopicKeeper:
                 "event=topics_recreated count=%d topics=%s", len(created), ",".join(created)
             )
         return created
+
+    async def _short(self, specs: list[TopicSpec]) -> list[TopicSpec]:
+        if not specs:
+            return []
+        described = await self._admin.describe_topics([spec.name for spec in specs])
+        counts = {
+            entry.get("topic"): len(entry.get("partitions", []))
+            for entry in described
+            if entry.get("error_code", 0) == 0
+        }
+        return [spec for spec in specs if counts.get(spec.name, spec.partitions) < spec.partitions]
 
     async def _reset(self) -> None:
         admin, self._admin = self._admin, None

@@ -271,16 +271,39 @@ class InferenceClient:
                 raise ack
             set_delivery(span, partition=ack.partition, offset=ack.offset)
         if self._restarts.acked((ack.topic, ack.partition), ack.offset):
-            self._resubmit_pending(except_id=envelope.request_id)
+            await self._broker_restarted()
         return envelope.request_id
 
-    def _resubmit_pending(self, *, except_id: str | None = None) -> None:
+    async def _rewind_overrun_replies(self) -> None:
+        """A reply partition that ends before our position means the broker lost its logs."""
+        consumer = self._consumer
+        assert consumer is not None
+        known = consumer._client.cluster.partitions_for_topic(self.reply_to) or set()
+        tps = [tp for tp in consumer.assignment() if tp.partition in known]
+        try:
+            ends = await consumer.end_offsets(tps)
+            for tp, end in ends.items():
+                if await consumer.position(tp) > end:
+                    await self._broker_restarted()
+                    return
+        except KafkaError:
+            return  # away: asked again next round
+
+    async def _broker_restarted(self) -> None:
+        """Read the (new) reply logs from their start, and send again what awaits a result."""
+        consumer = self._consumer
+        assert consumer is not None
+        log.warning("event=broker_restart_detected reply_topic=%s", self.reply_to)
+        await consumer.seek_to_beginning(*consumer.assignment())
+        self._resubmit_pending()
+
+    def _resubmit_pending(self) -> None:
         """The broker started over (it lost its log): requests awaiting a result may be gone
         with it. Send them again under the same ids; a repeat is dropped by id."""
-        again = [w for rid, w in self._pending.items() if rid != except_id]
+        again = list(self._pending.values())
         if not again:
             return
-        log.warning("event=broker_restart_detected resubmitting=%d", len(again))
+        log.warning("event=resubmitting count=%d", len(again))
         self.resubmitted += len(again)
         for wire in again:
             task = asyncio.create_task(self._resubmit(wire))
@@ -294,19 +317,23 @@ class InferenceClient:
             log.warning("event=resubmit_failed request_id=%s error=%r", wire.request_id, exc)
 
     async def _watch_restarts(self, every_s: float = 2.0) -> None:
-        """While results are awaited, ask whether the ingest partitions we wrote to now end
-        before what we wrote (the broker lost its log): then resubmit."""
+        """While results are awaited, ask whether the broker lost its logs: the reply
+        partitions then end before our position (read them from 0), and the ingest
+        partitions we wrote to end before what we wrote (resubmit)."""
         while True:
             await asyncio.sleep(every_s)
             if not self._pending or self._consumer is None:
                 continue
+            await self._rewind_overrun_replies()
             tps = [TopicPartition(topic, p) for topic, p in self._restarts.partitions()]
             try:
                 ends = await self._consumer.end_offsets(tps)
             except KafkaError:
                 continue  # away: asked again next round
-            if any(self._restarts.ended((tp.topic, tp.partition), end) for tp, end in ends.items()):
-                self._resubmit_pending()
+            for tp, end in ends.items():
+                if self._restarts.ended((tp.topic, tp.partition), end):
+                    await self._broker_restarted()
+                    break
 
     async def infer(
         self, request: WireRequest | InferenceRequest, *, timeout_s: float = 30.0
@@ -393,16 +420,20 @@ class RestartDetector:
         self._acked: dict[tuple[str, int], int] = {}
 
     def acked(self, tp: tuple[str, int], offset: int) -> bool:
-        """Record an ack; True when it reveals a restart."""
+        """Record an ack; True when it reveals a restart (once: every partition starts over
+        with it, so what was known before is forgotten)."""
         before = self._acked.get(tp)
+        if before is not None and offset <= before:
+            self._acked = {tp: offset}
+            return True
         self._acked[tp] = offset
-        return before is not None and offset <= before
+        return False
 
     def ended(self, tp: tuple[str, int], end: int) -> bool:
-        """A partition's listed end; True when it reveals a restart (then forgotten)."""
+        """A partition's listed end; True when it reveals a restart (then all forgotten)."""
         before = self._acked.get(tp)
         if before is not None and end <= before:
-            del self._acked[tp]
+            self._acked = {}
             return True
         return False
 

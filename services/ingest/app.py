@@ -194,7 +194,12 @@ class IngestService:
         last one's acks (at most `polls_in_flight` of them; commits stay in offset order)."""
         slots = asyncio.Semaphore(self.settings.polls_in_flight)
         while True:
-            records = await consumer.poll(timeout_ms=500)
+            try:
+                records = await consumer.poll(timeout_ms=500)
+            except Exception as exc:  # a poll loop never dies in silence: said, then again
+                log.error("event=poll_failed error=%r (retrying in 1 s)", exc)
+                await asyncio.sleep(1.0)
+                continue
             if not records:
                 continue
             await slots.acquire()

@@ -24,6 +24,7 @@ from aiokafka.errors import (
     KafkaError,
     KafkaTimeoutError,
     MessageSizeTooLargeError,
+    UnknownError,
 )
 from aiokafka.structs import RecordMetadata, TopicPartition
 
@@ -131,8 +132,12 @@ class UnknownTopic(KafkaError):  # type: ignore[misc]
 
 
 def retriable(error: BaseException) -> bool:
-    """Whether trying again later can succeed (aiokafka marks its errors so)."""
-    if isinstance(error, KafkaTimeoutError | KafkaConnectionError):
+    """Whether trying again later can succeed (aiokafka marks its errors so).
+
+    UnknownError counts too: Tansu answers it for a topic it lost in a restart, and the
+    topic comes back.
+    """
+    if isinstance(error, KafkaTimeoutError | KafkaConnectionError | UnknownError):
         return True
     return isinstance(error, KafkaError) and bool(getattr(error, "retriable", False))
 

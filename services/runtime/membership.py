@@ -109,6 +109,9 @@ class Membership:
         self._publish_lock = asyncio.Lock()
         self.version = 0
         """Bumped whenever the view of other members or decisions changes."""
+        self.broker_restarts = 0
+        """Bumped when a consumer of this instance finds a log that started over: the broker
+        lost its state, every log is new, and every consumer reads its partitions again."""
 
     # ---- this instance -----------------------------------------------------------------
 

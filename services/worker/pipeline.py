@@ -127,7 +127,12 @@ class Pipeline:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.answered.wait(), 0.1)
                 continue
-            records = await consumer.poll(timeout_ms=500, max_records=room)
+            try:
+                records = await consumer.poll(timeout_ms=500, max_records=room)
+            except Exception as exc:  # a poll loop never dies in silence: said, then again
+                log.error("event=poll_failed tier=%s error=%r (retrying in 1 s)", tier, exc)
+                await asyncio.sleep(1.0)
+                continue
             if records:
                 self.take(records, tier)
                 self.wakeup.set()
