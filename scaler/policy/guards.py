@@ -29,6 +29,7 @@ def blind(signals: GroupSignals, state: GroupState, config: PolicyConfig, now: f
         desired=signals.replicas,
         diagnosis="stale_signals",
         reasons=(stale,),
+        standby=signals.standby_replicas or 0,
         fresh=False,
     )
     if failed < config.failed_collections_before_fallback:
@@ -82,6 +83,10 @@ def apply_bounds(plan: Plan, *, warm_floor: bool, partition_cap: bool) -> Plan:
                 {"partitions": s.partitions, "wanted": plan.desired},
             ),
         )
+    # A standby is only worth its cost if it can consume once promoted.
+    room = min(s.partitions, s.max_replicas or s.partitions) - plan.desired
+    if plan.standby > max(0, room):
+        plan = dataclasses.replace(plan, standby=max(0, room))
     return plan
 
 

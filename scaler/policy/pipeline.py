@@ -84,9 +84,22 @@ def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:
     if s.arrival_rps is not None:
         samples = (*samples, (s.collected_at, s.arrival_rps))
     samples = tuple((t, v) for t, v in samples if now - t <= config.forecast_window_s)
+    mu = s.service_rps_per_replica or state.service_rps_per_replica
+    loads = state.load_samples
+    if s.arrival_rps is not None and (mu or s.arrival_rps == 0):
+        loads = (*loads, (s.collected_at, s.arrival_rps / mu if mu else 0.0))
+    loads = tuple((t, v) for t, v in loads if now - t <= config.burst_memory_s)
+    last = state.last_signals
+    changing = plan.desired < s.replicas or (
+        last is not None and last.ready_replicas != s.ready_replicas
+    )
     return dataclasses.replace(
         state,
         arrival_samples=samples,
+        load_samples=loads,
+        service_rps_per_replica=mu,
+        last_lag=None if s.lag is None else (s.collected_at, s.lag),
+        last_change_at=now if changing else state.last_change_at,
         failed_collections=0,
         last_replicas=s.replicas,
         last_signals=s,

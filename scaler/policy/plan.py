@@ -17,6 +17,8 @@ class Plan:
     desired: int
     diagnosis: Diagnosis
     reasons: tuple[Reason, ...] = ()
+    standby: int = 0
+    """Warm standby replicas to keep beside `desired` (only where the signals report standby)."""
     fresh: bool = True
     """False when the signals were stale or missing: nothing may scale down then."""
 
@@ -50,6 +52,8 @@ class Plan:
             desired=self.desired,
             diagnosis=self.diagnosis,
             reasons=self.reasons,
+            standby=self.standby,
+            current_standby=self.signals.standby_replicas or 0,
         )
 
 

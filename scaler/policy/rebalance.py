@@ -1,10 +1,10 @@
-"""Rebalance-aware steps of the SLO policy: fewer, larger scale steps, and a confident scale-down.
+"""Membership-change-aware steps of the SLO policy: scale-up rounding and scale-down pacing.
 
-Every membership change of a Kafka consumer group (aiokafka rebalances eagerly) stops all
-of the group's consumers for a moment, and every request caught in that pause misses a
-sub-second SLO. A scale step therefore has a price in attainment as well as in replicas,
-so the policy buys capacity in larger steps and gives it back only when it is worth a
-rebalance.
+Every membership change of a consumer group pauses the partitions that move (with
+incremental handover; all of them with aiokafka's eager rebalance), and every request
+caught in that pause may miss a sub-second SLO. A step therefore has a price in
+attainment as well as in replicas; `scale_up_min_step_share` and
+`scale_down_min_step_share` trade the two where changes are expensive.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from scaler.forecast import holt
-from scaler.policy.guards import stabilize
 from scaler.policy.plan import Plan
 from scaler.signals import GroupSignals, PolicyConfig, Reason
 
@@ -37,88 +35,66 @@ def scale_up_step(plan: Plan, config: PolicyConfig) -> Plan:
         reason=Reason(
             "scale_up_step",
             f"scale-up to {plan.desired} rounded to {current + step} (+{step}): "
-            "each membership change pauses the whole group",
+            "fewer, larger membership changes",
             {"wanted": plan.desired, "step": step},
         ),
     )
 
 
-def _queue_calm(plan: Plan) -> bool:
-    """Queue p99 at most half the SLO's queue budget: the rate-based count is not hiding bursts."""
-    s = plan.signals
-    return s.queue_p99_ms is not None and s.queue_p99_ms <= 0.5 * queue_budget_ms(s)
+def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
+    """Up at once; down to the highest recommendation over the hold, in one step.
 
-
-def _rising(plan: Plan, config: PolicyConfig) -> bool:
-    """The arrival forecast one time-to-ready ahead is above the current arrival rate."""
-    s = plan.signals
-    if s.arrival_rps is None:
-        return True
-    samples = (*plan.state.arrival_samples, (s.collected_at, s.arrival_rps))
-    fc = holt(samples, config.horizon_s(s), config.forecast_alpha, config.forecast_beta)
-    return fc is not None and fc.value > s.arrival_rps
-
-
-def stabilize_rebalance_aware(plan: Plan, config: PolicyConfig, now: float) -> Plan:
-    """HPA's window, a shorter confident path, one scale-down per hold, and a minimum step.
-
-    The HPA window (`scale_down_window_s`) holds the highest recommendation it saw. When
-    every recommendation over the last `hold_s` (default 2 x time-to-ready: holding an idle
-    replica longer costs more than starting it again) was at most
-    `scale_down_confident_share` of current, the queue is calm and the forecast is not
-    rising, drop to the highest of those instead. At most one scale-down per `hold_s`.
-    A drop smaller than `scale_down_min_step_share` of current is skipped: it would cost
-    a rebalance for little.
+    The hold (`scale_down_hold_s`, default the time-to-ready) is the SLO policy's own
+    window: with handovers that pause only the moved partitions a scale-down is cheap, and
+    keeping a replica idle longer than it takes to start one again costs more than that.
+    Bursts are kept by the burst memory (`hold.py`), not by a long window. No scale-down
+    before the hold has been observed, and none smaller than `scale_down_min_step_share`.
     """
-    held = stabilize(plan, config, now)
-    if not held.fresh or plan.desired >= plan.current:
-        return held
+    if not plan.fresh:
+        return plan
     s, current = plan.signals, plan.current
     hold = config.hold_s(s)
-    target = held.desired
-    since = held.state.observed_since
-    if (
-        target > plan.desired
-        and hold < config.scale_down_window_s
-        and since is not None
-        and now - since >= hold
-        and not _rising(plan, config)
-        and _queue_calm(plan)
-    ):
-        recent = max(n for t, n in held.state.recommendations if now - t < hold)
-        fast = max(plan.desired, min(current, recent))
-        if fast < target and fast <= config.scale_down_confident_share * current:
-            target = fast
-            held = held.with_(
-                desired=target,
-                reason=Reason(
-                    "scale_down_confident",
-                    f"forecast not rising and {hold:.0f} s of recommendations <= {recent}: "
-                    f"down to {target}",
-                    {"held_s": hold, "highest_recent": recent},
-                ),
-            )
-    if target >= current:
-        return held
-    last = held.state.last_scale_down_at
-    if last is not None and now - last < hold:
-        return held.with_(
+    kept = (r for r in plan.state.recommendations if now - r[0] < hold)
+    window = (*kept, (now, plan.desired))
+    state = dataclasses.replace(plan.state, recommendations=window)
+    plan = dataclasses.replace(plan, state=state)
+    if plan.desired >= current:
+        return plan
+    since = state.observed_since
+    history = max(hold, config.scale_down_window_s)
+    if since is None or now - since < history:
+        # A fresh scaler (or a restart) has not seen whether this is a dip or a trend.
+        return plan.with_(
             desired=current,
             reason=Reason(
-                "scale_down_paced",
-                f"last scale-down {now - last:.0f} s ago: one per {hold:.0f} s",
-                {"since_last_s": now - last, "hold_s": hold},
+                "scale_down_waits_for_history",
+                f"scale-down to {plan.desired} waits for {history:.0f} s of history",
+                {"wanted": plan.desired, "history_s": history},
             ),
         )
+    highest = max(n for t, n in window if now - t < hold)
+    target = min(current, max(plan.desired, highest))
+    if target > plan.desired:
+        plan = plan.with_(
+            desired=target,
+            reason=Reason(
+                "scale_down_stabilized",
+                f"scale-down to {plan.desired} held at {target} "
+                f"(highest recommendation in {hold:.0f} s)",
+                {"wanted": plan.desired, "held": target, "hold_s": hold},
+            ),
+        )
+    if target >= current:
+        return plan
     step = max(1, math.ceil(config.scale_down_min_step_share * current - 1e-9))
     if current - target < step:
-        return held.with_(
+        return plan.with_(
             desired=current,
             reason=Reason(
                 "scale_down_not_worth_rebalance",
-                f"scale-down by {current - target} < step {step}: not worth a rebalance",
+                f"scale-down by {current - target} < step {step}: not worth a handover",
                 {"wanted": target, "step": step},
             ),
         )
-    state = dataclasses.replace(held.state, last_scale_down_at=now)
-    return dataclasses.replace(held, state=state)
+    state = dataclasses.replace(plan.state, last_scale_down_at=now)
+    return dataclasses.replace(plan, state=state)
