@@ -4,9 +4,10 @@ Holt's smoothing (the seed's forecast) followed every swing of a 15 s rate: on a
 but bursty load its trend was noise, and 30 s ahead that noise became replicas. Here a
 line is fitted over the recent samples. Its slope counts only when it is `min_t` standard
 errors from zero (the samples' windows overlap, so the standard error is optimistic and
-`min_t` is high); without a trend the level is the mean. A newest sample further from the
-line through the earlier ones than `step_z` of their scatter is a step (a burst starting,
-a load dropping away) that no line follows: the level is that sample.
+`min_t` is high); without a trend the level is the mean. A step (a burst starting or
+ending, a load dropping away) is what no line follows: when the samples split into an
+older and a newer run whose means differ by more than `step_z` of their scatter, only the
+newer run counts.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def linear(samples: Sequence[tuple[float, float]], horizon_s: float) -> Forecast
     )
 
 
-RateKind = Literal["newest", "mean", "trend", "step"]
+RateKind = Literal["mean", "trend", "step"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,48 @@ class RateEstimate:
     ahead: float
     trend_per_s: float = 0.0
     trend_stderr_per_s: float = 0.0
+    before_step: float | None = None
+    """The mean rate before the last step, when there was one."""
+
+    def rising(self) -> bool:
+        """A significant upward trend, or a step up."""
+        if self.before_step is not None and self.level > self.before_step:
+            return True
+        return self.kind == "trend" and self.trend_per_s > 0
+
+
+def _sse(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return sum((v - mean) ** 2 for v in values)
+
+
+def last_regime(
+    samples: Sequence[tuple[float, float]], *, step_z: float, floor_share: float
+) -> tuple[Sequence[tuple[float, float]], float | None]:
+    """The samples since the last step in the rate, and the mean before it (None: no step).
+
+    A step is the split into an older and a newer run whose means differ by more than
+    `step_z` of the scatter inside the runs (at least `floor_share` of the larger mean):
+    a burst starting or ending, a load dropping away. Before it the samples describe
+    another load, so they are dropped.
+    """
+    n = len(samples)
+    values = [v for _, v in samples]
+    best: tuple[float, int] | None = None
+    for k in range(1, n):
+        sse = (_sse(values[:k]) if k > 1 else 0.0) + (_sse(values[k:]) if n - k > 1 else 0.0)
+        if best is None or sse < best[0]:
+            best = (sse, k)
+    if best is None:
+        return samples, None
+    sse, k = best
+    old, new = values[:k], values[k:]
+    old_mean, new_mean = sum(old) / len(old), sum(new) / len(new)
+    scatter = math.sqrt(sse / max(1, n - 2))
+    scatter = max(scatter, floor_share * max(abs(old_mean), abs(new_mean)))
+    if abs(new_mean - old_mean) <= step_z * scatter:
+        return samples, None
+    return samples[k:], old_mean
 
 
 def estimate_rate(
@@ -89,23 +132,25 @@ def estimate_rate(
     """
     if not samples:
         return None
-    t_new, newest = samples[-1]
-    before = linear(samples[:-1], 0.0)
-    if before is not None:
-        predicted = before.level + before.trend_per_s * (t_new - samples[-2][0])
-        scatter = max(before.residual_sd, floor_share * max(abs(predicted), abs(newest)))
-        if abs(newest - predicted) > step_z * scatter:
-            return RateEstimate("step", newest, newest)
-    fit = linear(samples, horizon_s)
+    recent, before = last_regime(samples, step_z=step_z, floor_share=floor_share)
+    kind: RateKind = "mean" if before is None else "step"
+    fit = linear(recent, horizon_s)
     if fit is None:
-        return RateEstimate("newest", newest, newest)
+        mean = sum(v for _, v in recent) / len(recent)
+        return RateEstimate(kind, mean, mean, before_step=before)
     # A ramp that starts after a flat stretch bends the line: the newer half sees its slope.
-    half = linear([p for p in samples if p[0] >= t_new - (t_new - samples[0][0]) / 2], horizon_s)
+    t_new, t_old = recent[-1][0], recent[0][0]
+    half = linear([p for p in recent if p[0] >= t_new - (t_new - t_old) / 2], horizon_s)
     trends = [f for f in (fit, half) if f is not None and f.significant(min_t)]
     if trends:
         best = max(trends, key=lambda f: f.value)
         return RateEstimate(
-            "trend", best.level, best.value, best.trend_per_s, best.trend_stderr_per_s
+            "trend",
+            max(0.0, best.level),
+            best.value,
+            best.trend_per_s,
+            best.trend_stderr_per_s,
+            before_step=before,
         )
-    mean = sum(v for _, v in samples) / len(samples)
-    return RateEstimate("mean", mean, mean)
+    mean = sum(v for _, v in recent) / len(recent)
+    return RateEstimate(kind, mean, mean, before_step=before)

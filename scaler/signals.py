@@ -228,6 +228,9 @@ class PolicyConfig:
     scale_down_hold_s: float | None = None
     """slo: scale down only to the highest recommendation over this long (its own window,
     instead of `scale_down_window_s`, which the baselines keep). None: the time-to-ready."""
+    scale_down_gap_hold_s: float | None = None
+    """slo: after arrivals step down, scale down only to the highest recommendation over
+    this long (a gap may end in a burst). None: 2 x (time-to-ready + handover)."""
     rebalance_settle_s: float = 15.0
     """After a scale-down, the group's lag and queue p99 include the handover pause: for
     this many seconds a lag up to arrival × this long adds no replicas (0 = off)."""
@@ -257,11 +260,16 @@ class PolicyConfig:
     burst_memory_s: float = 1800.0
     """slo: how far back the burst memory reaches."""
     burst_low_share: float = 0.25
-    """slo: offered load below this share of the remembered peak is a gap; a burst starts
-    only above twice this share (hysteresis: noise around one line is neither)."""
+    """slo: offered load below this share of the way from the remembered base to the top is
+    a gap; a burst starts only above twice this share (noise around one line is neither)."""
     burst_keep_factor: float = 2.0
     """slo: hold capacity through gaps when the median gap is at most this many keep costs
     (keep cost = time-to-ready + `rebalance_pause_s`, in replica-seconds per replica)."""
+    burst_peak_quantile: float = 0.75
+    """slo: the remembered bursts' peak sized for: this quantile of their peaks."""
+    burst_min_ratio: float = 2.5
+    """slo: load counts as bursty only when the median burst peaks at this many times the
+    remembered base (a steady load's wobble is not a burst)."""
     burst_min_count: int = 2
     """slo: bursts the memory must hold before it keeps capacity through a gap."""
     standby_after_gap_s: float | None = None
@@ -294,20 +302,24 @@ class PolicyConfig:
             problems.append("hpa_tolerance must be in [0, 1)")
         if self.keda_lag_threshold <= 0 or self.keda_activation_lag_threshold < 0:
             problems.append("keda_lag_threshold > 0, keda_activation_lag_threshold >= 0")
+        problems.extend(self._slo_problems())
+        if problems:
+            raise SignalsError("invalid policy config: " + "; ".join(problems))
+
+    def _slo_problems(self) -> list[str]:
+        """Cross-field checks of the SLO policy's own knobs."""
+        problems: list[str] = []
         if not (self.scale_up_min_step_share >= 0 and 0 <= self.scale_down_min_step_share < 1):
             problems.append("scale_up_min_step_share >= 0, scale_down_min_step_share in [0, 1)")
-        if self.scale_down_hold_s is not None and self.scale_down_hold_s < 0:
-            problems.append("scale_down_hold_s must be >= 0")
+        holds = (self.scale_down_hold_s, self.scale_down_gap_hold_s)
+        if any(h is not None and h < 0 for h in holds):
+            problems.append("scale_down_hold_s and scale_down_gap_hold_s must be >= 0")
         if self.rebalance_settle_s < 0 or self.rebalance_pause_s < 0:
             problems.append("rebalance_settle_s and rebalance_pause_s must be >= 0")
         if self.backlog_drain_s <= 0 or self.metrics_window_s <= 0:
             problems.append("backlog_drain_s and metrics_window_s must be > 0")
-        if (
-            not 0
-            <= self.min_spare_replicas
-            <= self.initial_spare_replicas
-            <= self.max_spare_replicas
-        ):
+        spares = (self.min_spare_replicas, self.initial_spare_replicas, self.max_spare_replicas)
+        if not 0 <= spares[0] <= spares[1] <= spares[2]:
             problems.append(
                 "need 0 <= min_spare_replicas <= initial_spare_replicas <= max_spare_replicas"
             )
@@ -319,12 +331,15 @@ class PolicyConfig:
             problems.append("panic_growth_share and burst_memory_s must be >= 0")
         if not 0 < self.burst_low_share < 0.5 or self.burst_keep_factor < 0:
             problems.append("burst_low_share in (0, 0.5), burst_keep_factor >= 0")
+        if not 0 < self.burst_peak_quantile <= 1:
+            problems.append("burst_peak_quantile must be in (0, 1]")
+        if self.burst_min_ratio < 1:
+            problems.append("burst_min_ratio must be >= 1")
         if self.burst_min_count < 1:
             problems.append("burst_min_count must be >= 1")
         if self.standby_after_gap_s is not None and self.standby_after_gap_s < 0:
             problems.append("standby_after_gap_s must be >= 0")
-        if problems:
-            raise SignalsError("invalid policy config: " + "; ".join(problems))
+        return problems
 
     def time_to_ready_s(self, signals: GroupSignals) -> float:
         """A group's measured time-to-ready, else the default."""
@@ -337,6 +352,12 @@ class PolicyConfig:
         if self.scale_down_hold_s is not None:
             return self.scale_down_hold_s
         return self.time_to_ready_s(signals)
+
+    def gap_hold_s(self, signals: GroupSignals) -> float:
+        """The SLO policy's scale-down window after a step down: configured, else 2 keep costs."""
+        if self.scale_down_gap_hold_s is not None:
+            return self.scale_down_gap_hold_s
+        return 2 * self.keep_cost_s(signals)
 
     def keep_cost_s(self, signals: GroupSignals) -> float:
         """Replica-seconds one replica costs to stop and get back: time-to-ready + handover."""

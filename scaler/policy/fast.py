@@ -13,6 +13,7 @@ import math
 
 from scaler.policy.headroom import replicas_for
 from scaler.policy.plan import Plan
+from scaler.policy.rate import arriving_rps
 from scaler.policy.rebalance import queue_budget_ms
 from scaler.signals import PolicyConfig, Reason
 
@@ -34,10 +35,7 @@ def fast_path(plan: Plan, config: PolicyConfig) -> Plan:
     allowed = s.arrival_rps * queue_budget_ms(s) / 1000
     if growth <= config.panic_growth_share * max(capacity, mu) or s.lag <= allowed:
         return plan
-    # What arrives is what the replicas complete plus what piles up; they complete at most
-    # their capacity, and no more than the window's arrivals (a handover pause, not a
-    # burst, also grows the lag for a moment).
-    arriving = max(s.arrival_rps, min(capacity, s.arrival_rps) + growth)
+    arriving = arriving_rps(s, state) or s.arrival_rps
     by_rate = replicas_for(arriving / mu, state, config)
     warm = s.standby_ready_replicas if s.standby_replicas is not None else 0
     wait_s = config.rebalance_pause_s if by_rate - s.replicas <= warm else config.time_to_ready_s(s)

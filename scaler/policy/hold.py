@@ -1,4 +1,4 @@
-"""Burst-aware floor and warm standby: keep what the next likely burst needs through a gap.
+"""Burst-aware sizing: keep what the next likely burst needs through a gap, meet a rise early.
 
 Stopping a replica in a gap and starting it again for the next burst costs its
 time-to-ready plus a handover in replica-seconds, and the burst meets cold capacity for a
@@ -8,6 +8,11 @@ capacity a typical burst needed (its median peak at the safe utilization) until 
 lasts longer than any it remembers plus one keep cost. Where the deployment has warm
 standby and `standby_after_gap_s` is set, capacity held longer than that into a gap waits
 as standby (loaded, not consuming, consuming within a handover) instead of idle consumers.
+
+When the load leaves a gap and keeps rising, and the remembered bursts rose to their peak
+within a known time, the group is sized for their median peak at once rather than step
+by step behind the rise; a forecast is not trusted
+beyond the highest remembered load (ramps that always end at the same height).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import dataclasses
 from scaler.policy.bursts import BurstMemory, remember
 from scaler.policy.headroom import replicas_for
 from scaler.policy.plan import Plan
+from scaler.policy.rate import arriving_rps
 from scaler.signals import PolicyConfig, Reason
 
 
@@ -25,8 +31,9 @@ def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
     s, state = plan.signals, plan.state
     samples = state.load_samples
     mu = s.service_rps_per_replica or state.service_rps_per_replica
-    if s.arrival_rps is not None and (mu or s.arrival_rps == 0):
-        samples = (*samples, (s.collected_at, s.arrival_rps / mu if mu else 0.0))
+    arriving = arriving_rps(s, state)
+    if arriving is not None and (mu or arriving == 0):
+        samples = (*samples, (s.collected_at, arriving / mu if mu else 0.0))
     return remember(samples, config.burst_low_share)
 
 
@@ -34,20 +41,20 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     """Floor the group at a typical burst's need while gaps are short; maybe as standby."""
     s = plan.signals
     memory = burst_memory(plan, config)
-    if memory is None or len(memory.onsets()) < config.burst_min_count:
+    if memory is None or not memory.bursty(config.burst_min_count, config.burst_min_ratio):
         return plan
     ttr, keep = config.time_to_ready_s(s), config.keep_cost_s(s)
     rise, gap = memory.median_rise_s(), memory.median_gap_s()
     limit = max(memory.gaps_s, default=0.0) + keep
     if rise > ttr or gap > config.burst_keep_factor * keep or memory.in_gap_s > limit:
         return plan
-    peak = memory.typical_peak()
+    peak = memory.peak(config.burst_peak_quantile)
     floor = replicas_for(peak, plan.state, config)
     if floor <= plan.desired:
         return plan
     numbers = {
         "bursts": float(len(memory.onsets())),
-        "median_peak_load": peak,
+        "peak_load": peak,
         "median_rise_s": rise,
         "median_gap_s": gap,
         "keep_cost_s": keep,
@@ -56,7 +63,8 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     }
     text = (
         f"{len(memory.onsets())} bursts rising in ~{rise:.0f} s (< {ttr:.0f} s to start one), "
-        f"median peak {peak:.1f} busy replicas needs {floor}; median gap "
+        f"peak {peak:.1f} busy replicas (p{config.burst_peak_quantile * 100:.0f}) needs {floor}; "
+        f"median gap "
         f"{gap:.0f} s <= {config.burst_keep_factor:g} x keep cost {keep:.0f} s"
     )
     after = config.standby_after_gap_s
@@ -74,3 +82,46 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis="steady" if floor <= plan.current else "capacity_bound",
         reason=Reason("burst_hold", f"{text}: keep {floor}", numbers),
     )
+
+
+def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
+    """A burst like the remembered ones has started: size for their median peak now."""
+    memory = burst_memory(plan, config)
+    if memory is None or memory.since_gap_s is None or not memory.rising:
+        return plan
+    onsets = memory.onsets()
+    if not memory.bursty(config.burst_min_count, config.burst_min_ratio):
+        return plan
+    if memory.since_gap_s > memory.median_rise_s():
+        return plan
+    peak = memory.peak(config.burst_peak_quantile)
+    target = replicas_for(peak, plan.state, config)
+    if target <= plan.desired:
+        return plan
+    return plan.with_(
+        desired=target,
+        diagnosis="capacity_bound",
+        reason=Reason(
+            "burst_rise",
+            f"load left its gap {memory.since_gap_s:.0f} s ago, {memory.load:.1f} busy replicas "
+            "and rising; "
+            f"the last {len(onsets)} rose to {peak:.1f} "
+            f"(p{config.burst_peak_quantile * 100:.0f}) within "
+            f"~{memory.median_rise_s():.0f} s: {target} now",
+            {
+                "since_gap_s": memory.since_gap_s,
+                "load": memory.load,
+                "peak_load": peak,
+                "median_rise_s": memory.median_rise_s(),
+                "needed": target,
+            },
+        ),
+    )
+
+
+def forecast_cap_load(plan: Plan, config: PolicyConfig) -> float | None:
+    """The highest load a forecast may reach while bursts repeat: the remembered top."""
+    memory = burst_memory(plan, config)
+    if memory is None or not memory.bursty(config.burst_min_count, config.burst_min_ratio):
+        return None
+    return max(memory.top_load, memory.load)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from scaler.policy.budget import share_budget
 from scaler.policy.guards import apply_bounds, blind, is_stale, stabilize
 from scaler.policy.plan import Plan
+from scaler.policy.rate import arriving_rps
 from scaler.signals import (
     Decision,
     GroupSignals,
@@ -86,8 +87,9 @@ def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:
     samples = tuple((t, v) for t, v in samples if now - t <= config.forecast_window_s)
     mu = s.service_rps_per_replica or state.service_rps_per_replica
     loads = state.load_samples
-    if s.arrival_rps is not None and (mu or s.arrival_rps == 0):
-        loads = (*loads, (s.collected_at, s.arrival_rps / mu if mu else 0.0))
+    arriving = arriving_rps(s, state)
+    if arriving is not None and (mu or arriving == 0):
+        loads = (*loads, (s.collected_at, arriving / mu if mu else 0.0))
     loads = tuple((t, v) for t, v in loads if now - t <= config.burst_memory_s)
     last = state.last_signals
     changing = plan.desired < s.replicas or (

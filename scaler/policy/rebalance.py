@@ -13,6 +13,7 @@ import dataclasses
 import math
 
 from scaler.policy.plan import Plan
+from scaler.policy.rate import arrival_estimate
 from scaler.signals import GroupSignals, PolicyConfig, Reason
 
 
@@ -54,14 +55,20 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
         return plan
     s, current = plan.signals, plan.current
     hold = config.hold_s(s)
-    kept = (r for r in plan.state.recommendations if now - r[0] < hold)
+    rate = arrival_estimate(plan, config)
+    dropped = rate is not None and rate.before_step is not None and rate.level < rate.before_step
+    if dropped:
+        # Idle between bursts is not idle for good: after a step down, keep what the load
+        # needed before it for a while (ski rental: about what a restart would cost).
+        hold = max(hold, config.gap_hold_s(s))
+    kept = (r for r in plan.state.recommendations if now - r[0] < max(hold, config.gap_hold_s(s)))
     window = (*kept, (now, plan.desired))
     state = dataclasses.replace(plan.state, recommendations=window)
     plan = dataclasses.replace(plan, state=state)
     if plan.desired >= current:
         return plan
     since = state.observed_since
-    history = max(hold, config.scale_down_window_s)
+    history = max(hold, config.forecast_window_s)
     if since is None or now - since < history:
         # A fresh scaler (or a restart) has not seen whether this is a dip or a trend.
         return plan.with_(
@@ -75,12 +82,13 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     highest = max(n for t, n in window if now - t < hold)
     target = min(current, max(plan.desired, highest))
     if target > plan.desired:
+        after = " after a step down in arrivals" if dropped else ""
         plan = plan.with_(
             desired=target,
             reason=Reason(
                 "scale_down_stabilized",
                 f"scale-down to {plan.desired} held at {target} "
-                f"(highest recommendation in {hold:.0f} s)",
+                f"(highest recommendation in {hold:.0f} s{after})",
                 {"wanted": plan.desired, "held": target, "hold_s": hold},
             ),
         )

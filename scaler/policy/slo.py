@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from scaler.forecast import RateEstimate, estimate_rate
 from scaler.policy.fast import fast_path
 from scaler.policy.headroom import learn, replicas_for, spare_replicas
-from scaler.policy.hold import burst_hold
+from scaler.policy.hold import burst_hold, burst_rise, forecast_cap_load
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction
+from scaler.policy.rate import arrival_estimate
 from scaler.policy.rebalance import queue_budget_ms, scale_up_step, stabilize_slo
 from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
 
@@ -84,17 +84,6 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
     )
 
 
-def arrival_estimate(plan: Plan, config: PolicyConfig) -> RateEstimate | None:
-    """The arrival rate read from this tick and the recent samples (`forecast.py`)."""
-    s = plan.signals
-    if s.arrival_rps is None:
-        return None
-    samples = (*plan.state.arrival_samples, (s.collected_at, s.arrival_rps))
-    return estimate_rate(
-        samples, config.horizon_s(s), min_t=config.forecast_min_t, step_z=config.rate_step_z
-    )
-
-
 def _from_utilization(plan: Plan, config: PolicyConfig) -> Plan:
     """No throughput measured yet: fall back to the utilization ratio, never below current."""
     s = plan.signals
@@ -126,7 +115,11 @@ def forecast(plan: Plan, config: PolicyConfig) -> Plan:
     if rate.kind != "trend" or rate.trend_per_s <= 0:
         return plan
     horizon = config.horizon_s(s)
-    needed = _needed(rate.ahead, mu, plan.state, config)
+    ahead = rate.ahead
+    cap = forecast_cap_load(plan, config)
+    if cap is not None and ahead > cap * mu:
+        ahead = cap * mu
+    needed = _needed(ahead, mu, plan.state, config)
     if needed <= plan.desired:
         return plan
     return plan.with_(
@@ -135,10 +128,11 @@ def forecast(plan: Plan, config: PolicyConfig) -> Plan:
         reason=Reason(
             "forecast",
             f"arrival {rate.level:.0f}/s rising {rate.trend_per_s:.1f}/s "
-            f"(±{rate.trend_stderr_per_s:.1f}): {rate.ahead:.0f}/s in {horizon:.0f} s",
+            f"(±{rate.trend_stderr_per_s:.1f}): {rate.ahead:.0f}/s in {horizon:.0f} s"
+            + (f", at most the remembered top {ahead:.0f}/s" if ahead < rate.ahead else ""),
             {
                 "arrival_rps": rate.level,
-                "forecast_rps": rate.ahead,
+                "forecast_rps": ahead,
                 "horizon_s": horizon,
                 "trend_rps_per_s": rate.trend_per_s,
                 "trend_stderr_rps_per_s": rate.trend_stderr_per_s,
@@ -295,6 +289,32 @@ def settle(plan: Plan, by_rate: int, config: PolicyConfig, now: float) -> Plan:
     )
 
 
+def not_while_rising(plan: Plan, config: PolicyConfig) -> Plan:
+    """No scale-down while arrivals rise or a request waits longer than the queue budget."""
+    s = plan.signals
+    if plan.desired >= s.replicas:
+        return plan
+    rate = arrival_estimate(plan, config)
+    rising = rate is not None and rate.rising()
+    budget = queue_budget_ms(s)
+    waiting = s.oldest_age_ms is not None and s.oldest_age_ms > budget
+    if not rising and not waiting:
+        return plan
+    why = (
+        "arrivals rising"
+        if rising
+        else f"oldest request {s.oldest_age_ms:.0f} ms > {budget:.0f} ms"
+    )
+    return plan.with_(
+        desired=s.replicas,
+        reason=Reason(
+            "not_while_rising",
+            f"scale-down to {plan.desired} waits: {why}",
+            {"wanted": plan.desired, "queue_budget_ms": budget},
+        ),
+    )
+
+
 def size(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
     """The SLO policy's sizing, composed of the named steps above."""
     plan = Plan(signals=s, state=state, desired=s.replicas, diagnosis="steady")
@@ -306,7 +326,9 @@ def size(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -
     plan = backlog(plan, config)
     plan = queue_breach(plan, config)
     plan = settle(plan, by_rate, config, now)
+    plan = burst_rise(plan, config)
     plan = burst_hold(plan, config)
+    plan = not_while_rising(plan, config)
     plan = engine_hold(plan, config)
     return scale_up_step(plan, config)
 
