@@ -249,7 +249,7 @@ class PolicyConfig:
     """slo: the learned spare never goes above this."""
     headroom_memory_s: float = 900.0
     """slo: clean windows older than this no longer inform the spare."""
-    headroom_quantile: float = 0.75
+    headroom_quantile: float = 0.7
     """slo: the spare is this quantile of what the remembered clean windows needed."""
     headroom_min_share: float = 0.2
     """slo: a window whose queue p99 was under this share of the budget teaches nothing
@@ -262,7 +262,7 @@ class PolicyConfig:
     burst_low_share: float = 0.25
     """slo: offered load below this share of the way from the remembered base to the top is
     a gap; a burst starts only above twice this share (noise around one line is neither)."""
-    burst_keep_factor: float = 2.0
+    burst_keep_factor: float = 4.0
     """slo: hold capacity through gaps when the median gap is at most this many keep costs
     (keep cost = time-to-ready + `rebalance_pause_s`, in replica-seconds per replica)."""
     burst_peak_quantile: float = 0.75

@@ -83,11 +83,16 @@ def apply_bounds(plan: Plan, *, warm_floor: bool, partition_cap: bool) -> Plan:
                 {"partitions": s.partitions, "wanted": plan.desired},
             ),
         )
-    # A standby is only worth its cost if it can consume once promoted.
-    room = min(s.partitions, s.max_replicas or s.partitions) - plan.desired
-    if plan.standby > max(0, room):
-        plan = dataclasses.replace(plan, standby=max(0, room))
     return plan
+
+
+def cap_standby(plan: Plan) -> Plan:
+    """A standby is only worth its cost if it can consume once promoted: cap at the room left."""
+    s = plan.signals
+    room = max(0, min(s.partitions, s.max_replicas or s.partitions) - plan.desired)
+    if plan.standby <= room:
+        return plan
+    return dataclasses.replace(plan, standby=room)
 
 
 def stabilize(plan: Plan, config: PolicyConfig, now: float) -> Plan:

@@ -11,7 +11,7 @@ So the policy sizes `busy + spare` (never above `target_utilization + utilizatio
 Each clean window (no consumer joined or left in it, the arrival rate steady, queue p99
 at least `headroom_min_share` of its budget) tells what spare would have put its queue
 p99 exactly at the budget: spare seen × queue p99 / budget. The spare is the
-`headroom_quantile` of those over `headroom_memory_s`; until there are three,
+`headroom_quantile` of those over `headroom_memory_s`; until there are five,
 `initial_spare_replicas`.
 """
 
@@ -25,7 +25,7 @@ from scaler.policy.rebalance import queue_budget_ms
 from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
 
 _EPS = 1e-9
-_MIN_SAMPLES = 3
+_MIN_SAMPLES = 5
 _STEADY_SHARE = 0.25
 """The arrival rate changed less than this share over the window: the window is steady."""
 
@@ -50,7 +50,9 @@ def replicas_for(load: float, state: GroupState, config: PolicyConfig) -> int:
 
 def _clean(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> bool:
     """No consumer joined or left, and the arrival rate held steady, inside the window."""
-    if state.last_change_at is not None and now - state.last_change_at < config.metrics_window_s:
+    # A change is seen at the tick after it happened; its pause must be out of the window too.
+    settled = config.metrics_window_s + config.rebalance_pause_s
+    if state.last_change_at is not None and now - state.last_change_at <= settled:
         return False
     if not s.ready_replicas or s.arrival_rps is None:
         return False

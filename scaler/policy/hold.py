@@ -4,10 +4,13 @@ Stopping a replica in a gap and starting it again for the next burst costs its
 time-to-ready plus a handover in replica-seconds, and the burst meets cold capacity for a
 time-to-ready. So when the remembered bursts rise faster than a replica starts, and their
 gaps are typically shorter than `burst_keep_factor` keep costs, the group keeps the
-capacity a typical burst needed (its median peak at the safe utilization) until a gap
-lasts longer than any it remembers plus one keep cost. Where the deployment has warm
-standby and `standby_after_gap_s` is set, capacity held longer than that into a gap waits
-as standby (loaded, not consuming, consuming within a handover) instead of idle consumers.
+capacity the bursts needed (the `burst_peak_quantile` of their peaks, with the learned
+spare) as consumers until a gap lasts longer than any it remembers plus one keep cost,
+then as warm standby (loaded, not consuming; consuming within a handover) for one more
+keep cost where the deployment has standby. Consumers come first because they serve a
+burst's first seconds: a standby is promoted only once the next tick has seen the burst
+(measured in docs/benchmarks.md). `standby_after_gap_s` moves held capacity to standby
+earlier.
 
 When the load leaves a gap and keeps rising, and the remembered bursts rose to their peak
 within a known time, the group is sized for their median peak at once rather than step
@@ -38,7 +41,14 @@ def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
 
 
 def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
-    """Floor the group at a typical burst's need while gaps are short; maybe as standby."""
+    """Floor the group at the bursts' need while gaps are short, then briefly as standby.
+
+    Two stages, like renting skis: through a gap no longer than any remembered one (plus
+    one keep cost) the capacity stays consuming, so the next burst meets it at once; for
+    one more keep cost after that it waits as warm standby where the deployment has it
+    (a burst then costs a handover instead of a cold start), then it is stopped: by then
+    keeping it has cost what starting it again would.
+    """
     s = plan.signals
     memory = burst_memory(plan, config)
     if memory is None or not memory.bursty(config.burst_min_count, config.burst_min_ratio):
@@ -46,7 +56,10 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     ttr, keep = config.time_to_ready_s(s), config.keep_cost_s(s)
     rise, gap = memory.median_rise_s(), memory.median_gap_s()
     limit = max(memory.gaps_s, default=0.0) + keep
-    if rise > ttr or gap > config.burst_keep_factor * keep or memory.in_gap_s > limit:
+    standby = s.standby_replicas is not None
+    if rise > 2 * ttr or gap > config.burst_keep_factor * keep:
+        return plan
+    if memory.in_gap_s > limit + (keep if standby else 0.0):
         return plan
     peak = memory.peak(config.burst_peak_quantile)
     floor = replicas_for(peak, plan.state, config)
@@ -64,17 +77,22 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     text = (
         f"{len(memory.onsets())} bursts rising in ~{rise:.0f} s (< {ttr:.0f} s to start one), "
         f"peak {peak:.1f} busy replicas (p{config.burst_peak_quantile * 100:.0f}) needs {floor}; "
-        f"median gap "
-        f"{gap:.0f} s <= {config.burst_keep_factor:g} x keep cost {keep:.0f} s"
+        f"median gap {gap:.0f} s <= {config.burst_keep_factor:g} x keep cost {keep:.0f} s"
     )
     after = config.standby_after_gap_s
-    if s.standby_replicas is not None and after is not None and memory.in_gap_s >= after:
-        return dataclasses.replace(plan, standby=floor - plan.desired).with_(
+    early = after is not None and memory.in_gap_s >= after
+    if standby and (memory.in_gap_s > limit or early):
+        why = (
+            f"{memory.in_gap_s:.0f} s into a gap, longer than any remembered + keep cost "
+            f"({limit:.0f} s)"
+            if memory.in_gap_s > limit
+            else f"{memory.in_gap_s:.0f} s into a gap (standby after {after:.0f} s)"
+        )
+        return dataclasses.replace(plan, warm_total=floor).with_(
             reason=Reason(
                 "burst_standby",
-                f"{text}; {memory.in_gap_s:.0f} s into a gap: {floor - plan.desired} "
-                "wait as warm standby",
-                numbers,
+                f"{text}; {why}: {floor - plan.desired} wait as warm standby",
+                {**numbers, "gap_limit_s": limit},
             )
         )
     return plan.with_(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scaler.policy.budget import share_budget
-from scaler.policy.guards import apply_bounds, blind, is_stale, stabilize
+from scaler.policy.guards import apply_bounds, blind, cap_standby, is_stale, stabilize
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arriving_rps
 from scaler.signals import (
@@ -73,7 +73,8 @@ class Pipeline:
             state = dataclasses.replace(state, observed_since=now)
         plan = self.size(signals, state, config, now)
         plan = apply_bounds(plan, warm_floor=self.warm_floor, partition_cap=self.partition_cap)
-        return self.stabilizer(plan, config, now)
+        plan = self.stabilizer(plan, config, now).top_up_standby()
+        return cap_standby(plan)
 
 
 def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:

@@ -19,6 +19,8 @@ class Plan:
     reasons: tuple[Reason, ...] = ()
     standby: int = 0
     """Warm standby replicas to keep beside `desired` (only where the signals report standby)."""
+    warm_total: int = 0
+    """Replicas wanted loaded in all (consuming + standby); standby tops `desired` up to it."""
     fresh: bool = True
     """False when the signals were stale or missing: nothing may scale down then."""
 
@@ -41,6 +43,12 @@ class Plan:
             diagnosis=self.diagnosis if diagnosis is None else diagnosis,
             reasons=self.reasons if reason is None else (*self.reasons, reason),
         )
+
+    def top_up_standby(self) -> Plan:
+        """Standby = what `warm_total` asks beyond the final `desired` (none if no total)."""
+        if not self.warm_total:
+            return self
+        return dataclasses.replace(self, standby=max(0, self.warm_total - self.desired))
 
     def to_decision(self) -> GroupDecision:
         """The finished decision."""

@@ -18,7 +18,8 @@ from scaler.policy.hold import burst_hold, burst_rise, forecast_cap_load
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction
 from scaler.policy.rate import arrival_estimate
-from scaler.policy.rebalance import queue_budget_ms, scale_up_step, stabilize_slo
+from scaler.policy.rebalance import queue_budget_ms, scale_up_step
+from scaler.policy.scale_down import stabilize_slo
 from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
 
 _EPS = 1e-9

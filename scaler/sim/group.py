@@ -220,7 +220,8 @@ class GroupSim:
             standby_replicas=len(standby) if self.params.standby else None,
             standby_ready_replicas=sum(1 for r in standby if r.ready_at <= now),
             partitions=self.params.partitions,
-            arrival_rps=(arrived - since) / arrival_window_s,
+            # The first windows are shorter than the window: divide by what was observed.
+            arrival_rps=(arrived - since) / min(arrival_window_s, now) if now > 0 else None,
             lag=lag,
             oldest_age_ms=oldest_age_ms,
             slo_p99_e2e_ms=self.params.slo_p99_e2e_ms[self.tier],
