@@ -75,6 +75,8 @@ class RateEstimate:
     trend_stderr_per_s: float = 0.0
     before_step: float | None = None
     """The mean rate before the last step, when there was one."""
+    step_at: float | None = None
+    """When the first sample after the last step was taken."""
 
     def rising(self) -> bool:
         """A significant upward trend, or a step up."""
@@ -134,10 +136,11 @@ def estimate_rate(
         return None
     recent, before = last_regime(samples, step_z=step_z, floor_share=floor_share)
     kind: RateKind = "mean" if before is None else "step"
+    at = None if before is None else recent[0][0]
     fit = linear(recent, horizon_s)
     if fit is None:
         mean = sum(v for _, v in recent) / len(recent)
-        return RateEstimate(kind, mean, mean, before_step=before)
+        return RateEstimate(kind, mean, mean, before_step=before, step_at=at)
     # A ramp that starts after a flat stretch bends the line: the newer half sees its slope.
     t_new, t_old = recent[-1][0], recent[0][0]
     half = linear([p for p in recent if p[0] >= t_new - (t_new - t_old) / 2], horizon_s)
@@ -151,6 +154,7 @@ def estimate_rate(
             best.trend_per_s,
             best.trend_stderr_per_s,
             before_step=before,
+            step_at=at,
         )
     mean = sum(v for _, v in recent) / len(recent)
-    return RateEstimate(kind, mean, mean, before_step=before)
+    return RateEstimate(kind, mean, mean, before_step=before, step_at=at)

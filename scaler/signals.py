@@ -158,6 +158,8 @@ class GroupState:
     """First good collection; no scale-down before a full window of history exists."""
     last_scale_down_at: float | None = None
     """When the SLO policy last scaled this group down."""
+    last_step_down_at: float | None = None
+    """slo: when arrivals last stepped down (a gap may have begun: scale down slowly)."""
     load_samples: tuple[tuple[float, float], ...] = ()
     """Recent (time s, offered load in busy replicas = arrival / per-replica throughput),
     oldest first, over `burst_memory_s`: the burst memory."""

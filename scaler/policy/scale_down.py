@@ -24,14 +24,17 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     s, current = plan.signals, plan.current
     hold = config.hold_s(s)
     rate = arrival_estimate(plan, config)
-    dropped = rate is not None and rate.before_step is not None and rate.level < rate.before_step
+    step_at = plan.state.last_step_down_at
+    if rate is not None and rate.before_step is not None and rate.level < rate.before_step:
+        step_at = rate.step_at if step_at is None else max(step_at, rate.step_at or step_at)
+    dropped = step_at is not None and now - step_at < config.gap_hold_s(s)
     if dropped:
         # Idle between bursts is not idle for good: after a step down, keep what the load
         # needed before it for a while (ski rental: about what a restart would cost).
         hold = max(hold, config.gap_hold_s(s))
     kept = (r for r in plan.state.recommendations if now - r[0] < max(hold, config.gap_hold_s(s)))
     window = (*kept, (now, plan.desired))
-    state = dataclasses.replace(plan.state, recommendations=window)
+    state = dataclasses.replace(plan.state, recommendations=window, last_step_down_at=step_at)
     plan = dataclasses.replace(plan, state=state)
     if plan.desired >= current:
         return plan

@@ -166,7 +166,9 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
     needed = _needed(lam_plan, mu, plan.state, config) + math.ceil(
         projected / (mu * drain_s) - _EPS
     )
-    raised = needed > plan.desired
+    # A group short of capacity for its arrivals stays capacity_bound; "backlog" is for the
+    # lag alone asking for more.
+    raised = needed > plan.desired and plan.diagnosis != "capacity_bound"
     return plan.with_(
         desired=max(needed, plan.desired),
         diagnosis="backlog" if raised else None,
@@ -243,7 +245,7 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
     }
     util = f", utilization {s.utilization:.0%}" if s.utilization is not None else ""
     return plan.with_(
-        desired=max(plan.desired, s.replicas),
+        desired=s.replicas,
         diagnosis="engine_bound",
         reason=Reason(
             "engine_bound",
