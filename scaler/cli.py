@@ -15,6 +15,7 @@ from scaler.signals import PolicyConfig, SignalsError, load_config, load_snapsho
 from scaler.sim.params import ServiceModel, SimParams, read_service_model
 from scaler.sim.report import compare, table, write_json
 from scaler.sim.scenarios import SCENARIOS, scenario
+from scaler.sim.summary import markdown, rows
 from scaler.sim.traffic import FAMILIES, generate, write_csv
 from scaler.sim.workload import Workload, WorkloadError, from_trace
 from schemas.topics import TIERS, Tier
@@ -81,6 +82,21 @@ def traffic_command(
     span = float(traffic.times[-1]) if n else 0.0
     rate = n / max(span, 1.0)
     typer.echo(f"{family} seed {seed}: {n} requests over {span:.0f} s ({rate:.2f}/s) -> {out}")
+
+
+@scaler_app.command("table")
+def table_command(
+    reports: Annotated[
+        list[Path], typer.Argument(help="`inferbus sim --json` reports (.json or .json.gz).")
+    ],
+) -> None:
+    """Print one markdown table over sim reports: attainment, cost over the oracle, actions."""
+    try:
+        found = [row for path in reports for row in rows(path)]
+    except WorkloadError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+    typer.echo(markdown(found))
 
 
 def _tiers(value: str) -> list[Tier]:
