@@ -528,7 +528,8 @@ class Snapshot:
 
 
 def _history(raw: Any, path: Path) -> ScalerState:
-    """`{"group": [[t, rps], ...]}` seeds the forecast, as if those earlier ticks had run."""
+    """`{"group": [[t, rps], ...]}` seeds the forecast and the burst memory, as if those
+    earlier ticks had run."""
     if not isinstance(raw, dict):
         raise SignalsError(f"{path}: 'history' must map group names to [[t, rps], ...]")
     groups = []
@@ -544,6 +545,17 @@ def _history(raw: Any, path: Path) -> ScalerState:
         points = tuple(sorted((float(t), float(v)) for t, v in samples))
         since = points[0][0] if points else None
         groups.append(GroupState(group=group, arrival_samples=points, observed_since=since))
+    return ScalerState(groups=tuple(groups))
+
+
+def _with_loads(state: ScalerState, signals: Sequence[GroupSignals]) -> ScalerState:
+    """History also seeds the burst memory: rps over the group's per-replica throughput."""
+    mus = {s.group: s.service_rps_per_replica for s in signals}
+    groups = []
+    for g in state.groups:
+        mu = mus.get(g.group)
+        loads = tuple((t, v / mu) for t, v in g.arrival_samples) if mu else ()
+        groups.append(dataclasses.replace(g, load_samples=loads, service_rps_per_replica=mu))
     return ScalerState(groups=tuple(groups))
 
 
@@ -572,6 +584,7 @@ def load_snapshot(path: Path) -> Snapshot:
     if not items or not all(isinstance(item, dict) for item in items):
         raise SignalsError(f"{path} must hold a group object or a non-empty list of them")
     signals = tuple(signals_from_dict(item) for item in items)
+    state = _with_loads(state, signals)
     if now is None:
         now = max(s.collected_at for s in signals)
     elif isinstance(now, bool) or not isinstance(now, int | float):

@@ -25,14 +25,14 @@ import dataclasses
 from scaler.policy.bursts import BurstMemory, remember
 from scaler.policy.headroom import replicas_for
 from scaler.policy.plan import Plan
-from scaler.policy.rate import arriving_rps
+from scaler.policy.rate import arriving_rps, window
 from scaler.signals import PolicyConfig, Reason
 
 
 def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
     """The remembered load plus this tick's sample, split into bursts and gaps."""
     s, state = plan.signals, plan.state
-    samples = state.load_samples
+    samples = window(state.load_samples, config.burst_memory_s)
     mu = s.service_rps_per_replica or state.service_rps_per_replica
     arriving = arriving_rps(s, state)
     if arriving is not None and (mu or arriving == 0):

@@ -12,7 +12,10 @@ def arrival_estimate(plan: Plan, config: PolicyConfig) -> RateEstimate | None:
     s = plan.signals
     if s.arrival_rps is None:
         return None
-    samples = (*plan.state.arrival_samples, (s.collected_at, s.arrival_rps))
+    samples = (
+        *window(plan.state.arrival_samples, config.forecast_window_s),
+        (s.collected_at, s.arrival_rps),
+    )
     return estimate_rate(
         samples, config.horizon_s(s), min_t=config.forecast_min_t, step_z=config.rate_step_z
     )
@@ -38,3 +41,16 @@ def arriving_rps(s: GroupSignals, state: GroupState) -> float | None:
     growth = (s.lag - lag_then) / dt
     capacity = min(s.ready_replicas, s.partitions) * mu
     return max(lam, min(capacity, lam) + growth)
+
+
+def window(
+    samples: tuple[tuple[float, float], ...], window_s: float
+) -> tuple[tuple[float, float], ...]:
+    """The samples a running policy would still hold: within `window_s` of the newest one.
+
+    The pipeline prunes its memory at each tick; a snapshot's `history` can be longer.
+    """
+    if not samples:
+        return samples
+    newest = samples[-1][0]
+    return tuple((t, v) for t, v in samples if newest - t <= window_s)

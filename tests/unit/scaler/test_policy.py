@@ -21,6 +21,7 @@ EXAMPLES = Path(__file__).parents[3] / "scaler" / "examples"
         pytest.param("engine_bound.json", "hold", "engine_bound", id="slow-engine"),
         pytest.param("idle.json", "down", "idle", id="idle"),
         pytest.param("stale.json", "hold", "stale_signals", id="stale"),
+        pytest.param("bursty_gap.json", "up", "capacity_bound", id="gap-between-bursts"),
     ],
 )
 def test_seed_snapshots(example: str, direction: str, diagnosis: str) -> None:
@@ -38,6 +39,14 @@ def test_engine_bound_reports_numbers() -> None:
     (g,) = decide(snap.signals, snap.state, PolicyConfig(), snap.now)[0].groups
     reason = next(r for r in g.reasons if r.code == "engine_bound")
     assert reason.numbers["e2e_p99_ms"] == 850 and reason.numbers["utilization"] == 0.4
+
+
+def test_gap_between_bursts_keeps_the_next_burst() -> None:
+    snap = load_snapshot(EXAMPLES / "bursty_gap.json")
+    (g,) = decide(snap.signals, snap.state, PolicyConfig(), snap.now)[0].groups
+    hold = next(r for r in g.reasons if r.code == "burst_hold")
+    # Bursts of 1500/s at 300/s per replica: 5 busy + 4 spare, kept through a 40 s gap.
+    assert hold.numbers["peak_load"] == pytest.approx(5.0) and g.desired == 9
 
 
 def test_capacity_line_reads_well() -> None:
