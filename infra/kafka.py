@@ -21,6 +21,35 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _never_create_topics_by_asking() -> None:
+    """inferbus clients never create a topic by asking for its metadata.
+
+    aiokafka sends every metadata request with `allow_auto_topic_creation` true and has
+    no setting for it; a broker that creates topics on demand (Tansu does, with 4
+    partitions) then makes wrong-sized topics out of a producer's or consumer's question
+    (after a broker restart, before the topics are provisioned again). Topics are
+    provisioned with their sizes (`infra.topics`); everything else waits for them.
+    """
+    from aiokafka.protocol import metadata
+
+    if getattr(metadata.MetadataRequest, "_inferbus_no_auto_create", False):
+        return
+    original = metadata.MetadataRequest.__init__
+
+    def init(
+        self: Any, topics: list[str] | None = None, allow_auto_topic_creation: bool | None = None
+    ) -> None:
+        original(
+            self, topics, False if allow_auto_topic_creation is None else allow_auto_topic_creation
+        )
+
+    metadata.MetadataRequest.__init__ = init
+    metadata.MetadataRequest._inferbus_no_auto_create = True
+
+
+_never_create_topics_by_asking()
+
+
 class _ExplainsRefusal:
     """A client whose failed `start()` says which security setting the broker refused."""
 

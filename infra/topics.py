@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +91,11 @@ async def partition_count(bootstrap: str, topic: str) -> int:
     return 0
 
 
+BROKER_EVENT_KEY = b"__broker__"
+"""Key of the registry record that says the broker lost its logs and topics were re-created:
+every instance reads its partitions from the start again (`services.runtime`)."""
+
+
 class TopicKeeper:
     """Keeps the topics an installation needs in existence: a broker that lost its state
     (the embedded one keeps none) gets them back within `every_s`, before clients give up.
@@ -100,11 +105,19 @@ class TopicKeeper:
     """
 
     def __init__(
-        self, bootstrap: str, specs: Callable[[], Sequence[TopicSpec]], *, every_s: float = 2.0
+        self,
+        bootstrap: str,
+        specs: Callable[[], Sequence[TopicSpec]],
+        *,
+        every_s: float = 2.0,
+        announce: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.specs = specs
         self.every_s = every_s
+        self.announce = announce
+        """Told the topics it created; ingest writes the BROKER_EVENT_KEY record with it."""
+        self._unannounced: list[str] = []
         self.recreated = 0
         """Topics created again after the first round found them missing."""
         self._task: asyncio.Task[None] | None = None
@@ -131,9 +144,9 @@ class TopicKeeper:
             await asyncio.sleep(self.every_s)
             try:
                 created = await self.round()
-            except (KafkaError, OSError) as exc:
+            except Exception as exc:  # the keeper must outlive any broker trouble: said once
                 if not self._away:
-                    log.warning("event=topic_keeper_broker_away error=%r", exc)
+                    log.warning("event=topic_keeper_failed error=%r (retrying)", exc)
                 self._away = True
                 await self._reset()
                 continue
@@ -149,19 +162,6 @@ class TopicKeeper:
         specs = list(self.specs())
         existing = set(await self._admin.list_topics())
         missing = [spec for spec in specs if spec.name not in existing]
-        if missing:
-            # The broker lost its state. Clients asking for a topic before we re-create it
-            # make Tansu create it with its default partition count (4); such a topic is
-            # moments old and wrong-sized: replaced before any partition is missed.
-            short = await self._short([spec for spec in specs if spec.name in existing])
-            if short:
-                log.warning(
-                    "event=topics_wrong_size topics=%s (auto-created by the broker after it "
-                    "lost its state; recreated)",
-                    ",".join(spec.name for spec in short),
-                )
-                await self._admin.delete_topics([spec.name for spec in short])
-                missing.extend(short)
         created: list[str] = []
         for spec in missing:
             try:
@@ -176,18 +176,12 @@ class TopicKeeper:
             log.warning(
                 "event=topics_recreated count=%d topics=%s", len(created), ",".join(created)
             )
+            self._unannounced.extend(created)
+        if self._unannounced and self.announce is not None:
+            # Said until it is heard: a failed announcement is retried next round.
+            await self.announce(list(self._unannounced))
+            self._unannounced.clear()
         return created
-
-    async def _short(self, specs: list[TopicSpec]) -> list[TopicSpec]:
-        if not specs:
-            return []
-        described = await self._admin.describe_topics([spec.name for spec in specs])
-        counts = {
-            entry.get("topic"): len(entry.get("partitions", []))
-            for entry in described
-            if entry.get("error_code", 0) == 0
-        }
-        return [spec for spec in specs if counts.get(spec.name, spec.partitions) < spec.partitions]
 
     async def _reset(self) -> None:
         admin, self._admin = self._admin, None

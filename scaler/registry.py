@@ -24,6 +24,7 @@ from infra.registry import (
     live_instances,
     tombstone,
 )
+from infra.topics import BROKER_EVENT_KEY
 from schemas.telemetry import INSTANCE_STATES, InstanceRecord, InstanceState
 from schemas.topics import INSTANCES
 
@@ -41,6 +42,7 @@ __all__ = [
     "live_instances",
     "ready_time",
     "replicas_by_state",
+    "standby_replicas",
     "tombstone",
 ]
 
@@ -48,22 +50,35 @@ __all__ = [
 def replicas_by_state(
     table: RegistryTable, group: str, now: datetime | None = None
 ) -> dict[InstanceState, int]:
-    """Live instances of one consumer group, counted by state (every state present, gone = 0).
+    """Live consuming instances of one consumer group, counted by state (every state
+    present, gone = 0); warm standbys are counted apart, by `standby_replicas`.
 
     An instance whose lease ran out (its process died without a word) counts as gone. A
-    `ready` worker that holds no partitions yet (joining, or standing by) counts as
-    `warming`, so the policy sees capacity on its way instead of adding more.
+    `ready` worker that holds no partitions yet (still joining) counts as `warming`, so the
+    policy sees capacity on its way instead of adding more.
     """
     moment = now or datetime.now(UTC)
     counts: dict[InstanceState, int] = dict.fromkeys(INSTANCE_STATES, 0)
-    for record in table.instances.values():
-        if record.group != group and group not in record.groups:
-            continue
-        if not is_live(record, moment):
+    for record in _live_members(table, group, moment):
+        if record.standby and record.state == "ready":
             continue
         joining = record.state == "ready" and record.partitions == 0
         counts["warming" if joining else record.state] += 1
     return counts
+
+
+def standby_replicas(table: RegistryTable, group: str, now: datetime | None = None) -> int:
+    """Live workers of the group standing by: loaded, warm, holding no partition."""
+    moment = now or datetime.now(UTC)
+    return sum(1 for r in _live_members(table, group, moment) if r.standby and r.state == "ready")
+
+
+def _live_members(table: RegistryTable, group: str, now: datetime) -> list[InstanceRecord]:
+    return [
+        record
+        for record in table.instances.values()
+        if (record.group == group or group in record.groups) and is_live(record, now)
+    ]
 
 
 @dataclass(frozen=True)
@@ -154,6 +169,8 @@ class Registry:
                 self.caught_up.set()
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        if key == BROKER_EVENT_KEY:
+            return  # a note to the instances, not an instance
         try:
             record = decode(value)
         except ValidationError as exc:

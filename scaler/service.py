@@ -123,9 +123,16 @@ class ScalerService:
         for collection in collections:
             chosen = decisions.get(collection.group)
             applied, error = False, None
-            if chosen is not None and self.act and chosen.desired != chosen.current:
+            processes = chosen.desired + chosen.standby if chosen is not None else 0
+            if (
+                chosen is not None
+                and self.act
+                and processes != await self.actuator.current(chosen.group)
+            ):
+                # The actuator keeps consumers and warm standbys; the workers read `desired`
+                # from the decision to know how many of them consume.
                 try:
-                    await self.actuator.scale(chosen.group, chosen.desired, chosen.line())
+                    await self.actuator.scale(chosen.group, processes, chosen.line())
                     applied = True
                 except Exception as exc:  # reported in the decision record and the view
                     error = repr(exc)
@@ -139,6 +146,7 @@ class ScalerService:
                     signals=collection.signals,
                     applied=applied,
                     error=error,
+                    acting=self.act,
                 )
             self.views[collection.group] = GroupView(collection, chosen, applied, error)
             self._export(collection, chosen)

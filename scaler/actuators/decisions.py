@@ -28,8 +28,13 @@ def decision_record(
     signals: GroupSignals | None = None,
     applied: bool = True,
     error: str | None = None,
+    acting: bool = True,
 ) -> dict[str, Any]:
-    """The JSON event: the decision, its inputs and whether the actuator applied it."""
+    """The JSON event: the decision, its inputs and whether the actuator applied it.
+
+    `acting`: the scaler acts on its decisions (not a dry run). Workers read `desired` of
+    an acting scaler's decisions to know how many of them consume (the rest stand by).
+    """
     return {
         "schema_version": DECISION_SCHEMA_VERSION,
         "policy": policy,
@@ -38,6 +43,7 @@ def decision_record(
         "tier": decision.tier,
         **decision.to_dict(),
         "applied": applied,
+        "acting": acting,
         "error": error,
         "signals": signals_to_dict(signals) if signals is not None else None,
     }
@@ -52,11 +58,18 @@ async def publish_decision(
     signals: GroupSignals | None = None,
     applied: bool = True,
     error: str | None = None,
+    acting: bool = True,
     topic: str = DECISIONS,
 ) -> None:
     """Log the decision's readable line and produce its record keyed by group."""
     record = decision_record(
-        decision, policy=policy, at=at, signals=signals, applied=applied, error=error
+        decision,
+        policy=policy,
+        at=at,
+        signals=signals,
+        applied=applied,
+        error=error,
+        acting=acting,
     )
     suffix = "" if applied else f" (not applied: {error or 'dry run'})"
     log.info("%s%s", decision.line(), suffix)

@@ -17,7 +17,7 @@ from scaler.collector.lag import EndBranch, PartitionLag, group_lag, summarize
 from scaler.collector.load import group_load
 from scaler.collector.offsets import GroupOffsetReader
 from scaler.collector.rates import OffsetSample, oldest_age_s, rates, window
-from scaler.registry import Registry, ready_time, replicas_by_state
+from scaler.registry import Registry, ready_time, replicas_by_state, standby_replicas
 from scaler.signals import GroupSignals
 from schemas.errors import InferbusError
 from schemas.topics import Tier, request_topic, worker_group
@@ -232,8 +232,10 @@ class Collector:
 
         table = self._registry.table
         states = replicas_by_state(table, target.group)
+        standby = standby_replicas(table, target.group)
         live = states["loading"] + states["warming"] + states["ready"] + states["draining"]
-        spawned = max(0, (current or 0) - live)  # Started by the actuator, not yet registered.
+        # Started by the actuator, not yet registered (the actuator counts standbys too).
+        spawned = max(0, (current or 0) - live - standby)
         ready = ready_time(table, target.group)
 
         now_dt = datetime.fromtimestamp(now_wall, UTC)
@@ -269,6 +271,8 @@ class Collector:
             max_replicas=bounds.max,
             warm_replicas=bounds.warm,
             stale=summary.stale > 0,
+            standby_replicas=standby,
+            standby_ready_replicas=standby,
         )
         if summary.stuck or summary.stale:
             log.info(

@@ -18,13 +18,14 @@ from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from infra.kafka import make_consumer, make_producer, start_with_retry
+from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
 from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.frames import FrameError, join_frame
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
 from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
-from schemas.topics import RESULTS, Tier, ingest_topic
+from schemas.topics import INSTANCES, RESULTS, Tier, ingest_topic
 from services.runtime.answers import Outgoing, Publisher
 from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
@@ -147,6 +148,8 @@ class InferenceClient:
         self._publisher: Publisher | None = None
         self._pending: dict[str, WireRequest] = {}
         self._restarts = RestartDetector()
+        self._registry: TopicPartition | None = None
+        self._notes: set[bytes] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._watcher: asyncio.Task[None] | None = None
         self.duplicates_dropped = 0
@@ -172,9 +175,12 @@ class InferenceClient:
         )
         await start_with_retry(self._consumer.start, what="client-consumer")
         partitions = await self._partitions(self.reply_to)
-        self._consumer.assign(partitions)
-        await self._consumer.seek_to_end(*partitions)
-        for tp in partitions:
+        # The registry's log too, from its end: it carries the note that the broker lost
+        # its logs (and, one record per batch, its end offset tells a restart reliably).
+        self._registry = TopicPartition(INSTANCES, 0)
+        self._consumer.assign([*partitions, self._registry])
+        await self._consumer.seek_to_end(*partitions, self._registry)
+        for tp in [*partitions, self._registry]:
             await self._consumer.position(tp)
         self._reader = asyncio.create_task(self._read(), name="client-results")
         self._publisher = Publisher(self._producer, patience_s=self.patience_s)
@@ -270,30 +276,24 @@ class InferenceClient:
             if isinstance(ack, BaseException):
                 raise ack
             set_delivery(span, partition=ack.partition, offset=ack.offset)
-        if self._restarts.acked((ack.topic, ack.partition), ack.offset):
-            await self._broker_restarted()
+        self._restarts.acked((ack.topic, ack.partition), ack.offset)
         return envelope.request_id
 
-    async def _rewind_overrun_replies(self) -> None:
-        """A reply partition that ends before our position means the broker lost its logs."""
+    async def _registry_overrun(self) -> bool:
         consumer = self._consumer
-        assert consumer is not None
-        known = consumer._client.cluster.partitions_for_topic(self.reply_to) or set()
-        tps = [tp for tp in consumer.assignment() if tp.partition in known]
+        assert consumer is not None and self._registry is not None
         try:
-            ends = await consumer.end_offsets(tps)
-            for tp, end in ends.items():
-                if await consumer.position(tp) > end:
-                    await self._broker_restarted()
-                    return
+            end = (await consumer.end_offsets([self._registry]))[self._registry]
+            return bool(await consumer.position(self._registry) > end)
         except KafkaError:
-            return  # away: asked again next round
+            return False  # away: asked again next round
 
     async def _broker_restarted(self) -> None:
         """Read the (new) reply logs from their start, and send again what awaits a result."""
         consumer = self._consumer
         assert consumer is not None
         log.warning("event=broker_restart_detected reply_topic=%s", self.reply_to)
+        self._restarts = RestartDetector()
         await consumer.seek_to_beginning(*consumer.assignment())
         self._resubmit_pending()
 
@@ -317,15 +317,25 @@ class InferenceClient:
             log.warning("event=resubmit_failed request_id=%s error=%r", wire.request_id, exc)
 
     async def _watch_restarts(self, every_s: float = 2.0) -> None:
-        """While results are awaited, ask whether the broker lost its logs: the reply
-        partitions then end before our position (read them from 0), and the ingest
-        partitions we wrote to end before what we wrote (resubmit)."""
+        """While results are awaited, ask whether the broker lost its logs: an ingest
+        partition we wrote to then ends before what we wrote there (each of our requests
+        is a batch of its own, so Tansu's end, the last batch's first offset + 1, is past
+        it otherwise). Then read the reply logs from their start and resubmit."""
         while True:
             await asyncio.sleep(every_s)
             if not self._pending or self._consumer is None:
                 continue
-            await self._rewind_overrun_replies()
-            tps = [TopicPartition(topic, p) for topic, p in self._restarts.partitions()]
+            if await self._registry_overrun():
+                await self._broker_restarted()
+                continue
+            # The producer's metadata knows the ingest topics (the consumer's only the replies).
+            assert self._producer is not None
+            cluster = self._producer.client.cluster
+            tps = [
+                TopicPartition(topic, p)
+                for topic, p in self._restarts.partitions()
+                if p in (cluster.partitions_for_topic(topic) or ())
+            ]
             try:
                 ends = await self._consumer.end_offsets(tps)
             except KafkaError:
@@ -366,9 +376,20 @@ class InferenceClient:
         assert consumer is not None
         while True:
             batches = await consumer.getmany(timeout_ms=200)
-            for records in batches.values():
+            for tp, records in batches.items():
+                if tp.topic == INSTANCES:
+                    if any(self._broker_note(r) for r in records):
+                        await self._broker_restarted()
+                    continue
                 for record in records:
                     self._deliver(record)
+
+    def _broker_note(self, record: ConsumerRecord[bytes, bytes]) -> bool:
+        """A new note that the broker lost its logs (topics were re-created)."""
+        if record.key != BROKER_EVENT_KEY or record.value in self._notes:
+            return False
+        self._notes.add(record.value or b"")
+        return True
 
     def _deliver(self, record: ConsumerRecord[bytes, bytes]) -> None:
         if record.value is None:
@@ -413,21 +434,16 @@ class InferenceClient:
 
 
 class RestartDetector:
-    """Tells when the broker started its logs over: an offset it acks, or a partition's end,
-    below what it acked on that partition before."""
+    """Tells when the broker started its logs over: a partition's end below an offset it
+    acked on that partition (ends never go back otherwise; acks of concurrent sends may
+    come out of order, so they prove nothing alone)."""
 
     def __init__(self) -> None:
         self._acked: dict[tuple[str, int], int] = {}
 
-    def acked(self, tp: tuple[str, int], offset: int) -> bool:
-        """Record an ack; True when it reveals a restart (once: every partition starts over
-        with it, so what was known before is forgotten)."""
-        before = self._acked.get(tp)
-        if before is not None and offset <= before:
-            self._acked = {tp: offset}
-            return True
-        self._acked[tp] = offset
-        return False
+    def acked(self, tp: tuple[str, int], offset: int) -> None:
+        """Record an ack: the partition's end is past `offset` from now on."""
+        self._acked[tp] = max(offset, self._acked.get(tp, -1))
 
     def ended(self, tp: tuple[str, int], end: int) -> bool:
         """A partition's listed end; True when it reveals a restart (then all forgotten)."""

@@ -14,23 +14,25 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TypeAlias
 
 import numpy as np
+import orjson
 from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
-from infra.topics import TopicKeeper, standard_topics
+from infra.topics import BROKER_EVENT_KEY, TopicKeeper, standard_topics
 from schemas import headers as h
 from schemas.errors import EngineError
 from schemas.result import error_result
-from schemas.topics import DLQ, INGEST, INGEST_GROUP, TIERS, ingest_topic
+from schemas.topics import DLQ, INGEST, INGEST_GROUP, INSTANCES, TIERS, ingest_topic
 from services.ingest.catalog import CachedModelCatalog, QueueDepths
 from services.ingest.handlers import (
     Answer,
@@ -103,13 +105,18 @@ class IngestService:
             self._send_telemetry, instance_id=self.instance_id, service="inferbus-ingest"
         )
         self.topics = (
-            TopicKeeper(bootstrap, lambda: standard_topics(repository.names()))
+            TopicKeeper(
+                bootstrap,
+                lambda: standard_topics(repository.names()),
+                announce=self._topics_recreated,
+            )
             if self.settings.keep_topics
             else None
         )
         self._handled = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._polls: set[asyncio.Task[None]] = set()
+        self._seen_restarts = 0
         self._started = False
         self._stopping = False
 
@@ -181,6 +188,13 @@ class IngestService:
     async def _send_telemetry(self, topic: str, key: bytes, value: bytes) -> None:
         await self.producer.send_and_wait(topic, value, key=key)
 
+    async def _topics_recreated(self, topics: list[str]) -> None:
+        """Tell every instance (through the registry) that the logs started over."""
+        event = orjson.dumps({"event": "topics_recreated", "topics": topics, "at": time.time()})
+        [ack] = await self.publisher.send_all([Outgoing(INSTANCES, BROKER_EVENT_KEY, event, [])])
+        if isinstance(ack, BaseException):
+            raise ack
+
     async def _drain(self, topic: str, partitions: frozenset[int]) -> None:
         """Return once no record of these partitions is being routed."""
         while any(self.offsets.in_flight(topic, p) for p in partitions):
@@ -200,6 +214,9 @@ class IngestService:
                 log.error("event=poll_failed error=%r (retrying in 1 s)", exc)
                 await asyncio.sleep(1.0)
                 continue
+            if self.membership.broker_restarts != self._seen_restarts:
+                self._seen_restarts = self.membership.broker_restarts
+                self.depths.forget()
             if not records:
                 continue
             await slots.acquire()

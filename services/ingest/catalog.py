@@ -94,6 +94,14 @@ class QueueDepths:
         self._in_flight[topic] = self._in_flight.get(topic, 0) + 1
         self._routed_at[topic] = time.monotonic()
 
+    def forget(self) -> None:
+        """The broker lost its logs: what was known of the old ones says nothing now."""
+        for table in (self._acked_end, self._first_acked, self._committed, self._listed_end):
+            table.clear()
+        self._last_committed.clear()
+        self._last_depth.clear()
+        self._rates.clear()
+
     def drain_rate(self, topic: str) -> float | None:
         """Requests per second the topic's workers commit while its queue grows (their
         capacity); None when the queue is not growing or before two reads."""
@@ -183,12 +191,6 @@ class QueueDepths:
             if not tps:
                 continue
             ends = await consumer.end_offsets(tps)
-            for tp, end in ends.items():
-                if end < self._acked_end.get(tp, 0):
-                    # The partition's log starts over (a broker that lost its state): what
-                    # ingest routed to the old one says nothing of the new.
-                    self._acked_end.pop(tp, None)
-                    self._first_acked.pop(tp, None)
             self._listed_end.update(ends)
             for tp in tps:
                 committed = await consumer.committed(tp)

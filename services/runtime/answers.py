@@ -213,6 +213,15 @@ class Publisher:
                     outcomes[pending[0]],
                 )
             await asyncio.sleep(delay)
+        if attempt > 1:
+            failed_now = sum(isinstance(o, BaseException) for o in outcomes)
+            log.warning(
+                "event=publish_settled attempts=%d records=%d failed=%d waited_s=%.1f",
+                attempt,
+                len(records),
+                failed_now,
+                self.patience_s - max(give_up_at - self._clock(), 0.0),
+            )
         return outcomes
 
     async def _send_once(

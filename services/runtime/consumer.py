@@ -30,7 +30,7 @@ from schemas.topics import DECISIONS, INSTANCES
 from services.runtime.committer import Committer
 from services.runtime.membership import Membership
 from services.runtime.offsets import OffsetTracker
-from services.runtime.ownership import claims_of, handover, target_for
+from services.runtime.ownership import active_members, claims_of, handover, target_for
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,8 @@ class OwnedConsumer:
         self._control: tuple[TopicPartition, ...] = ()
         self._last_position_check = time.monotonic()
         self._seen_restarts = 0
+        self.standing_by = False
+        """Serving but told to stand by (the scaler's word keeps it warm, not consuming)."""
         self._groups: list[_Group] = []
         self._consumer: AIOKafkaConsumer | Any = None
         self.pacer: FetchPacer | None = None
@@ -235,11 +237,15 @@ class OwnedConsumer:
         return records
 
     async def _overrun(self) -> bool:
-        """Whether a partition's log ends before our position: the broker lost its state
-        and counts offsets from 0 again (Tansu does not say so; it returns nothing)."""
-        tps = [
-            TopicPartition(g.topic, p) for g in self._groups for p in g.owned - g.releasing
-        ] + list(self._control)
+        """Whether the registry's or the decisions' log ends before our position: the
+        broker lost its state and counts offsets from 0 again (Tansu does not say so; it
+        returns nothing).
+
+        Only these logs tell: their records go one per batch, and Tansu reports a log's
+        end as its last batch's first offset + 1, which is short of a position inside a
+        batch of many records (the data topics' case) without any restart.
+        """
+        tps = list(self._control)
         # Only partitions the broker knows now: one it lost (not re-created yet) would fail
         # the whole ListOffsets request.
         cluster = self._consumer._client.cluster
@@ -335,17 +341,21 @@ class OwnedConsumer:
             return
         async with self._rebalance_lock:
             me = self.membership.identity.instance_id
+            standing_by = bool(self._groups)
             for group in self._groups:
                 members = self.membership.members(group.group, group.topic)
-                target = target_for(
-                    me, group.partitions, members, self.membership.desired(group.group)
-                )
+                desired = self.membership.desired(group.group)
+                standing_by &= me not in active_members(members, desired)
+                target = target_for(me, group.partitions, members, desired)
                 step = handover(me, frozenset(group.owned), target, claims_of(members, me))
                 release = step.release - group.releasing
                 if release:
                     self._start_release(group, release)
                 if step.acquire:
                     await self._acquire(group, step.acquire)
+            if standing_by != self.standing_by:
+                self.standing_by = standing_by
+                log.info("event=standby instance=%s standby=%s", me, standing_by)
 
     async def _acquire(self, group: _Group, parts: frozenset[int]) -> None:
         try:

@@ -22,6 +22,7 @@ import orjson
 from pydantic import ValidationError
 
 from infra.registry import RegistryTable, decode, fold, is_live, tombstone
+from infra.topics import BROKER_EVENT_KEY
 from schemas.telemetry import InstanceRecord, InstanceState
 from schemas.topics import DECISIONS, INSTANCES, Tier
 from services.runtime.ownership import Member
@@ -109,6 +110,7 @@ class Membership:
         self._publish_lock = asyncio.Lock()
         self.version = 0
         """Bumped whenever the view of other members or decisions changes."""
+        self._broker_notes: set[bytes] = set()
         self.broker_restarts = 0
         """Bumped when a consumer of this instance finds a log that started over: the broker
         lost its state, every log is new, and every consumer reads its partitions again."""
@@ -181,6 +183,14 @@ class Membership:
             self._observe_decision(value)
 
     def _observe_instance(self, key: bytes | None, value: bytes | None) -> None:
+        if key == BROKER_EVENT_KEY:
+            # Topics were re-created after the broker lost its logs: read all from the start,
+            # once per note (reading from the start reads the note again).
+            if value is not None and value not in self._broker_notes:
+                self._broker_notes.add(value)
+                log.warning("event=topics_recreated_heard instance=%s", self.identity.instance_id)
+                self.broker_restarts += 1
+            return
         try:
             record = decode(value)
         except ValidationError as exc:
@@ -209,7 +219,7 @@ class Membership:
         desired, standby, at = raw.get("desired"), raw.get("standby"), raw.get("at")
         if not (isinstance(desired, int) and isinstance(standby, int)):
             self.consuming.pop(str(raw["group"]), None)
-        elif raw.get("applied", True) and isinstance(at, int | float):
+        elif raw.get("acting", raw.get("applied", True)) and isinstance(at, int | float):
             self.consuming[str(raw["group"])] = Consuming(desired, float(at))
         self.version += 1
 

@@ -117,3 +117,32 @@ def test_tombstone_and_decode() -> None:
     assert tombstone(table, "zzz") is table
     assert decode(None) is None
     assert decode(rec("a", "ready", 1).model_dump_json().encode()) == rec("a", "ready", 1)
+
+
+def test_standbys_are_counted_apart_from_consumers() -> None:
+    from datetime import UTC, datetime
+
+    from scaler.registry import fold_all, replicas_by_state, standby_replicas
+    from schemas.telemetry import InstanceRecord
+
+    now = datetime.now(UTC)
+    group = "inferbus.workers.m.interactive"
+
+    def rec(instance: str, *, standby: bool, partitions: int) -> InstanceRecord:
+        return InstanceRecord(
+            instance_id=instance,
+            model="m",
+            tiers=["interactive"],
+            group=group,
+            state="ready",
+            started_at=now,
+            updated_at=now,
+            lease_s=6.0,
+            partitions=partitions,
+            standby=standby,
+        )
+
+    table = fold_all([rec("a", standby=False, partitions=12), rec("b", standby=True, partitions=0)])
+    assert replicas_by_state(table, group, now)["ready"] == 1
+    assert replicas_by_state(table, group, now)["warming"] == 0
+    assert standby_replicas(table, group, now) == 1

@@ -124,3 +124,12 @@ def test_the_scaler_word_on_how_many_consume() -> None:
     assert m.desired(GROUP) == 2
     clock.now = T0 + timedelta(minutes=10)
     assert m.desired(GROUP) is None, "an old word lapses: everyone consumes again"
+
+
+def test_a_dry_run_scalers_word_is_not_followed() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    m.observe(DECISIONS, GROUP.encode(), decision(desired=1, standby=2, acting=False))
+    assert m.desired(GROUP) is None
+    m.observe(DECISIONS, GROUP.encode(), decision(desired=1, standby=2, applied=False, acting=True))
+    assert m.desired(GROUP) == 1, "a hold of an acting scaler still says how many consume"
