@@ -31,6 +31,7 @@ from schemas.parse import (
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult, Timings, error_result
 from schemas.topics import request_topic
+from services.ingest.limits import TenantLimiter
 from services.ingest.settings import IngestSettings
 
 
@@ -133,8 +134,11 @@ def handle_event(
     catalog: ModelCatalog,
     settings: IngestSettings,
     now: datetime,
+    limiter: TenantLimiter | None = None,
 ) -> Outcome:
-    """Decide what happens to one event; never raises on bad input."""
+    """Decide what happens to one event; never raises on bad input.
+
+    `limiter` holds this ingest instance's per-tenant token buckets (None: no limits)."""
     started = now
 
     def elapsed_ms() -> float:
@@ -163,6 +167,7 @@ def handle_event(
             catalog=catalog,
             settings=settings,
             now=now,
+            limiter=limiter,
         )
     except InferbusError as exc:
         return answer(_salvage_request(parsed), exc, elapsed_ms())
@@ -178,6 +183,7 @@ def _route(
     catalog: ModelCatalog,
     settings: IngestSettings,
     now: datetime,
+    limiter: TenantLimiter | None = None,
 ) -> Route:
     request = parsed.request
     config = catalog.config(request.model)
@@ -199,6 +205,8 @@ def _route(
             f"tenant {request.tenant!r} may not call model {request.model!r}",
             tenant=request.tenant,
         )
+    if limiter is not None:
+        _check_tenant_rate(limiter, request.tenant, now)
     validate_inputs(
         request,
         config,
@@ -234,6 +242,22 @@ def _route(
     if deadline is not None:
         headers.append((h.DEADLINE, str(_ms(deadline)).encode()))
     return Route(topic, request.request_id.encode(), value, headers, request)
+
+
+def _check_tenant_rate(limiter: TenantLimiter, tenant: str | None, now: datetime) -> None:
+    """Overloaded when the tenant's token bucket is empty."""
+    verdict = limiter.admit(tenant, now)
+    if verdict is None or verdict.allowed:
+        return
+    limit = verdict.limit
+    raise Overloaded(
+        f"tenant {verdict.tenant!r} is over its rate limit of {limit.rate_rps:g} requests/s "
+        f"(burst {limit.capacity:g}) at this ingest instance; slow down and retry, or ask "
+        "for a higher limit (INFERBUS_INGEST_TENANT_LIMITS)",
+        tenant=verdict.tenant,
+        limit_rps=limit.rate_rps,
+        burst=limit.capacity,
+    )
 
 
 def _check_queue(
