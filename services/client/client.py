@@ -154,17 +154,23 @@ class InferenceClient:
         if self._reader is not None:
             return
         self._producer = make_producer(self.bootstrap, client_id=self.client_id)
-        await start_with_retry(self._producer.start, what="client-producer")
         # No group: every client sees every result on its reply topic and keeps its own.
         self._consumer = make_consumer(
             bootstrap=self.bootstrap, group_id=None, client_id=self.client_id
         )
-        await start_with_retry(self._consumer.start, what="client-consumer")
-        partitions = await self._partitions(self.reply_to)
-        self._consumer.assign(partitions)
-        await self._consumer.seek_to_end(*partitions)
-        for tp in partitions:
-            await self._consumer.position(tp)
+        try:
+            await start_with_retry(self._producer.start, what="client-producer")
+            await start_with_retry(self._consumer.start, what="client-consumer")
+            partitions = await self._partitions(self.reply_to)
+            self._consumer.assign(partitions)
+            await self._consumer.seek_to_end(*partitions)
+            for tp in partitions:
+                await self._consumer.position(tp)
+        except BaseException:
+            # A failed start leaves nothing open behind the caller's error.
+            await self._consumer.stop()
+            await self._producer.stop()
+            raise
         self._reader = asyncio.create_task(self._read(), name="client-results")
 
     async def _partitions(self, topic: str) -> list[TopicPartition]:
