@@ -19,7 +19,7 @@ from services.load.driver import LoadError, RunOptions, Status
 
 console = Console(stderr=True)
 
-_STAGES = ("ingest", "queue", "batch_wait", "preprocess", "infer", "postprocess", "e2e")
+_STAGES = ("ingest", "queue", "batch_wait", "infer", "wait", "engine", "e2e")
 
 
 def _tiers(value: str) -> list[Tier]:
@@ -50,7 +50,10 @@ def _summary_table(report: dict[str, Any]) -> Table:
 
 
 def _stage_table(report: dict[str, Any]) -> Table:
-    table = Table(title="stage breakdown of ok requests, ms (p50 / p99)")
+    table = Table(
+        title="stages of ok requests, ms (p50 / p99); wait = queue + batch wait, engine = "
+        "pre + infer + post"
+    )
     table.add_column("tier")
     for stage in _STAGES:
         table.add_column(stage, justify="right")
@@ -200,6 +203,8 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     out_console = Console()
     out_console.print(_summary_table(report))
     out_console.print(_stage_table(report))
+    for status, message in report["totals"]["error_samples"].items():
+        out_console.print(f"{status}, e.g.: {message}", markup=False)
     _print_checks(report)
     out_console.print(
         f"wrote {folder / 'report.json'}, {folder / 'timeline.png'}, "

@@ -321,12 +321,14 @@ class LoadRun:
             if not probe.done():
                 probe.set_result(result)
             return
+        error = result.get("error")
         self.ledger.on_result(
             request_id,
             now,
             str(result.get("status", "")),
             result.get("timings") or {},
-            result.get("batch_size"),
+            batch_size=result.get("batch_size"),
+            message=str(error.get("message", "")) if isinstance(error, dict) else None,
         )
 
     def status(self) -> Status:

@@ -46,6 +46,8 @@ class Ledger:
     answered: dict[str, Answered] = field(default_factory=dict)
     duplicates: int = 0
     send_errors: dict[str, str] = field(default_factory=dict)
+    error_samples: dict[str, str] = field(default_factory=dict)
+    """The first error message seen for each status."""
 
     def on_sent(self, request: Sent) -> None:
         """A request was handed to the producer."""
@@ -55,6 +57,7 @@ class Ledger:
         """The broker refused the request: it is answered `not_sent` here, with the reason."""
         self.send_errors[request_id] = error
         self.answered.setdefault(request_id, Answered(t_s, NOT_SENT, {}))
+        self.error_samples.setdefault(NOT_SENT, error)
 
     def on_result(
         self,
@@ -62,7 +65,9 @@ class Ledger:
         t_s: float,
         status: str,
         timings: Mapping[str, float | None],
+        *,
         batch_size: int | None = None,
+        message: str | None = None,
     ) -> bool:
         """Record a result; False for another client's request or a repeat (counted)."""
         if request_id not in self.sent:
@@ -71,6 +76,8 @@ class Ledger:
             self.duplicates += 1
             return False
         self.answered[request_id] = Answered(t_s, status, timings, batch_size)
+        if status != "ok" and message:
+            self.error_samples.setdefault(status, message)
         return True
 
     def outstanding(self) -> int:

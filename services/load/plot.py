@@ -59,12 +59,15 @@ def plot_report(report: Mapping[str, Any], path: Path) -> None:
                 (decision["t_s"], 0.2), rotation=90, fontsize=7, color="#762a83",
             )  # fmt: skip
     bounds = report["workload"]["phase_bounds"]
+    end_s = max(report["ended_s"], report["workload"]["duration_s"]) + 2
     for ax in axes:
+        ax.set_xlim(-1, end_s)
         for i, (start, end) in enumerate(bounds.values()):
             if i % 2:
                 ax.axvspan(start, end, color="#999", alpha=0.08)
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper right", fontsize=7, ncol=2)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right", fontsize=7, ncol=2)
     arrivals.set_ylabel("requests/s")
     lat.set_ylabel("ms (by send time)")
     lat.set_yscale("log")

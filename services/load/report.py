@@ -172,7 +172,7 @@ def build_report(
             "answered": len(ledger.answered),
             "lost": sum(t["lost"] for t in tiers.values()),
             "duplicates": ledger.duplicates,
-            "not_sent_errors": dict(list(ledger.send_errors.items())[:5]),
+            "error_samples": dict(ledger.error_samples),
         },
         "lost_request_ids": [s.request_id for s in ledger.lost(ended_s, grace_s)][:50],
         "backlog": backlogs,

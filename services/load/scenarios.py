@@ -71,9 +71,9 @@ def burst(rng: np.random.Generator, scale: float) -> Workload:
 
 
 def long_context(rng: np.random.Generator, scale: float) -> Workload:
-    """20/s throughout; the inputs turn long (median 64 -> 450 tokens) for a minute."""
+    """15/s throughout; the inputs turn long (median 64 -> 450 tokens) for a minute."""
     duration = 90.0
-    times = _arrivals(steps(duration, (0, 90, 20 * scale)), rng)
+    times = _arrivals(steps(duration, (0, 90, 15 * scale)), rng)
     long = (times >= 15) & (times < 75)
     tokens = np.where(
         long,
@@ -90,17 +90,17 @@ def long_context(rng: np.random.Generator, scale: float) -> Workload:
 
 
 def mixed(rng: np.random.Generator, scale: float) -> Workload:
-    """Interactive 30/s (short) beside batch 30/s (long) that doubles to 60/s for 30 s."""
+    """Interactive 30/s (short) beside batch 10/s (longer) that doubles to 20/s for 30 s."""
     duration = 90.0
     ti = _arrivals(steps(duration, (0, 90, 30 * scale)), rng)
-    tb = _arrivals(steps(duration, (0, 90, 30 * scale), (30, 60, 60 * scale)), rng)
+    tb = _arrivals(steps(duration, (0, 90, 10 * scale), (30, 60, 20 * scale)), rng)
     return Workload(
         name="mixed",
         source=f"scenario mixed x{scale:g}",
         duration_s=duration,
         tiers={
             "interactive": TierArrivals(ti, lengths(ti.size, 64, 0.4, (8, 256), rng)),
-            "batch": TierArrivals(tb, lengths(tb.size, 256, 0.3, (64, 512), rng)),
+            "batch": TierArrivals(tb, lengths(tb.size, 192, 0.3, (64, 512), rng)),
         },
         phases=(Phase("base", 0, 30), Phase("batch-x2", 30, 60), Phase("base-again", 60, 90)),
     )
@@ -136,7 +136,7 @@ SCENARIOS: dict[str, LiveScenario] = {
         ),
         LiveScenario(
             "long-context",
-            "interactive 20/s; inputs of median 64 tokens, 450 tokens from 15 s to 75 s",
+            "interactive 15/s; inputs of median 64 tokens, 450 tokens from 15 s to 75 s",
             "engine time per request rises several-fold while the inputs are long and queue "
             "wait stays small: the load is engine-bound, not a backlog; interactive p99 stays "
             "within its SLO; the scaler does not add replicas for long inputs alone; nothing "
@@ -146,8 +146,8 @@ SCENARIOS: dict[str, LiveScenario] = {
         ),
         LiveScenario(
             "mixed",
-            "interactive 30/s (median 64 tokens) beside batch 30/s (median 256 tokens) that "
-            "doubles to 60/s from 30 s to 60 s",
+            "interactive 30/s (median 64 tokens) beside batch 10/s (median 192 tokens) that "
+            "doubles to 20/s from 30 s to 60 s",
             "interactive p99 stays within its SLO in every phase while batch doubles: batch "
             "has its own topic, workers and a looser SLO; batch latency may rise; nothing is "
             "lost",

@@ -11,6 +11,8 @@ from services.load.ledger import Ledger, Sent
 
 STAGES = ("ingest", "queue", "batch_wait", "preprocess", "infer", "postprocess", "e2e")
 """Timing fields of a result (`<stage>_ms`), in the order a request meets them."""
+PARTS = {"wait": ("queue", "batch_wait"), "engine": ("preprocess", "infer", "postprocess")}
+"""Sums per request: waiting is what more replicas shrink, engine time is what they cannot."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -36,7 +38,7 @@ def summarize(
     """The accounting and latency of some requests (a tier, or a tier in one phase)."""
     ok_e2e: list[float] = []
     roundtrip: list[float] = []
-    stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    stages: dict[str, list[float]] = {stage: [] for stage in (*STAGES, *PARTS)}
     batches: list[int] = []
     for sent in requests:
         answer = ledger.answered.get(sent.request_id)
@@ -47,6 +49,10 @@ def summarize(
             value = answer.timings.get(f"{stage}_ms")
             if value is not None:
                 stages[stage].append(float(value))
+        for part, members in PARTS.items():
+            values = [answer.timings.get(f"{m}_ms") for m in members]
+            if all(v is not None for v in values):
+                stages[part].append(sum(float(v or 0.0) for v in values))
         e2e = answer.timings.get("e2e_ms")
         if e2e is not None:
             ok_e2e.append(float(e2e))
