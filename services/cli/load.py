@@ -206,9 +206,23 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     for status, message in report["totals"]["error_samples"].items():
         out_console.print(f"{status}, e.g.: {message}", markup=False)
     _print_checks(report)
+    host = report["host"]
+    out_console.print(
+        f"this machine: {host['cpus']} CPUs, load average {host['load_avg_1m_before']} before, "
+        f"{host['load_avg_1m_after']} after (the stack shares them with everything else)"
+    )
     out_console.print(
         f"wrote {folder / 'report.json'}, {folder / 'timeline.png'}, "
         f"{', '.join(p.name for p in arrivals)}"
+    )
+    sim = report["sim_inputs"]
+    out_console.print(
+        f"the simulator alone on these arrivals: inferbus sim --policy slo --trace "
+        f"{arrivals[0]} --tiers {next(iter(workload.tiers))} --model-yaml "
+        f"{models / model / 'model.yaml'} --time-to-ready-s {sim['time_to_ready_s']:.1f} "
+        f"--partitions {sim['partitions']} --max-total-replicas {config.replicas.max}",
+        markup=False,
+        soft_wrap=True,
     )
     if any(check["ok"] is False for check in report["checks"]):
         raise typer.Exit(1)

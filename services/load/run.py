@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -42,7 +43,13 @@ async def run_load(
     spec: LoadSpec, on_status: Callable[[Status], None] = lambda _: None
 ) -> dict[str, Any]:
     """Run the workload against the stack and return the report (checks included)."""
+    load_before = os.getloadavg()[0]
     record = await LoadRun(spec.options, spec.workload, spec.config, on_status).run()
+    host = {
+        "cpus": os.cpu_count(),
+        "load_avg_1m_before": round(load_before, 2),
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+    }
     focus = focus_phase(spec.workload, spec.scenario.focus_phase if spec.scenario else None)
     tier = next(iter(spec.workload.tiers))
     group = worker_group(spec.config.name, tier)
@@ -74,5 +81,6 @@ async def run_load(
             "probe_ms": record.probe_ms,
             "initial_ready": record.initial_ready,
             "sim_inputs": asdict(inputs),
+            "host": host,
         },
     )
