@@ -79,7 +79,11 @@ def _live_scale_out(report: Report, start_s: float, end_s: float) -> str:
         None,
     )
     at = "never" if ready is None else f"t={ready:.0f}s"
-    return f"scale-out at t={ups[0]['t_s']:.0f}s, {target} consuming at {at}"
+    joining = max(report["replicas"].get("longest_joining_s", {}).values(), default=0.0)
+    return (
+        f"scale-out at t={ups[0]['t_s']:.0f}s, {target} consuming at {at}; new replicas "
+        f"registered ready but held no partition for up to {joining:.0f} s"
+    )
 
 
 def _sim_scale_out(tier: Mapping[str, Any], start_s: float, end_s: float) -> str:
@@ -211,7 +215,8 @@ def warmup(report: Report) -> list[Check]:
             "new replicas seen loading or warming",
             bool(warming),
             f"{len(warming)} one-second samples with replicas loading/warming"
-            + (f", first at t={warming[0][0]:.0f}s" if warming else ""),
+            + (f", first at t={warming[0][0]:.0f}s" if warming else "")
+            + f"; {_live_scale_out(report, start, end)}",
         ),
         Check(
             "the backlog drains", live is None or live["drained_after_s"] is not None, _peak(live)

@@ -99,12 +99,28 @@ def _series(ledger: Ledger, tier: str, end_s: float) -> dict[str, Any]:
     }
 
 
+def longest_stretch(samples: Sequence[ReplicaSample], group: str, state: str) -> float:
+    """The longest time (s) over which the group always had a worker in `state`."""
+    longest, since = 0.0, None
+    for sample in (s for s in samples if s.group == group):
+        if sample.states.get(state, 0) > 0:
+            since = sample.t_s if since is None else since
+            longest = max(longest, sample.t_s - since)
+        else:
+            since = None
+    return round(longest, 1)
+
+
 def _replicas(samples: Sequence[ReplicaSample]) -> dict[str, Any]:
     series: dict[str, list[list[float]]] = {}
     for sample in samples:
         row = [sample.t_s, *(float(sample.states.get(s, 0)) for s in REPLICA_STATES)]
         series.setdefault(sample.group, []).append(row)
-    return {"columns": ["t", *REPLICA_STATES], "series": series}
+    return {
+        "columns": ["t", *REPLICA_STATES],
+        "series": series,
+        "longest_joining_s": {g: longest_stretch(samples, g, "joining") for g in series},
+    }
 
 
 def build_report(

@@ -14,7 +14,7 @@ from services.load.ledger import Ledger, Sent
 from services.load.observe import DecisionPoint, ReplicaSample
 from services.load.plot import plot_report
 from services.load.predict import predict, sim_inputs
-from services.load.report import build_report, focus_phase, write_arrivals_csv
+from services.load.report import build_report, focus_phase, longest_stretch, write_arrivals_csv
 from services.load.run import _scenario_fields
 from services.load.scenarios import SCENARIOS, scenario_workload
 from services.models.demo import encoder_config
@@ -171,7 +171,7 @@ def test_burst_reports_live_and_simulated_backlog() -> None:
     assert live["drained_after_s"] is not None
     side_by_side = checks["time until the backlog stops growing: live vs simulator"]
     assert side_by_side["ok"] is None
-    assert "scale-out at t=25s, 3 consuming at t=40s" in side_by_side["detail"]
+    assert "scale-out at t=25s, 3 consuming at t=40s; new replicas" in side_by_side["detail"]
     assert (
         "simulator grew for" in side_by_side["detail"]
         or "simulator no backlog" in side_by_side["detail"]
@@ -214,3 +214,17 @@ def test_a_prediction_takes_seconds_not_minutes() -> None:
     started = time.perf_counter()
     report_of("warmup", with_prediction=True)
     assert time.perf_counter() - started < 20
+
+
+@pytest.mark.parametrize(
+    ("joining", "expected"),
+    [([0, 1, 1, 1, 0, 1, 0], 2.0), ([0, 0, 0], 0.0), ([1, 1], 1.0)],
+    ids=["longest-of-two", "never", "to-the-end"],
+)
+def test_longest_joining_stretch(joining: list[int], expected: float) -> None:
+    group = "g"
+    samples = [
+        ReplicaSample(float(t), group, {"joining": n, "ready": 1}) for t, n in enumerate(joining)
+    ]
+    samples.append(ReplicaSample(0.0, "other", {"joining": 1}))
+    assert longest_stretch(samples, group, "joining") == expected
