@@ -120,7 +120,8 @@ class EmbeddedBroker:
             return self.bootstrap
         host = self.settings.broker_host
         binary = find_tansu_binary(self.settings.tansu_bin)
-        port = self._wanted_port
+        # Started again after a stop: the same port, so every client finds it where it was.
+        port = self.port if self.port is not None else self._wanted_port
         if port == 0 or not port_is_free(host, port):
             chosen = free_port(host)
             if port:

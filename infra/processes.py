@@ -8,7 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,95 @@ class ChildProcess:
                 process.wait(timeout=5)
         log.info("event=child_stopped name=%s returncode=%s", self.name, process.returncode)
         return process.returncode
+
+
+def restart_delay_s(restarts: int, first_s: float, most_s: float) -> float:
+    """Backoff before restarting something that died `restarts` times in a row."""
+    return float(min(first_s * 2.0 ** max(restarts - 1, 0), most_s))
+
+
+class SupervisedGroup:
+    """N copies of one command, restarted with backoff when they exit unasked.
+
+    `check()` is called every fraction of a second by the owner's loop; `stop()` ends them
+    all (SIGTERM, then SIGKILL) and stops restarting.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        copies: int,
+        *,
+        env_for: Callable[[int], Mapping[str, str]] | None = None,
+        log_dir: Path | None = None,
+        backoff_s: tuple[float, float] = (1.0, 30.0),
+        healthy_after_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.command = list(command)
+        self.copies = copies
+        self._env_for = env_for
+        self._log_dir = log_dir
+        self._backoff = backoff_s
+        self._healthy_after_s = healthy_after_s
+        self._clock = clock
+        self._started_at: dict[int, float] = {}
+        self._next_at = 0.0
+        self._spawned = 0
+        self.children: list[ChildProcess] = []
+        self.restarts = 0
+        self._failures = 0
+        self._stopped = False
+
+    def start(self) -> None:
+        for _ in range(self.copies - len(self.children)):
+            self._spawn()
+
+    def _spawn(self) -> ChildProcess:
+        index = self._spawned
+        self._spawned += 1
+        env = dict(self._env_for(index)) if self._env_for else {}
+        log_path = self._log_dir / f"{self.name}-{index}.log" if self._log_dir else None
+        child = ChildProcess(f"{self.name}-{index}", self.command, env=env, log_path=log_path)
+        child.start()
+        self.children.append(child)
+        self._started_at[id(child)] = self._clock()
+        return child
+
+    def check(self) -> list[ChildProcess]:
+        """Restart what exited unasked (after its backoff); returns the ones found dead."""
+        if self._stopped:
+            return []
+        now = self._clock()
+        dead = [c for c in self.children if not c.running]
+        for child in dead:
+            log.warning(
+                "event=child_exited name=%s pid=%s returncode=%s",
+                child.name,
+                child.pid,
+                child.process.returncode if child.process else None,
+            )
+        self.children = [c for c in self.children if c.running]
+        if dead:
+            self._failures += 1
+            delay = restart_delay_s(self._failures, *self._backoff)
+            self._next_at = max(self._next_at, now + delay)
+        elif self.children and all(
+            now - self._started_at[id(c)] >= self._healthy_after_s for c in self.children
+        ):
+            self._failures = 0
+        if len(self.children) < self.copies and now >= self._next_at:
+            for _ in range(self.copies - len(self.children)):
+                self._spawn()
+                self.restarts += 1
+        return dead
+
+    def stop(self) -> None:
+        self._stopped = True
+        for child in self.children:
+            child.stop()
 
 
 def name_this_thread(name: str) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka.admin import NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from infra.kafka import make_admin
 from schemas import topics
@@ -86,3 +89,108 @@ async def partition_count(bootstrap: str, topic: str) -> int:
         if entry.get("topic") == topic and entry.get("error_code", 0) == 0:
             return len(entry.get("partitions", []))
     return 0
+
+
+class TopicKeeper:
+    """Keeps the topics an installation needs in existence: a broker that lost its state
+    (the embedded one keeps none) gets them back within `every_s`, before clients give up.
+
+    One admin connection, a `list_topics` per round; errors while the broker is away are
+    expected and logged at most once per outage.
+    """
+
+    def __init__(
+        self, bootstrap: str, specs: Callable[[], Sequence[TopicSpec]], *, every_s: float = 2.0
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.specs = specs
+        self.every_s = every_s
+        self.recreated = 0
+        """Topics created again after the first round found them missing."""
+        self._task: asyncio.Task[None] | None = None
+        self._admin: Any = None
+        self._away = False
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="topic-keeper")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._admin is not None:
+            with contextlib.suppress(KafkaError):
+                await self._admin.close()
+            self._admin = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.every_s)
+            try:
+                created = await self.round()
+            except (KafkaError, OSError) as exc:
+                if not self._away:
+                    log.warning("event=topic_keeper_broker_away error=%r", exc)
+                self._away = True
+                await self._reset()
+                continue
+            if self._away:
+                log.info("event=topic_keeper_broker_back recreated=%d", len(created))
+            self._away = False
+
+    async def round(self) -> list[str]:
+        """One check: create what is missing; returns the names created."""
+        if self._admin is None:
+            self._admin = make_admin(self.bootstrap, client_id="inferbus-topic-keeper")
+            await self._admin.start()
+        specs = list(self.specs())
+        existing = set(await self._admin.list_topics())
+        missing = [spec for spec in specs if spec.name not in existing]
+        if missing:
+            # The broker lost its state. Clients asking for a topic before we re-create it
+            # make Tansu create it with its default partition count (4); such a topic is
+            # moments old and wrong-sized: replaced before any partition is missed.
+            short = await self._short([spec for spec in specs if spec.name in existing])
+            if short:
+                log.warning(
+                    "event=topics_wrong_size topics=%s (auto-created by the broker after it "
+                    "lost its state; recreated)",
+                    ",".join(spec.name for spec in short),
+                )
+                await self._admin.delete_topics([spec.name for spec in short])
+                missing.extend(short)
+        created: list[str] = []
+        for spec in missing:
+            try:
+                await self._admin.create_topics(
+                    [NewTopic(spec.name, spec.partitions, 1, topic_configs=spec.configs)]
+                )
+            except TopicAlreadyExistsError:
+                continue
+            created.append(spec.name)
+        if created:
+            self.recreated += len(created)
+            log.warning(
+                "event=topics_recreated count=%d topics=%s", len(created), ",".join(created)
+            )
+        return created
+
+    async def _short(self, specs: list[TopicSpec]) -> list[TopicSpec]:
+        if not specs:
+            return []
+        described = await self._admin.describe_topics([spec.name for spec in specs])
+        counts = {
+            entry.get("topic"): len(entry.get("partitions", []))
+            for entry in described
+            if entry.get("error_code", 0) == 0
+        }
+        return [spec for spec in specs if counts.get(spec.name, spec.partitions) < spec.partitions]
+
+    async def _reset(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):  # a half-dead client: only its closing failed
+                await admin.close()

@@ -15,6 +15,8 @@ from scaler.signals import PolicyConfig, SignalsError, load_config, load_snapsho
 from scaler.sim.params import ServiceModel, SimParams, read_service_model
 from scaler.sim.report import compare, table, write_json
 from scaler.sim.scenarios import SCENARIOS, scenario
+from scaler.sim.summary import markdown, rows
+from scaler.sim.traffic import FAMILIES, generate, write_csv
 from scaler.sim.workload import Workload, WorkloadError, from_trace
 from schemas.topics import TIERS, Tier
 
@@ -63,6 +65,40 @@ def decide_command(
             typer.echo(group.line(), err=True)
 
 
+@scaler_app.command("traffic")
+def traffic_command(
+    family: Annotated[str, typer.Argument(help=f"one of {', '.join(FAMILIES)}")],
+    out: Annotated[Path, typer.Option("--out", help="CSV to write (the trace's form).")],
+    seed: Annotated[int, typer.Option("--seed", help="Same seed, same requests.")] = 1,
+) -> None:
+    """Write one seeded instance of a traffic family as a trace CSV for `inferbus sim --trace`."""
+    try:
+        traffic = generate(family, seed)
+    except WorkloadError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+    write_csv(traffic, out)
+    n = traffic.times.size
+    span = float(traffic.times[-1]) if n else 0.0
+    rate = n / max(span, 1.0)
+    typer.echo(f"{family} seed {seed}: {n} requests over {span:.0f} s ({rate:.2f}/s) -> {out}")
+
+
+@scaler_app.command("table")
+def table_command(
+    reports: Annotated[
+        list[Path], typer.Argument(help="`inferbus sim --json` reports (.json or .json.gz).")
+    ],
+) -> None:
+    """Print one markdown table over sim reports: attainment, cost over the oracle, actions."""
+    try:
+        found = [row for path in reports for row in rows(path)]
+    except WorkloadError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+    typer.echo(markdown(found))
+
+
 def _tiers(value: str) -> list[Tier]:
     tiers = [t.strip() for t in value.split(",") if t.strip()]
     bad = [t for t in tiers if t not in TIERS]
@@ -108,7 +144,23 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     b_ms: Annotated[float | None, typer.Option("--b-ms", help="ms per unit.")] = None,
     per: Annotated[str | None, typer.Option("--per", help="token | sample")] = None,
     time_to_ready_s: Annotated[float | None, typer.Option("--time-to-ready-s")] = None,
-    rebalance_pause_s: Annotated[float | None, typer.Option("--rebalance-pause-s")] = None,
+    pause_model: Annotated[
+        str | None,
+        typer.Option(
+            "--pause-model",
+            help="incremental (only moved partitions pause; default) | eager (whole group)",
+        ),
+    ] = None,
+    handover_pause_s: Annotated[
+        float | None,
+        typer.Option("--handover-pause-s", help="incremental: pause of a moved partition."),
+    ] = None,
+    rebalance_pause_s: Annotated[
+        float | None, typer.Option("--rebalance-pause-s", help="eager: pause of the group.")
+    ] = None,
+    standby: Annotated[
+        bool, typer.Option("--standby/--no-standby", help="The actuator keeps warm standby.")
+    ] = True,
     partitions: Annotated[int | None, typer.Option("--partitions")] = None,
     max_total_replicas: Annotated[int | None, typer.Option("--max-total-replicas")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="PolicyConfig JSON.")] = None,
@@ -132,8 +184,11 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             max_queue_delay_ms=service.max_queue_delay_ms,
         )
         params = SimParams(service=service).with_overrides(workload.overrides)
-        given = {
+        given: dict[str, float | str | bool | None] = {
             "time_to_ready_s": time_to_ready_s,
+            "pause_model": pause_model,
+            "handover_pause_s": handover_pause_s,
+            "standby": standby,
             "rebalance_pause_s": rebalance_pause_s,
             "partitions": partitions,
             "max_total_replicas": max_total_replicas,

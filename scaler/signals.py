@@ -93,13 +93,24 @@ class GroupSignals:
     """model.yaml `replicas.max`; None means only partitions and the budget bound it."""
     warm_replicas: int = 0
     """model.yaml `replicas.warm`: kept even when idle."""
+    standby_replicas: int | None = None
+    """Warm standby workers (loaded, warming or warm, not consuming), not counted in `replicas`;
+    None when the deployment keeps no standby (the policy then asks for none)."""
+    standby_ready_replicas: int = 0
+    """Standby workers that are warm now: each starts consuming within a partition handover."""
     stale: bool = False
     """The collector could not refresh this snapshot; values are the last known ones."""
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
             raise SignalsError(f"tier {self.tier!r} is not one of {TIERS}", group=self.group)
-        for name in ("replicas", "ready_replicas", "starting_replicas", "min_replicas"):
+        for name in (
+            "replicas",
+            "ready_replicas",
+            "starting_replicas",
+            "min_replicas",
+            "standby_ready_replicas",
+        ):
             if getattr(self, name) < 0:
                 raise SignalsError(f"{name} must be >= 0", group=self.group)
         if self.partitions < 1:
@@ -114,6 +125,14 @@ class GroupSignals:
         if self.max_replicas is not None and self.max_replicas < self.min_replicas:
             raise SignalsError(
                 f"max_replicas {self.max_replicas} < min_replicas {self.min_replicas}",
+                group=self.group,
+            )
+        if self.standby_replicas is not None and self.standby_replicas < 0:
+            raise SignalsError("standby_replicas must be >= 0", group=self.group)
+        if self.standby_ready_replicas > (self.standby_replicas or 0):
+            raise SignalsError(
+                f"standby_ready_replicas {self.standby_ready_replicas} > standby_replicas "
+                f"{self.standby_replicas}",
                 group=self.group,
             )
         if self.utilization is not None and not 0 <= self.utilization <= 1.0 + 1e-9:
@@ -138,7 +157,21 @@ class GroupState:
     observed_since: float | None = None
     """First good collection; no scale-down before a full window of history exists."""
     last_scale_down_at: float | None = None
-    """When the SLO policy last scaled this group down (one rebalance per hold period)."""
+    """When the SLO policy last scaled this group down."""
+    last_step_down_at: float | None = None
+    """slo: when arrivals last stepped down (a gap may have begun: scale down slowly)."""
+    load_samples: tuple[tuple[float, float], ...] = ()
+    """Recent (time s, offered load in busy replicas = arrival / per-replica throughput),
+    oldest first, over `burst_memory_s`: the burst memory."""
+    service_rps_per_replica: float | None = None
+    """The last measured per-replica throughput (kept through idle gaps, when none is measured)."""
+    last_lag: tuple[float, int] | None = None
+    """(collected_at s, lag) of the last good collection, for the lag's growth rate."""
+    last_change_at: float | None = None
+    """When consumers last joined or left (a metrics window since then is mixed)."""
+    spare_samples: tuple[tuple[float, float], ...] = ()
+    """slo: (time s, spare replicas that would have put a clean window's queue p99 at its
+    budget), oldest first, over `headroom_memory_s`."""
 
 
 @dataclass(frozen=True)
@@ -166,12 +199,13 @@ class PolicyConfig:
     """How far ahead to forecast arrivals; None uses each group's measured time-to-ready."""
     default_time_to_ready_s: float = 30.0
     """Time-to-ready assumed when a group has not measured one yet."""
-    forecast_window_s: float = 120.0
-    """Arrival samples older than this are dropped from the forecast."""
-    forecast_alpha: float = 0.5
-    """Holt level smoothing, 0 < alpha <= 1."""
-    forecast_beta: float = 0.3
-    """Holt trend smoothing, 0 < beta <= 1."""
+    forecast_window_s: float = 60.0
+    """The arrival trend is fitted over this long (older samples are dropped)."""
+    forecast_min_t: float = 3.0
+    """A trend counts only when its slope is this many standard errors from zero."""
+    rate_step_z: float = 3.0
+    """A new arrival sample this many scatters off the line through the earlier ones is a
+    step: the policy sizes for it at once instead of for the average."""
     engine_bound_queue_share: float = 0.2
     """Breach is engine-bound when queue p99 is at most this share of e2e p99."""
     max_total_replicas: int | None = None
@@ -188,22 +222,61 @@ class PolicyConfig:
     """keda-lag: target average lag per replica (KEDA `lagThreshold`)."""
     keda_activation_lag_threshold: float = 0.0
     """keda-lag: at or below this total lag the scaler is inactive (scale to min)."""
-    scale_up_min_step_share: float = 0.25
-    """slo: a scale-up adds at least this share of current replicas (min 1): fewer rebalances."""
-    scale_down_min_step_share: float = 0.15
-    """slo: skip a scale-down smaller than this share of current (min 1): not worth a rebalance."""
+    scale_up_min_step_share: float = 0.0
+    """slo: a scale-up adds at least this share of current replicas (min 1); 0 = exactly what
+    is needed (membership changes only pause the partitions that move)."""
+    scale_down_min_step_share: float = 0.0
+    """slo: skip a scale-down smaller than this share of current (min 1 replica)."""
     scale_down_hold_s: float | None = None
-    """slo: fast scale-down path; after this long of lower recommendations and a forecast that
-    is not rising, drop to the highest of them, once per period. None: 2 x time-to-ready.
-    `scale_down_window_s` still bounds everything else."""
-    scale_down_confident_share: float = 0.5
-    """slo: the fast path applies only when its target is at most this share of current (a
-    clear surplus after a burst, not the noise of a bursty steady load)."""
+    """slo: scale down only to the highest recommendation over this long (its own window,
+    instead of `scale_down_window_s`, which the baselines keep). None: the time-to-ready."""
+    scale_down_gap_hold_s: float | None = None
+    """slo: after arrivals step down, scale down only to the highest recommendation over
+    this long (a gap may end in a burst). None: 2 x (time-to-ready + handover)."""
     rebalance_settle_s: float = 15.0
-    """After a scale-down, the group's lag and queue p99 include the rebalance pause: for
+    """After a scale-down, the group's lag and queue p99 include the handover pause: for
     this many seconds a lag up to arrival × this long adds no replicas (0 = off)."""
+    rebalance_pause_s: float = 1.0
+    """Seconds a membership change stops the partitions it moves (the live handover)."""
     backlog_drain_s: float = 10.0
     """slo: drain the backlog projected at the new replicas' ready time within this long."""
+    metrics_window_s: float = 15.0
+    """Window of the collector's rates, p99s and utilization; a window that saw a membership
+    change is not used to learn the safe utilization."""
+    initial_spare_replicas: float = 4.0
+    """slo: replicas kept beyond the busy ones before clean windows have taught better."""
+    min_spare_replicas: float = 0.5
+    """slo: the learned spare never goes below this."""
+    max_spare_replicas: float = 16.0
+    """slo: the learned spare never goes above this."""
+    headroom_memory_s: float = 900.0
+    """slo: clean windows older than this no longer inform the spare."""
+    headroom_quantile: float = 0.7
+    """slo: the spare is this quantile of what the remembered clean windows needed."""
+    headroom_min_share: float = 0.2
+    """slo: a window whose queue p99 was under this share of the budget teaches nothing
+    (its wait is batch formation, not queueing)."""
+    panic_growth_share: float = 0.1
+    """slo: fast path when lag grows faster than this share of ready capacity and the backlog
+    will not drain within the SLO."""
+    burst_memory_s: float = 1800.0
+    """slo: how far back the burst memory reaches."""
+    burst_low_share: float = 0.25
+    """slo: offered load below this share of the way from the remembered base to the top is
+    a gap; a burst starts only above twice this share (noise around one line is neither)."""
+    burst_keep_factor: float = 4.0
+    """slo: hold capacity through gaps when the median gap is at most this many keep costs
+    (keep cost = time-to-ready + `rebalance_pause_s`, in replica-seconds per replica)."""
+    burst_peak_quantile: float = 0.75
+    """slo: the remembered bursts' peak sized for: this quantile of their peaks."""
+    burst_min_ratio: float = 2.5
+    """slo: load counts as bursty only when the median burst peaks at this many times the
+    remembered base (a steady load's wobble is not a burst)."""
+    burst_min_count: int = 2
+    """slo: bursts the memory must hold before it keeps capacity through a gap."""
+    standby_after_gap_s: float | None = None
+    """slo: once a gap has lasted this long, held capacity waits as warm standby rather than
+    as idle consumers (when the deployment supports standby). None: never."""
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -219,8 +292,8 @@ class PolicyConfig:
             problems.append("forecast_horizon_s must be >= 0")
         if self.forecast_window_s <= 0 or self.default_time_to_ready_s < 0:
             problems.append("forecast_window_s must be > 0, default_time_to_ready_s >= 0")
-        if not (0 < self.forecast_alpha <= 1 and 0 < self.forecast_beta <= 1):
-            problems.append("forecast_alpha and forecast_beta must be in (0, 1]")
+        if self.forecast_min_t < 0 or self.rate_step_z <= 0:
+            problems.append("forecast_min_t must be >= 0 and rate_step_z > 0")
         if not 0 <= self.engine_bound_queue_share < 1:
             problems.append("engine_bound_queue_share must be in [0, 1)")
         if self.max_total_replicas is not None and self.max_total_replicas < 0:
@@ -231,18 +304,44 @@ class PolicyConfig:
             problems.append("hpa_tolerance must be in [0, 1)")
         if self.keda_lag_threshold <= 0 or self.keda_activation_lag_threshold < 0:
             problems.append("keda_lag_threshold > 0, keda_activation_lag_threshold >= 0")
-        if not (self.scale_up_min_step_share >= 0 and 0 <= self.scale_down_min_step_share < 1):
-            problems.append("scale_up_min_step_share >= 0, scale_down_min_step_share in [0, 1)")
-        if self.scale_down_hold_s is not None and self.scale_down_hold_s < 0:
-            problems.append("scale_down_hold_s must be >= 0")
-        if not 0 < self.scale_down_confident_share <= 1:
-            problems.append("scale_down_confident_share must be in (0, 1]")
-        if self.rebalance_settle_s < 0:
-            problems.append("rebalance_settle_s must be >= 0")
-        if self.backlog_drain_s <= 0:
-            problems.append("backlog_drain_s must be > 0")
+        problems.extend(self._slo_problems())
         if problems:
             raise SignalsError("invalid policy config: " + "; ".join(problems))
+
+    def _slo_problems(self) -> list[str]:
+        """Cross-field checks of the SLO policy's own knobs."""
+        problems: list[str] = []
+        if not (self.scale_up_min_step_share >= 0 and 0 <= self.scale_down_min_step_share < 1):
+            problems.append("scale_up_min_step_share >= 0, scale_down_min_step_share in [0, 1)")
+        holds = (self.scale_down_hold_s, self.scale_down_gap_hold_s)
+        if any(h is not None and h < 0 for h in holds):
+            problems.append("scale_down_hold_s and scale_down_gap_hold_s must be >= 0")
+        if self.rebalance_settle_s < 0 or self.rebalance_pause_s < 0:
+            problems.append("rebalance_settle_s and rebalance_pause_s must be >= 0")
+        if self.backlog_drain_s <= 0 or self.metrics_window_s <= 0:
+            problems.append("backlog_drain_s and metrics_window_s must be > 0")
+        spares = (self.min_spare_replicas, self.initial_spare_replicas, self.max_spare_replicas)
+        if not 0 <= spares[0] <= spares[1] <= spares[2]:
+            problems.append(
+                "need 0 <= min_spare_replicas <= initial_spare_replicas <= max_spare_replicas"
+            )
+        if self.headroom_memory_s < 0 or not 0 < self.headroom_quantile <= 1:
+            problems.append("headroom_memory_s >= 0 and headroom_quantile in (0, 1]")
+        if not 0 <= self.headroom_min_share < 1:
+            problems.append("headroom_min_share must be in [0, 1)")
+        if self.panic_growth_share < 0 or self.burst_memory_s < 0:
+            problems.append("panic_growth_share and burst_memory_s must be >= 0")
+        if not 0 < self.burst_low_share < 0.5 or self.burst_keep_factor < 0:
+            problems.append("burst_low_share in (0, 0.5), burst_keep_factor >= 0")
+        if not 0 < self.burst_peak_quantile <= 1:
+            problems.append("burst_peak_quantile must be in (0, 1]")
+        if self.burst_min_ratio < 1:
+            problems.append("burst_min_ratio must be >= 1")
+        if self.burst_min_count < 1:
+            problems.append("burst_min_count must be >= 1")
+        if self.standby_after_gap_s is not None and self.standby_after_gap_s < 0:
+            problems.append("standby_after_gap_s must be >= 0")
+        return problems
 
     def time_to_ready_s(self, signals: GroupSignals) -> float:
         """A group's measured time-to-ready, else the default."""
@@ -251,18 +350,27 @@ class PolicyConfig:
         return self.default_time_to_ready_s
 
     def hold_s(self, signals: GroupSignals) -> float:
-        """The SLO policy's fast scale-down hold: configured, else 2 x time-to-ready."""
+        """The SLO policy's scale-down window: configured, else the time-to-ready."""
         if self.scale_down_hold_s is not None:
             return self.scale_down_hold_s
-        return 2 * self.time_to_ready_s(signals)
+        return self.time_to_ready_s(signals)
+
+    def gap_hold_s(self, signals: GroupSignals) -> float:
+        """The SLO policy's scale-down window after a step down: configured, else 2 keep costs."""
+        if self.scale_down_gap_hold_s is not None:
+            return self.scale_down_gap_hold_s
+        return 2 * self.keep_cost_s(signals)
+
+    def keep_cost_s(self, signals: GroupSignals) -> float:
+        """Replica-seconds one replica costs to stop and get back: time-to-ready + handover."""
+        return self.time_to_ready_s(signals) + self.rebalance_pause_s
 
     def horizon_s(self, signals: GroupSignals) -> float:
-        """Forecast horizon for a group: configured, else its measured time-to-ready."""
+        """Forecast horizon: configured, else time-to-ready plus half the metrics window
+        (a window's rate describes its middle, that much in the past)."""
         if self.forecast_horizon_s is not None:
             return self.forecast_horizon_s
-        if signals.time_to_ready_s is not None:
-            return signals.time_to_ready_s
-        return self.default_time_to_ready_s
+        return self.time_to_ready_s(signals) + self.metrics_window_s / 2
 
 
 @dataclass(frozen=True)
@@ -289,6 +397,10 @@ class GroupDecision:
     desired: int
     diagnosis: Diagnosis
     reasons: tuple[Reason, ...] = ()
+    standby: int = 0
+    """Warm standby workers to keep beside the `desired` consuming ones (loaded, not consuming)."""
+    current_standby: int = 0
+    """Standby workers the group has now (any state)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object `scaler decide` prints."""
@@ -296,13 +408,25 @@ class GroupDecision:
             "group": self.group,
             "current": self.current,
             "desired": self.desired,
+            "current_standby": self.current_standby,
+            "standby": self.standby,
             "reasons": [r.to_dict() for r in self.reasons],
             "diagnosis": self.diagnosis,
         }
 
+    def changes(self) -> bool:
+        """True when the actuator has something to do: consuming or standby count differs."""
+        return self.desired != self.current or self.standby != self.current_standby
+
     def line(self) -> str:
         """One line a person can read, e.g. `interactive 4→6: queue p99 700 ms > budget …`."""
         arrow = f"{self.current}→{self.desired}" if self.desired != self.current else "hold"
+        if self.standby or self.current_standby:
+            arrow += (
+                f" +{self.standby} standby"
+                if self.standby == self.current_standby
+                else f" standby {self.current_standby}→{self.standby}"
+            )
         text = "; ".join(r.message for r in self.reasons) or self.diagnosis
         return f"{self.tier} {arrow} ({self.model}, {self.diagnosis}): {text}"
 
@@ -318,6 +442,10 @@ class Decision:
     def desired(self) -> dict[str, int]:
         """Group name to desired replicas."""
         return {g.group: g.desired for g in self.groups}
+
+    def standby(self) -> dict[str, int]:
+        """Group name to warm standby replicas to keep."""
+        return {g.group: g.standby for g in self.groups}
 
 
 # --- JSON snapshots -------------------------------------------------------------------
@@ -338,6 +466,8 @@ _INT_FIELDS = frozenset(
         "min_replicas",
         "max_replicas",
         "warm_replicas",
+        "standby_replicas",
+        "standby_ready_replicas",
     }
 )
 _STR_FIELDS = frozenset({"group", "model", "tier"})
@@ -398,7 +528,8 @@ class Snapshot:
 
 
 def _history(raw: Any, path: Path) -> ScalerState:
-    """`{"group": [[t, rps], ...]}` seeds the forecast, as if those earlier ticks had run."""
+    """`{"group": [[t, rps], ...]}` seeds the forecast and the burst memory, as if those
+    earlier ticks had run."""
     if not isinstance(raw, dict):
         raise SignalsError(f"{path}: 'history' must map group names to [[t, rps], ...]")
     groups = []
@@ -414,6 +545,17 @@ def _history(raw: Any, path: Path) -> ScalerState:
         points = tuple(sorted((float(t), float(v)) for t, v in samples))
         since = points[0][0] if points else None
         groups.append(GroupState(group=group, arrival_samples=points, observed_since=since))
+    return ScalerState(groups=tuple(groups))
+
+
+def _with_loads(state: ScalerState, signals: Sequence[GroupSignals]) -> ScalerState:
+    """History also seeds the burst memory: rps over the group's per-replica throughput."""
+    mus = {s.group: s.service_rps_per_replica for s in signals}
+    groups = []
+    for g in state.groups:
+        mu = mus.get(g.group)
+        loads = tuple((t, v / mu) for t, v in g.arrival_samples) if mu else ()
+        groups.append(dataclasses.replace(g, load_samples=loads, service_rps_per_replica=mu))
     return ScalerState(groups=tuple(groups))
 
 
@@ -442,6 +584,7 @@ def load_snapshot(path: Path) -> Snapshot:
     if not items or not all(isinstance(item, dict) for item in items):
         raise SignalsError(f"{path} must hold a group object or a non-empty list of them")
     signals = tuple(signals_from_dict(item) for item in items)
+    state = _with_loads(state, signals)
     if now is None:
         now = max(s.collected_at for s in signals)
     elif isinstance(now, bool) or not isinstance(now, int | float):

@@ -8,13 +8,15 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from infra.processes import die_with_parent
+from infra.processes import die_with_parent, restart_delay_s
 from scaler.actuators.base import Actuator, ActuatorError, parse_group
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,7 @@ class _Child:
     process: asyncio.subprocess.Process
     started_at: float
     log_file: IO[bytes] | None = None
+    instance_id: str = ""
 
     @property
     def pid(self) -> int:
@@ -41,6 +44,15 @@ class _Child:
 class _Group:
     children: list[_Child] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    wanted: int = 0
+    """Replicas the last `scale` asked for: the supervisor keeps this many running."""
+    restarts: int = 0
+    """Unexpected exits in a row (reset once a replacement has run `healthy_after_s`)."""
+    next_restart_at: float = 0.0
+
+
+Announce = Callable[[str, str, int | None], Awaitable[None]]
+"""(group, instance id, return code) of a worker that exited unasked: e.g. mark it `gone`."""
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -69,6 +81,9 @@ class LocalActuator(Actuator):
         grace_s: float = 30.0,
         kill_after_s: float = 5.0,
         drain_in_background: bool = False,
+        announce_exit: Announce | None = None,
+        restart_backoff_s: tuple[float, float] = (1.0, 30.0),
+        healthy_after_s: float = 60.0,
     ) -> None:
         self._bootstrap = bootstrap
         self._models_dir = Path(models_dir)
@@ -82,6 +97,12 @@ class LocalActuator(Actuator):
         self._spawned = 0
         self._drain_in_background = drain_in_background
         self._draining: dict[asyncio.Task[None], _Child] = {}
+        self._announce_exit = announce_exit
+        self._backoff = restart_backoff_s
+        self._healthy_after_s = healthy_after_s
+        self._supervisor: asyncio.Task[None] | None = None
+        self.restarts = 0
+        """Workers the supervisor started again after they exited unasked."""
         atexit.register(self._kill_all_now)
 
     def argv(self, group: str) -> list[str]:
@@ -116,7 +137,9 @@ class LocalActuator(Actuator):
         if replicas < 0:
             raise ActuatorError("replicas must be >= 0", group=group, replicas=replicas)
         state = self._groups.setdefault(group, _Group())
+        self._supervise()
         async with state.lock:
+            state.wanted = replicas
             running = self._reap(group)
             if replicas > len(running):
                 for _ in range(replicas - len(running)):
@@ -144,17 +167,83 @@ class LocalActuator(Actuator):
                 reason,
             )
 
+    def _supervise(self) -> None:
+        if self._supervisor is None or self._supervisor.done():
+            self._supervisor = asyncio.create_task(self._supervise_loop(), name="local-supervisor")
+
+    async def _supervise_loop(self, every_s: float = 0.5) -> None:
+        """Replace workers that exit unasked (a crash, kill -9), with backoff per group."""
+        while not self._closed:
+            await asyncio.sleep(every_s)
+            for group, state in list(self._groups.items()):
+                try:
+                    await self._heal(group, state)
+                except ActuatorError as exc:  # retried on the next round, with backoff
+                    log.error("event=worker_restart_failed group=%s error=%s", group, exc)
+                    state.next_restart_at = time.monotonic() + self._backoff[1]
+
+    async def _heal(self, group: str, state: _Group) -> None:
+        now = time.monotonic()
+        async with state.lock:
+            dead = [c for c in state.children if not c.running]
+            for child in dead:
+                await self._exited(group, child)
+            state.children = [c for c in state.children if c.running]
+            if dead:
+                state.restarts += 1
+                delay = restart_delay_s(state.restarts, *self._backoff)
+                state.next_restart_at = max(state.next_restart_at, now + delay)
+            elif state.children and all(
+                now - c.started_at >= self._healthy_after_s for c in state.children
+            ):
+                state.restarts = 0
+            missing = state.wanted - len(state.children)
+            if missing <= 0 or now < state.next_restart_at or self._closed:
+                return
+            for _ in range(missing):
+                state.children.append(await self._spawn(group))
+                self.restarts += 1
+            log.warning(
+                "event=workers_restarted group=%s count=%d attempt=%d",
+                group,
+                missing,
+                state.restarts,
+            )
+
+    async def _exited(self, group: str, child: _Child) -> None:
+        log.warning(
+            "event=worker_exited group=%s pid=%d instance=%s returncode=%s",
+            group,
+            child.pid,
+            child.instance_id,
+            child.process.returncode,
+        )
+        if child.log_file is not None:
+            child.log_file.close()
+            child.log_file = None
+        if self._announce_exit is not None and child.instance_id:
+            try:
+                await self._announce_exit(group, child.instance_id, child.process.returncode)
+            except Exception as exc:  # its lease runs out instead: slower, never wrong
+                log.warning("event=exit_announce_failed group=%s error=%r", group, exc)
+
     async def _spawn(self, group: str) -> _Child:
         log_file: IO[bytes] | None = None
         if self._log_dir is not None:
             self._log_dir.mkdir(parents=True, exist_ok=True)
             stamp = time.strftime("%Y%m%dT%H%M%S")
-            self._spawned += 1
-            log_file = (self._log_dir / f"{group}.{stamp}.{self._spawned}.log").open("ab")
+            log_file = (self._log_dir / f"{group}.{stamp}.{self._spawned + 1}.log").open("ab")
+        self._spawned += 1
+        model, tier = parse_group(group)
+        instance_id = (
+            f"worker-{model}-{tier}-{socket.gethostname()}-{self._spawned}-"
+            + (uuid.uuid4().hex[:6])
+        )
+        env = {**(self._env or os.environ), "INFERBUS_WORKER_INSTANCE_ID": instance_id}
         try:
             process = await asyncio.create_subprocess_exec(
                 *self.argv(group),
-                env=self._env,
+                env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=asyncio.subprocess.STDOUT if log_file else None,
@@ -167,8 +256,10 @@ class LocalActuator(Actuator):
             raise ActuatorError(
                 f"cannot start worker: {exc.strerror}", group=group, command=self._command[0]
             ) from exc
-        log.info("event=worker_started group=%s pid=%d", group, process.pid)
-        return _Child(process, time.monotonic(), log_file)
+        log.info(
+            "event=worker_started group=%s pid=%d instance=%s", group, process.pid, instance_id
+        )
+        return _Child(process, time.monotonic(), log_file, instance_id)
 
     async def _stop(self, group: str, child: _Child) -> None:
         """SIGTERM, wait `grace_s`; SIGTERM again, wait `kill_after_s`; then SIGKILL."""
@@ -203,28 +294,21 @@ class LocalActuator(Actuator):
         )
 
     def _reap(self, group: str) -> list[_Child]:
-        """Running children, oldest first; exits nobody asked for are logged once."""
+        """Running children, oldest first (the supervisor handles the ones that exited)."""
         state = self._groups.get(group)
         if state is None:
             return []
-        for child in state.children:
-            if not child.running:
-                log.warning(
-                    "event=worker_exited group=%s pid=%d returncode=%s",
-                    group,
-                    child.pid,
-                    child.process.returncode,
-                )
-                if child.log_file is not None:
-                    child.log_file.close()
-        state.children = [c for c in state.children if c.running]
-        return list(state.children)
+        return [c for c in state.children if c.running]
 
     async def close(self) -> None:
         """Drain every worker (SIGTERM, then SIGKILL after the grace period); idempotent."""
         if self._closed:
             return
         self._closed = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
         children = [(g, c) for g, s in self._groups.items() for c in s.children]
         await asyncio.gather(*(self._stop(g, c) for g, c in children), *list(self._draining))
         self._groups.clear()

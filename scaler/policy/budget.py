@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from scaler.policy.plan import Plan
@@ -14,10 +15,33 @@ def _floor(plan: Plan) -> int:
     return min(plan.desired, max(s.min_replicas, s.warm_replicas))
 
 
+def _standby_first(plans: Sequence[Plan], budget: int) -> list[Plan]:
+    """Standby counts against the budget but yields before any consumer, lowest tier first."""
+    over = sum(p.desired + p.standby for p in plans) - budget
+    out = list(plans)
+    for i in sorted(range(len(out)), key=lambda i: -TIERS.index(out[i].signals.tier)):
+        if over <= 0:
+            break
+        cut = min(over, out[i].standby)
+        if cut:
+            out[i] = dataclasses.replace(out[i], standby=out[i].standby - cut).with_(
+                reason=Reason(
+                    "budget_capped",
+                    f"global budget {budget}: standby {out[i].standby} cut by {cut}",
+                    {"budget": budget, "standby_cut": cut},
+                )
+            )
+            over -= cut
+    return out
+
+
 def share_budget(plans: Sequence[Plan], budget: int | None) -> list[Plan]:
     """Grant floors first, then the rest, both in tier priority, so batch yields first."""
-    if budget is None or sum(p.desired for p in plans) <= budget:
+    if budget is None or sum(p.desired + p.standby for p in plans) <= budget:
         return list(plans)
+    plans = _standby_first(plans, budget)
+    if sum(p.desired for p in plans) <= budget:
+        return plans
     order = sorted(range(len(plans)), key=lambda i: TIERS.index(plans[i].signals.tier))
     granted = [0] * len(plans)
     left = budget
@@ -34,7 +58,7 @@ def share_budget(plans: Sequence[Plan], budget: int | None) -> list[Plan]:
             out.append(plan)
             continue
         out.append(
-            plan.with_(
+            dataclasses.replace(plan, standby=0).with_(
                 desired=grant,
                 diagnosis="budget_capped",
                 reason=Reason(

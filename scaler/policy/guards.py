@@ -29,6 +29,7 @@ def blind(signals: GroupSignals, state: GroupState, config: PolicyConfig, now: f
         desired=signals.replicas,
         diagnosis="stale_signals",
         reasons=(stale,),
+        standby=signals.standby_replicas or 0,
         fresh=False,
     )
     if failed < config.failed_collections_before_fallback:
@@ -83,6 +84,15 @@ def apply_bounds(plan: Plan, *, warm_floor: bool, partition_cap: bool) -> Plan:
             ),
         )
     return plan
+
+
+def cap_standby(plan: Plan) -> Plan:
+    """A standby is only worth its cost if it can consume once promoted: cap at the room left."""
+    s = plan.signals
+    room = max(0, min(s.partitions, s.max_replicas or s.partitions) - plan.desired)
+    if plan.standby <= room:
+        return plan
+    return dataclasses.replace(plan, standby=room)
 
 
 def stabilize(plan: Plan, config: PolicyConfig, now: float) -> Plan:

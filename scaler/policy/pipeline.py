@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scaler.policy.budget import share_budget
-from scaler.policy.guards import apply_bounds, blind, is_stale, stabilize
+from scaler.policy.guards import apply_bounds, blind, cap_standby, is_stale, stabilize
 from scaler.policy.plan import Plan
+from scaler.policy.rate import arriving_rps
 from scaler.signals import (
     Decision,
     GroupSignals,
@@ -72,7 +73,8 @@ class Pipeline:
             state = dataclasses.replace(state, observed_since=now)
         plan = self.size(signals, state, config, now)
         plan = apply_bounds(plan, warm_floor=self.warm_floor, partition_cap=self.partition_cap)
-        return self.stabilizer(plan, config, now)
+        plan = self.stabilizer(plan, config, now).top_up_standby()
+        return cap_standby(plan)
 
 
 def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:
@@ -84,9 +86,23 @@ def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:
     if s.arrival_rps is not None:
         samples = (*samples, (s.collected_at, s.arrival_rps))
     samples = tuple((t, v) for t, v in samples if now - t <= config.forecast_window_s)
+    mu = s.service_rps_per_replica or state.service_rps_per_replica
+    loads = state.load_samples
+    arriving = arriving_rps(s, state)
+    if arriving is not None and (mu or arriving == 0):
+        loads = (*loads, (s.collected_at, arriving / mu if mu else 0.0))
+    loads = tuple((t, v) for t, v in loads if now - t <= config.burst_memory_s)
+    last = state.last_signals
+    changing = plan.desired < s.replicas or (
+        last is not None and last.ready_replicas != s.ready_replicas
+    )
     return dataclasses.replace(
         state,
         arrival_samples=samples,
+        load_samples=loads,
+        service_rps_per_replica=mu,
+        last_lag=None if s.lag is None else (s.collected_at, s.lag),
+        last_change_at=now if changing else state.last_change_at,
         failed_collections=0,
         last_replicas=s.replicas,
         last_signals=s,

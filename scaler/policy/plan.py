@@ -17,6 +17,10 @@ class Plan:
     desired: int
     diagnosis: Diagnosis
     reasons: tuple[Reason, ...] = ()
+    standby: int = 0
+    """Warm standby replicas to keep beside `desired` (only where the signals report standby)."""
+    warm_total: int = 0
+    """Replicas wanted loaded in all (consuming + standby); standby tops `desired` up to it."""
     fresh: bool = True
     """False when the signals were stale or missing: nothing may scale down then."""
 
@@ -40,6 +44,12 @@ class Plan:
             reasons=self.reasons if reason is None else (*self.reasons, reason),
         )
 
+    def top_up_standby(self) -> Plan:
+        """Standby = what `warm_total` asks beyond the final `desired` (none if no total)."""
+        if not self.warm_total:
+            return self
+        return dataclasses.replace(self, standby=max(0, self.warm_total - self.desired))
+
     def to_decision(self) -> GroupDecision:
         """The finished decision."""
         return GroupDecision(
@@ -50,6 +60,8 @@ class Plan:
             desired=self.desired,
             diagnosis=self.diagnosis,
             reasons=self.reasons,
+            standby=self.standby,
+            current_standby=self.signals.standby_replicas or 0,
         )
 
 

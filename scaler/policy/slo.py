@@ -1,9 +1,10 @@
 """The SLO policy: size from arrival, forecast and backlog; hold when the engine is the bottleneck.
 
 Steps, in order (each a small pure function of a Plan):
-raw desired → forecast → backlog drain → queue breach → engine-bound hold → scale-up step;
-the pipeline then applies bounds, partition cap, warm floor, rebalance-aware stabilization
-(`rebalance.py`) and the budget.
+learn the safe utilization (`headroom.py`) → raw desired → forecast → fast path (`fast.py`)
+→ backlog drain → queue breach → settle → burst hold and standby (`hold.py`) → engine-bound
+hold → scale-up step; the pipeline then applies bounds, partition cap, warm floor,
+scale-down stabilization (`rebalance.py`) and the budget.
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from scaler.forecast import holt
+from scaler.policy.fast import fast_path
+from scaler.policy.headroom import learn, replicas_for, spare_replicas
+from scaler.policy.hold import burst_hold, burst_rise, forecast_cap_load
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction
-from scaler.policy.rebalance import queue_budget_ms, scale_up_step, stabilize_rebalance_aware
+from scaler.policy.rate import arrival_estimate
+from scaler.policy.rebalance import queue_budget_ms, scale_up_step
+from scaler.policy.scale_down import stabilize_slo
 from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
 
 _EPS = 1e-9
@@ -25,19 +30,21 @@ def _capacity_replicas(s: GroupSignals) -> int:
     return min(s.replicas, s.partitions)
 
 
-def _needed(rps: float, per_replica_rps: float, utilization: float) -> int:
-    """Replicas that carry `rps` at the target utilization."""
-    return math.ceil(rps / (per_replica_rps * utilization) - _EPS)
+def _needed(rps: float, per_replica_rps: float, state: GroupState, config: PolicyConfig) -> int:
+    """Replicas that carry `rps` with the learned spare (`headroom.py`)."""
+    return replicas_for(rps / per_replica_rps, state, config)
 
 
-def raw_desired(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
-    """Arrival rate over per-replica throughput at the target utilization, with a band."""
-    plan = Plan(signals=s, state=state, desired=s.replicas, diagnosis="steady")
+def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
+    """Arrival rate over per-replica throughput at the safe utilization, with a band."""
+    s = plan.signals
     lam, mu = s.arrival_rps, s.service_rps_per_replica
     if lam is None:
         return plan.with_(
             reason=Reason("arrival_unknown", "arrival rate not measured: holding", {})
         )
+    rate = arrival_estimate(plan, config)
+    lam = lam if rate is None else rate.level
     if lam <= 0 and not s.lag:
         return plan.with_(
             desired=0,
@@ -47,22 +54,22 @@ def raw_desired(s: GroupSignals, state: GroupState, config: PolicyConfig, now: f
     if mu is None or mu <= 0:
         return _from_utilization(plan, config)
     capacity = _capacity_replicas(s)
-    projected = lam / (mu * capacity) if capacity else math.inf
-    needed = _needed(lam, mu, config.target_utilization)
+    spare = spare_replicas(plan.state, config)
+    needed = _needed(lam, mu, plan.state, config)
     numbers = {
         "arrival_rps": lam,
         "service_rps_per_replica": mu,
-        "projected_utilization": projected,
-        "target_utilization": config.target_utilization,
+        "busy_replicas": lam / mu,
+        "spare_replicas": spare,
         "needed": needed,
     }
-    if abs(projected - config.target_utilization) <= config.utilization_band:
+    # One replica of hysteresis on the way down: a step that small is mostly noise.
+    if needed <= capacity <= needed + 1:
         return plan.with_(
             reason=Reason(
                 "within_band",
-                f"arrival {lam:.0f}/s at {mu:.0f}/s per replica puts {capacity} at "
-                f"{projected:.0%}, within {config.target_utilization:.0%}"
-                f"±{config.utilization_band:.0%}",
+                f"arrival {lam:.0f}/s at {mu:.0f}/s per replica is {lam / mu:.1f} busy "
+                f"+ {spare:.1f} spare: {needed}, {capacity} within one",
                 numbers,
             )
         )
@@ -71,8 +78,8 @@ def raw_desired(s: GroupSignals, state: GroupState, config: PolicyConfig, now: f
         diagnosis=direction(needed, s.replicas),
         reason=Reason(
             "arrival",
-            f"arrival {lam:.0f}/s needs {needed} at {mu:.0f}/s per replica "
-            f"and {config.target_utilization:.0%} utilization",
+            f"arrival {lam:.0f}/s at {mu:.0f}/s per replica is {lam / mu:.1f} busy "
+            f"+ {spare:.1f} spare: {needed}",
             numbers,
         ),
     )
@@ -85,7 +92,7 @@ def _from_utilization(plan: Plan, config: PolicyConfig) -> Plan:
         return plan.with_(
             reason=Reason("throughput_unknown", "per-replica throughput not measured: holding", {})
         )
-    wanted = math.ceil(s.ready_replicas * s.utilization / config.target_utilization - _EPS)
+    wanted = replicas_for(s.ready_replicas * s.utilization, plan.state, config)
     desired = max(wanted, s.replicas)
     return plan.with_(
         desired=desired,
@@ -100,32 +107,36 @@ def _from_utilization(plan: Plan, config: PolicyConfig) -> Plan:
 
 
 def forecast(plan: Plan, config: PolicyConfig) -> Plan:
-    """Start replicas one time-to-ready early when arrivals are forecast to rise."""
+    """Start replicas one time-to-ready early when arrivals are clearly rising."""
     s = plan.signals
     mu, lam = s.service_rps_per_replica, s.arrival_rps
-    if mu is None or mu <= 0 or lam is None or plan.diagnosis == "idle":
+    rate = arrival_estimate(plan, config)
+    if mu is None or mu <= 0 or lam is None or rate is None or plan.diagnosis == "idle":
+        return plan
+    if rate.kind != "trend" or rate.trend_per_s <= 0:
         return plan
     horizon = config.horizon_s(s)
-    samples = (*plan.state.arrival_samples, (s.collected_at, lam))
-    fc = holt(samples, horizon, config.forecast_alpha, config.forecast_beta)
-    if fc is None or fc.value <= lam:
-        return plan
-    capacity = _capacity_replicas(s)
-    projected = fc.value / (mu * capacity) if capacity else math.inf
-    needed = _needed(fc.value, mu, config.target_utilization)
-    if projected <= config.target_utilization + config.utilization_band or needed <= plan.desired:
+    ahead = rate.ahead
+    cap = forecast_cap_load(plan, config)
+    if cap is not None and ahead > cap * mu:
+        ahead = cap * mu
+    needed = _needed(ahead, mu, plan.state, config)
+    if needed <= plan.desired:
         return plan
     return plan.with_(
         desired=needed,
         diagnosis="capacity_bound",
         reason=Reason(
             "forecast",
-            f"arrival {lam:.0f}/s forecast {fc.value:.0f}/s in {horizon:.0f} s",
+            f"arrival {rate.level:.0f}/s rising {rate.trend_per_s:.1f}/s "
+            f"(±{rate.trend_stderr_per_s:.1f}): {rate.ahead:.0f}/s in {horizon:.0f} s"
+            + (f", at most the remembered top {ahead:.0f}/s" if ahead < rate.ahead else ""),
             {
-                "arrival_rps": lam,
-                "forecast_rps": fc.value,
+                "arrival_rps": rate.level,
+                "forecast_rps": ahead,
                 "horizon_s": horizon,
-                "trend_rps_per_s": fc.trend_per_s,
+                "trend_rps_per_s": rate.trend_per_s,
+                "trend_stderr_rps_per_s": rate.trend_stderr_per_s,
                 "needed": needed,
             },
         ),
@@ -152,10 +163,12 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
     projected = excess + growth
     drain_s = config.backlog_drain_s
     lam_plan = max(lam, _forecast_rps(plan))
-    needed = math.ceil(
-        lam_plan / (mu * config.target_utilization) + projected / (mu * drain_s) - _EPS
+    needed = _needed(lam_plan, mu, plan.state, config) + math.ceil(
+        projected / (mu * drain_s) - _EPS
     )
-    raised = needed > plan.desired
+    # A group short of capacity for its arrivals stays capacity_bound; "backlog" is for the
+    # lag alone asking for more.
+    raised = needed > plan.desired and plan.diagnosis != "capacity_bound"
     return plan.with_(
         desired=max(needed, plan.desired),
         diagnosis="backlog" if raised else None,
@@ -232,7 +245,7 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
     }
     util = f", utilization {s.utilization:.0%}" if s.utilization is not None else ""
     return plan.with_(
-        desired=max(plan.desired, s.replicas),
+        desired=s.replicas,
         diagnosis="engine_bound",
         reason=Reason(
             "engine_bound",
@@ -246,12 +259,13 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
 def settle(plan: Plan, by_rate: int, config: PolicyConfig, now: float) -> Plan:
     """Just after a scale-down, a lag the rebalance pause explains adds nobody.
 
-    Every membership change pauses the whole group (eager rebalance): requests queue for
-    its length, then drain. After a scale-down, adding replicas back for that lag starts
-    another pause, and another (live runs flapped 8→1→2→3→4 on a load one replica
-    serves): hold what the arrival rate asks for until the group settles, unless the lag
-    is more than the pause can explain. After a scale-up nothing is held: a rising load
-    is what a backlog then means, and the starting replicas are already counted.
+    A membership change pauses the partitions it moves (all of them under an eager
+    rebalance): their requests queue for the pause, then drain. After a scale-down,
+    adding replicas back for that lag starts another pause, and another (live runs with
+    eager rebalances flapped 8→1→2→3→4 on a load one replica serves): hold what the
+    arrival rate asks for until the group settles, unless the lag is more than the pause
+    can explain. After a scale-up nothing is held: a rising load is what a backlog then
+    means, and the starting replicas are already counted.
     """
     s, state = plan.signals, plan.state
     changed = state.last_scale_down_at
@@ -278,14 +292,46 @@ def settle(plan: Plan, by_rate: int, config: PolicyConfig, now: float) -> Plan:
     )
 
 
+def not_while_rising(plan: Plan, config: PolicyConfig) -> Plan:
+    """No scale-down while arrivals rise or a request waits longer than the queue budget."""
+    s = plan.signals
+    if plan.desired >= s.replicas:
+        return plan
+    rate = arrival_estimate(plan, config)
+    rising = rate is not None and rate.rising()
+    budget = queue_budget_ms(s)
+    waiting = s.oldest_age_ms is not None and s.oldest_age_ms > budget
+    if not rising and not waiting:
+        return plan
+    why = (
+        "arrivals rising"
+        if rising
+        else f"oldest request {s.oldest_age_ms:.0f} ms > {budget:.0f} ms"
+    )
+    return plan.with_(
+        desired=s.replicas,
+        reason=Reason(
+            "not_while_rising",
+            f"scale-down to {plan.desired} waits: {why}",
+            {"wanted": plan.desired, "queue_budget_ms": budget},
+        ),
+    )
+
+
 def size(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
     """The SLO policy's sizing, composed of the named steps above."""
-    plan = raw_desired(s, state, config, now)
+    plan = Plan(signals=s, state=state, desired=s.replicas, diagnosis="steady")
+    plan = learn(plan, config, now)
+    plan = raw_desired(plan, config)
     plan = forecast(plan, config)
     by_rate = plan.desired
+    plan = fast_path(plan, config)
     plan = backlog(plan, config)
     plan = queue_breach(plan, config)
     plan = settle(plan, by_rate, config, now)
+    plan = burst_rise(plan, config)
+    plan = burst_hold(plan, config)
+    plan = not_while_rising(plan, config)
     plan = engine_hold(plan, config)
     return scale_up_step(plan, config)
 
@@ -296,6 +342,6 @@ decide = Pipeline(
     warm_floor=True,
     partition_cap=True,
     global_budget=True,
-    stabilizer=stabilize_rebalance_aware,
+    stabilizer=stabilize_slo,
 )
 """`decide(signals, state, config, now) -> (Decision, ScalerState)` for the SLO policy."""

@@ -33,6 +33,9 @@ class TickRecord:
     replicas: int
     ready: int
     desired: int
+    standby: int
+    """Standby replicas the group had at the tick (warming or warm)."""
+    desired_standby: int
     queue_p99_ms: float | None
     e2e_p99_ms: float | None
     diagnosis: str
@@ -88,9 +91,7 @@ class _Loop:
         self.actions = [0] * len(self.groups)
         self.started: list[list[tuple[float, float]]] = [[] for _ in self.groups]
         for g in self.groups:
-            for _ in range(params.initial_replicas if params.initial_replicas is not None else 1):
-                g.replicas.append(Replica(started_at=0.0, ready_at=0.0, free_at=0.0))
-            g.refresh_consumers(0.0)
+            g.start_with(params.initial_replicas if params.initial_replicas is not None else 1)
 
     def push(self, t: float, kind: EventKind, group: int = -1) -> None:
         heapq.heappush(self.events, (t, next(self.seq), kind, group))
@@ -136,6 +137,8 @@ class _Loop:
                     replicas=s.replicas,
                     ready=s.ready_replicas,
                     desired=d.desired,
+                    standby=s.standby_replicas or 0,
+                    desired_standby=d.standby,
                     queue_p99_ms=s.queue_p99_ms,
                     e2e_p99_ms=s.e2e_p99_ms,
                     diagnosis=d.diagnosis,
@@ -144,53 +147,96 @@ class _Loop:
         return now < self.last_arrival or any(g.head < g.times.size for g in self.groups)
 
     def _joins(self, gi: int, now: float) -> bool:
-        """A readiness event only rebalances if its replica was not cancelled meanwhile."""
-        return any(r.ready_at == now and r.gone_at is None for r in self.groups[gi].replicas)
+        """A readiness event only rebalances if its replica still consumes from then."""
+        return any(
+            r.consume_from == now and r.ready_at <= now and r.gone_at is None and not r.leaving
+            for r in self.groups[gi].replicas
+        )
 
     def _apply(self, decision: Decision, now: float) -> None:
-        """Scale-downs first (they free GPUs), then scale-ups round-robin within the cluster."""
-        wants: dict[int, int] = {}
+        """Releases first (they free GPUs), then starts round-robin within the cluster.
+
+        The actuator's contract for standby: it keeps `desired + standby` workers; a missing
+        consumer is a warm standby promoted first (it consumes after `standby_promote_s`),
+        then a standby still warming, then a cold start; a surplus consumer becomes a standby
+        while standby is short, else it stops.
+        """
+        wants: dict[int, list[bool]] = {}
         for gi, (g, d) in enumerate(zip(self.groups, decision.groups, strict=True)):
-            current = len(g.active())
-            if d.desired != current:
+            if d.desired != len(g.consuming_role()) or d.standby != len(g.standby_role()):
                 self.lines.append(f"t={now:7.0f}s {d.line()}")
                 self.actions[gi] += 1
-            if d.desired < current:
-                self._shrink(gi, current - d.desired, now)
-            elif d.desired > current:
-                wants[gi] = d.desired - current
+            wants[gi] = self._resize(gi, d.desired, d.standby, now)
         budget = self.params.max_total_replicas
         free = None if budget is None else budget - self.in_use(now)
-        # A cluster without priorities: pending replicas are placed one group at a time.
-        while wants and (free is None or free > 0):
-            for gi in list(wants):
-                if free is not None and free <= 0:
-                    break
-                self._grow(gi, now)
+        # A cluster without priorities: pending replicas are placed one group at a time,
+        # consumers before standby.
+        while any(wants.values()) and (free is None or free > 0):
+            for gi, queue in wants.items():
+                if not queue or (free is not None and free <= 0):
+                    continue
+                self._start(gi, now, standby=queue.pop(0))
                 free = None if free is None else free - 1
-                wants[gi] -= 1
-                if not wants[gi]:
-                    del wants[gi]
 
-    def _grow(self, gi: int, now: float) -> None:
+    def _resize(self, gi: int, desired: int, standby: int, now: float) -> list[bool]:
+        """Promote, demote and stop; returns the cold starts still needed (True = standby)."""
+        g = self.groups[gi]
+        consuming, spare = g.consuming_role(), g.standby_role()
+        if desired > len(consuming):
+            # Warm standby first, then the one closest to warm.
+            spare.sort(key=lambda r: r.ready_at)
+            for r in spare[: desired - len(consuming)]:
+                self._promote(gi, r, now)
+        elif desired < len(consuming):
+            self._release(gi, len(consuming) - desired, max(0, standby - len(spare)), now)
+        missing = max(0, desired - len(g.consuming_role()))
+        spare = g.standby_role()
+        if standby < len(spare):
+            # Stop the ones still warming first (nothing spent on warming them is lost yet
+            # that would not be lost anyway), then the newest.
+            spare.sort(key=lambda r: (r.ready_at <= now, -r.started_at))
+            for r in spare[: len(spare) - standby]:
+                r.gone_at = now
+        return [False] * missing + [True] * max(0, standby - len(spare))
+
+    def _start(self, gi: int, now: float, *, standby: bool) -> None:
         ready_at = now + self.params.time_to_ready_s
         self.groups[gi].replicas.append(
-            Replica(started_at=now, ready_at=ready_at, free_at=ready_at)
+            Replica(
+                started_at=now,
+                ready_at=ready_at,
+                free_at=ready_at,
+                consume_from=None if standby else ready_at,
+            )
         )
         self.started[gi].append((now, ready_at))
-        self.push(ready_at, "ready", gi)
+        if not standby:
+            self.push(ready_at, "ready", gi)
 
-    def _shrink(self, gi: int, count: int, now: float) -> None:
+    def _promote(self, gi: int, r: Replica, now: float) -> None:
+        """A standby consumes after the handover if warm, else once warm."""
+        r.consume_from = max(r.ready_at, now + self.params.standby_promote_s)
+        r.free_at = max(r.free_at, r.consume_from)
+        self.push(r.consume_from, "ready", gi)
+
+    def _release(self, gi: int, count: int, to_standby: int, now: float) -> None:
+        """Drop `count` consumers: still starting first, newest first; some stay as standby."""
         g = self.groups[gi]
-        # Cancel replicas still starting first (cheapest, no rebalance), newest first.
-        victims = sorted(g.active(), key=lambda r: (r.ready_at <= now, -r.started_at))[:count]
-        for r in victims:
-            if r.ready_at > now:
+        victims = sorted(g.consuming_role(), key=lambda r: (_consuming(r, now), -r.started_at))
+        for r in victims[:count]:
+            was_consuming = _consuming(r, now)
+            if to_standby > 0:
+                to_standby -= 1
+                r.consume_from = None
+            elif not was_consuming:
                 r.gone_at = now
                 continue
-            r.leaving = True
-            r.gone_at = max(now, r.free_at)
-            self.push(r.gone_at, "leave", gi)
+            else:
+                r.leaving = True
+                r.gone_at = max(now, r.free_at)
+            if was_consuming:
+                # Its partitions move once its batch in flight is done.
+                self.push(max(now, r.free_at), "leave", gi)
         g.refresh_consumers(now)
 
     def outcome(self, horizon_s: float) -> tuple[GroupOutcome, ...]:
@@ -239,6 +285,10 @@ def simulate(
         lines=tuple(loop.lines),
         wall_s=time.perf_counter() - started,
     )
+
+
+def _consuming(r: Replica, now: float) -> bool:
+    return r.consume_from is not None and r.consume_from <= now and r.ready_at <= now
 
 
 def served_share(outcome: GroupOutcome) -> float:

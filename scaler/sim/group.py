@@ -4,6 +4,14 @@ Arrivals are a sorted array consumed through a head index; replicas are servers 
 a free-at time. Between control events (ticks, readiness, departures) the set of
 consumers is fixed, so `advance` forms batches in a tight loop with O(1) work each
 (prefix sums give a batch's units), which keeps an hour of trace to seconds.
+
+Membership changes pause the group in one of two ways (`SimParams.pause_model`):
+`eager` stops every consumer for `rebalance_pause_s`; `incremental` pauses only the
+partitions that change owner, for `handover_pause_s`. Each request carries a partition
+(uniform, like a hash of its id); a change from n to m consumers moves |m - n| / max(m, n)
+of the partitions, picked at random. The pool stays one FIFO: a request of a moved
+partition that a consumer would take during the pause finishes that much later instead
+(work is conserved; only its latency and the lag see the pause).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from scaler.signals import GroupSignals
 from scaler.sim.params import ServiceModel, SimParams
@@ -25,23 +34,42 @@ from schemas.topics import Tier
 
 @dataclass
 class Replica:
-    """One simulated worker: started, ready from `ready_at`, busy until `free_at`."""
+    """One simulated worker: started, warm from `ready_at`, consuming from `consume_from`.
+
+    `consume_from` is None while the replica is a warm standby (loaded, not consuming).
+    """
 
     started_at: float
     ready_at: float
     free_at: float
+    consume_from: float | None
     leaving: bool = False
     gone_at: float | None = None
+
+    @property
+    def standby(self) -> bool:
+        """Kept loaded but not consuming."""
+        return self.consume_from is None
 
 
 @dataclass(frozen=True)
 class Batch:
-    """Requests [lo, hi) closed at `close` and finished at `end`."""
+    """Requests [lo, hi) closed at `close`, engine busy until `busy_end`, all done by `end`."""
 
     end: float
     lo: int
     hi: int
     close: float
+    busy_end: float
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Partitions `moved` are not served from `start_s` until `end_s`."""
+
+    start_s: float
+    end_s: float
+    moved: npt.NDArray[np.bool_]
 
 
 class GroupSim:
@@ -62,25 +90,58 @@ class GroupSim:
         self.completed = 0
         self.replicas: list[Replica] = []
         self.pause_until = 0.0
-        self._inflight: list[tuple[float, int, int, float]] = []
+        # Same partitions for every policy's run: a fixed seed, like fixed request ids.
+        self._rng = np.random.default_rng(n)
+        self.partition_of = self._rng.integers(0, params.partitions, n)
+        self.handovers: list[Handover] = []
+        self._members = 0
+        self._inflight: list[tuple[float, int, int, float, float]] = []
         self._done: deque[Batch] = deque()
         self._consumers: list[Replica] = []
 
     # --- membership ------------------------------------------------------------
 
     def active(self) -> list[Replica]:
-        """Replicas that count as the group's current size (not leaving, not gone)."""
+        """Replicas the group keeps now, consuming or standby (not leaving, not gone)."""
         return [r for r in self.replicas if not r.leaving and r.gone_at is None]
 
+    def consuming_role(self) -> list[Replica]:
+        """Replicas that consume or will once started: the group's size."""
+        return [r for r in self.active() if not r.standby]
+
+    def standby_role(self) -> list[Replica]:
+        """Replicas kept loaded but not consuming (warming or warm)."""
+        return [r for r in self.active() if r.standby]
+
+    def start_with(self, count: int) -> None:
+        """Begin with `count` replicas consuming at t=0 (no handover: nothing moved yet)."""
+        for _ in range(count):
+            self.replicas.append(Replica(0.0, ready_at=0.0, free_at=0.0, consume_from=0.0))
+        self.refresh_consumers(0.0)
+        self._members = len(self._consumers)
+
     def refresh_consumers(self, now: float) -> None:
-        """Ready, staying replicas consume, at most one per partition (extras idle)."""
-        ready = sorted((r for r in self.active() if r.ready_at <= now), key=lambda r: r.ready_at)
+        """Replicas past `consume_from` consume, at most one per partition (extras idle)."""
+        ready = sorted(
+            (r for r in self.consuming_role() if _consuming_at(r, now)), key=_consume_from
+        )
         self._consumers = ready[: self.params.partitions]
 
     def membership_changed(self, now: float) -> None:
-        """A rebalance: every consumer of the group stops polling for the pause."""
-        self.pause_until = max(self.pause_until, now + self.params.rebalance_pause_s)
+        """Consumers joined or left: pause the group (eager) or the moved partitions."""
         self.refresh_consumers(now)
+        before, after = self._members, len(self._consumers)
+        self._members = after
+        if self.params.pause_model == "eager":
+            self.pause_until = max(self.pause_until, now + self.params.rebalance_pause_s)
+            return
+        if after in (before, 0) or self.params.handover_pause_s <= 0:
+            return
+        partitions = self.params.partitions
+        count = max(1, round(partitions * abs(after - before) / max(after, before)))
+        moved = np.zeros(partitions, dtype=np.bool_)
+        moved[self._rng.choice(partitions, count, replace=False)] = True
+        self.handovers.append(Handover(now, now + self.params.handover_pause_s, moved))
 
     # --- serving ---------------------------------------------------------------
 
@@ -102,18 +163,38 @@ class GroupSim:
             )
             self.close_t[head:hi] = close
             self.end_t[head:hi] = end
+            done = self._hand_over(head, hi, close, end) if self.handovers else end
             replica.free_at = end
-            heapq.heappush(self._inflight, (end, head, hi, close))
+            heapq.heappush(self._inflight, (done, head, hi, close, end))
             head = hi
         self.head = head
+
+    def _hand_over(self, lo: int, hi: int, close: float, end: float) -> float:
+        """Delay requests of moved partitions taken during a handover; when the batch is done."""
+        while self.handovers and self.handovers[0].end_s <= self._times_list[lo]:
+            # Ended before this request arrived: no later request can be caught by it.
+            self.handovers.pop(0)
+        done = end
+        for h in self.handovers:
+            if not h.start_s <= close < h.end_s:
+                continue
+            caught = h.moved[self.partition_of[lo:hi]]
+            if caught.any():
+                # Fetched by the new owner once the handover ends, then served as long.
+                later = h.end_s + (end - close)
+                closes, ends = self.close_t[lo:hi], self.end_t[lo:hi]
+                closes[caught] = np.maximum(closes[caught], h.end_s)
+                ends[caught] = np.maximum(ends[caught], later)
+                done = max(done, later)
+        return done
 
     # --- what the collector would see -----------------------------------------
 
     def collect(self, now: float, arrival_window_s: float) -> GroupSignals:
         """Signals computed the way the collector does: offsets, histograms, registry."""
         while self._inflight and self._inflight[0][0] <= now:
-            end, lo, hi, close = heapq.heappop(self._inflight)
-            self._done.append(Batch(end, lo, hi, close))
+            end, lo, hi, close, busy_end = heapq.heappop(self._inflight)
+            self._done.append(Batch(end, lo, hi, close, busy_end))
             self.completed += hi - lo
         window = self.params.metrics_window_s
         while self._done and self._done[0].end <= now - window:
@@ -121,12 +202,13 @@ class GroupSim:
         arrived = int(np.searchsorted(self.times, now, side="right"))
         since = int(np.searchsorted(self.times, now - arrival_window_s, side="right"))
         lag = max(0, arrived - self.completed)
-        oldest = [lo for _, lo, _, _ in self._inflight]
+        oldest = [lo for _, lo, _, _, _ in self._inflight]
         if self.head < arrived:
             oldest.append(self.head)
         oldest_age_ms = 1000 * (now - float(self.times[min(oldest)])) if oldest and lag else 0.0
-        active = self.active()
-        ready = [r for r in active if r.ready_at <= now]
+        active = self.consuming_role()
+        ready = [r for r in active if _consuming_at(r, now)]
+        standby = self.standby_role()
         stats = self._window_stats(now, window, ready)
         return GroupSignals(
             group=self.name,
@@ -135,8 +217,11 @@ class GroupSim:
             replicas=len(active),
             ready_replicas=len(ready),
             starting_replicas=len(active) - len(ready),
+            standby_replicas=len(standby) if self.params.standby else None,
+            standby_ready_replicas=sum(1 for r in standby if r.ready_at <= now),
             partitions=self.params.partitions,
-            arrival_rps=(arrived - since) / arrival_window_s,
+            # The first windows are shorter than the window: divide by what was observed.
+            arrival_rps=(arrived - since) / min(arrival_window_s, now) if now > 0 else None,
             lag=lag,
             oldest_age_ms=oldest_age_ms,
             slo_p99_e2e_ms=self.params.slo_p99_e2e_ms[self.tier],
@@ -153,10 +238,13 @@ class GroupSim:
         start = now - window
         busy = sum(
             max(0.0, min(end, now) - max(close, start))
-            for end, _, _, close in (*((d.end, 0, 0, d.close) for d in self._done), *self._inflight)
+            for close, end in (
+                *((d.close, d.busy_end) for d in self._done),
+                *((i[3], i[4]) for i in self._inflight),
+            )
         )
         capacity = sum(
-            max(0.0, now - max(r.ready_at, start)) for r in ready[: self.params.partitions]
+            max(0.0, now - max(_consume_from(r), start)) for r in ready[: self.params.partitions]
         )
         utilization = min(1.0, busy / capacity) if capacity > 0 else None
         if not self._done:
@@ -173,7 +261,7 @@ class GroupSim:
         queue = self.close_t[idx] - arrivals
         e2e = self.end_t[idx] - arrivals
         engine = e2e - queue
-        service_s = sum(d.end - d.close for d in self._done)
+        service_s = sum(d.busy_end - d.close for d in self._done)
         return {
             "utilization": utilization,
             "service_rps_per_replica": idx.size / service_s if service_s > 0 else None,
@@ -218,3 +306,12 @@ def form_batch(
 
 def _free_at(replica: Replica) -> float:
     return replica.free_at
+
+
+def _consume_from(replica: Replica) -> float:
+    return replica.consume_from if replica.consume_from is not None else float("inf")
+
+
+def _consuming_at(replica: Replica, now: float) -> bool:
+    """Warm, in the consuming role and past its handover."""
+    return replica.ready_at <= now and _consume_from(replica) <= now

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 from pydantic import ValidationError
@@ -54,6 +54,10 @@ def read_service_model(path: Path) -> ServiceModel:
     )
 
 
+PauseModel = Literal["incremental", "eager"]
+"""How a membership change pauses a group: moved partitions only, or every consumer."""
+
+
 def _default_slos() -> dict[Tier, float]:
     return {"critical": 200.0, "interactive": 500.0, "batch": 60_000.0}
 
@@ -65,9 +69,19 @@ class SimParams:
     service: ServiceModel = field(default_factory=ServiceModel)
     slo_p99_e2e_ms: Mapping[Tier, float] = field(default_factory=_default_slos)
     time_to_ready_s: float = 30.0
-    """Start to consuming: load, warm-up and join."""
+    """Start to warm: load and warm-up (a cold replica then joins with a partition handover)."""
+    pause_model: PauseModel = "incremental"
+    """`incremental`: a membership change pauses only the partitions that move, for
+    `handover_pause_s`; `eager`: every consumer stops for `rebalance_pause_s` (aiokafka's
+    eager rebalance, for comparison)."""
+    handover_pause_s: float = 1.0
+    """incremental: seconds a moved partition is not served while it changes owner."""
     rebalance_pause_s: float = 1.0
-    """Every consumer of a group stops for this long on every membership change."""
+    """eager: every consumer of a group stops for this long on every membership change."""
+    standby: bool = True
+    """The actuator can keep warm standby replicas (loaded, not consuming) when asked."""
+    standby_promote_s: float = 1.0
+    """A warm standby replica consumes this long after it is asked to (the handover)."""
     partitions: int = 32
     min_replicas: int = 1
     warm_replicas: int = 1
@@ -86,21 +100,30 @@ class SimParams:
     """The oracle's schedule granularity."""
 
     def __post_init__(self) -> None:
-        if self.time_to_ready_s < 0 or self.rebalance_pause_s < 0 or self.drain_s < 0:
-            raise WorkloadError("time_to_ready_s, rebalance_pause_s and drain_s must be >= 0")
+        pauses = (self.rebalance_pause_s, self.handover_pause_s, self.standby_promote_s)
+        if self.time_to_ready_s < 0 or min(pauses) < 0 or self.drain_s < 0:
+            raise WorkloadError("time_to_ready_s, pauses, standby_promote_s, drain_s must be >= 0")
+        if self.pause_model not in get_args(PauseModel):
+            raise WorkloadError(f"pause_model must be one of {get_args(PauseModel)}")
         if self.partitions < 1 or self.collection_interval_s <= 0 or self.metrics_window_s <= 0:
             raise WorkloadError("partitions >= 1, intervals > 0")
         if (self.initial_replicas or 0) < 0 or self.min_replicas < 0 or self.oracle_step_s <= 0:
             raise WorkloadError("replica counts must be >= 0 and oracle_step_s > 0")
 
-    def with_overrides(self, overrides: Mapping[str, float]) -> SimParams:
+    def with_overrides(self, overrides: Mapping[str, float | str | bool]) -> SimParams:
         """A copy with scenario overrides (`time_to_ready_s`, `max_total_replicas`, ...)."""
         known = {f.name for f in dataclasses.fields(self)}
         unknown = set(overrides) - known
         if unknown:
             raise WorkloadError(f"unknown simulation override(s) {sorted(unknown)}")
         typed = {
-            k: (int(v) if isinstance(getattr(self, k), int) or k == "max_total_replicas" else v)
+            k: (
+                v
+                if isinstance(getattr(self, k), bool | str)
+                else int(v)
+                if isinstance(getattr(self, k), int) or k == "max_total_replicas"
+                else v
+            )
             for k, v in overrides.items()
         }
         return dataclasses.replace(self, **typed)  # type: ignore[arg-type]

@@ -23,6 +23,10 @@ def plot(cmp: Comparison, path: Path) -> None:
             axes[0][col].plot(ts, [t.arrival_rps for t in ticks], label=tier, lw=0.8)
             axes[1][col].plot(ts, [t.replicas for t in ticks], label=f"{tier}", lw=0.9)
             axes[1][col].plot(ts, [t.ready for t in ticks], ls=":", lw=0.8, label=f"{tier} ready")
+            if any(t.standby for t in ticks):
+                axes[1][col].plot(
+                    ts, [t.standby for t in ticks], ls="-.", lw=0.8, label=f"{tier} standby"
+                )
             o = cmp.oracles[tier]
             axes[1][col].step(
                 [i * o.step_s / 60 for i in range(len(o.replicas))],

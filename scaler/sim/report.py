@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -203,10 +204,13 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
 
 
 def write_json(cmp: Comparison, path: Path) -> None:
-    """Write the report; NaN becomes null so any JSON reader takes it."""
-    text = json.dumps(to_json(cmp), indent=1, default=str)
+    """Write the report (gzipped if the name ends in .gz); NaN becomes null for any reader."""
+    text = json.dumps(to_json(cmp), indent=1, default=str).replace("NaN", "null")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text.replace("NaN", "null"))
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode(), mtime=0))
+    else:
+        path.write_text(text)
 
 
 def table(cmp: Comparison) -> str:

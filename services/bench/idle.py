@@ -45,8 +45,10 @@ def _stack_pids(stack: Stack) -> dict[str, int]:
     pids: dict[str, int] = {"inferbus-up": os.getpid()}
     if stack.broker is not None and stack.broker.pid is not None:
         pids["broker"] = stack.broker.pid
-    if stack.ingest is not None and stack.ingest.pid is not None:
-        pids["ingest"] = stack.ingest.pid
+    if stack.ingest is not None:
+        for child in stack.ingest.children:
+            if child.pid is not None:
+                pids[child.name] = child.pid
     if stack.actuator is not None:
         for group in stack.actuator.groups():
             for i, pid in enumerate(stack.actuator.pids(group)):

@@ -199,6 +199,7 @@ def up(
     ] = None,
     models: ModelsDir = Path("models"),
     workers: Annotated[int, typer.Option(help="Workers to start per model and tier.")] = 1,
+    ingest: Annotated[int, typer.Option(help="Ingest instances (one consumer group).")] = 1,
     headless: Annotated[bool, typer.Option(help="Status lines instead of the live view.")] = False,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     scaler: Annotated[bool, typer.Option(help="Run the scaler with the local actuator.")] = True,
@@ -222,6 +223,7 @@ def up(
         tiers=_tiers(tiers) if tiers else None,
         broker_port=port,
         log_dir=log_dir,
+        ingest_instances=ingest,
     )
     try:
         asyncio.run(Stack(options).run())

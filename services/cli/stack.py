@@ -6,25 +6,33 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from infra.broker import EmbeddedBroker
+from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
-from infra.processes import ChildProcess, inferbus_command
+from infra.processes import SupervisedGroup, inferbus_command
 from infra.topics import ensure_topics, standard_topics
+from scaler.actuators.base import parse_group
 from scaler.actuators.local import LocalActuator
 from scaler.collector.collector import CollectorConfig
 from scaler.service import GroupView, ScalerService
 from scaler.signals import PolicyConfig
-from schemas.topics import Tier
+from schemas.telemetry import InstanceRecord
+from schemas.topics import INGEST_GROUP, INSTANCES, TIERS, Tier
 from services.models.demo import write_demo_models
+from services.runtime.membership import gone_record
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,8 @@ class StackOptions:
     """Collection interval and windows; None: the defaults."""
     worker_env: Mapping[str, str] | None = None
     """Extra environment for every worker the actuator starts."""
+    ingest_instances: int = 1
+    """Ingest processes, one consumer group: they share the ingest topics' partitions."""
 
 
 def _ms(value: float | None) -> str:
@@ -120,7 +130,10 @@ class Stack:
         self.options = options
         self.console = Console()
         self.broker: EmbeddedBroker | None = None
-        self.ingest: ChildProcess | None = None
+        self.ingest: SupervisedGroup | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._ingest_ids: dict[str, str] = {}
+        self._watch: asyncio.Task[None] | None = None
         self.actuator: LocalActuator | None = None
         self.scaler: ScalerService | None = None
         self.bootstrap: str | None = None
@@ -150,14 +163,19 @@ class Stack:
         created = await ensure_topics(bootstrap, standard_topics(names))
         self._say(f"models: {', '.join(names)}; topics created: {len(created)}")
         options.log_dir.mkdir(parents=True, exist_ok=True)
-        self.ingest = ChildProcess(
+        self._producer = make_producer(bootstrap, client_id="inferbus-up")
+        await start_with_retry(self._producer.start, what="up-producer")
+        self.ingest = SupervisedGroup(
             "ingest",
             inferbus_command(
                 "ingest", "--bootstrap", bootstrap, "--models", str(options.models_dir)
             ),
-            log_path=options.log_dir / "ingest.log",
+            options.ingest_instances,
+            env_for=self._ingest_env,
+            log_dir=options.log_dir,
         )
         self.ingest.start()
+        self._watch = asyncio.create_task(self._watch_ingest(), name="ingest-supervisor")
         self.actuator = LocalActuator(
             bootstrap,
             options.models_dir,
@@ -165,6 +183,7 @@ class Stack:
             env=options.worker_env,
             log_dir=options.log_dir,
             drain_in_background=True,  # a drain must not stall the scaler's loop
+            announce_exit=self._worker_gone,
         )
         self.scaler = ScalerService(
             bootstrap,
@@ -181,10 +200,53 @@ class Stack:
             )
         await self.scaler.start()
         self._say(
-            f"ingest and {len(self.scaler.collector.groups) * options.workers_per_group} worker(s) "
+            f"{options.ingest_instances} ingest and "
+            f"{len(self.scaler.collector.groups) * options.workers_per_group} worker(s) "
             f"starting; scaler {'on' if options.with_scaler else 'off'}; logs in {options.log_dir}"
         )
         return bootstrap
+
+    def _ingest_env(self, index: int) -> dict[str, str]:
+        instance_id = f"ingest-{socket.gethostname()}-{index}-{uuid.uuid4().hex[:6]}"
+        self._ingest_ids[f"ingest-{index}"] = instance_id
+        return {"INFERBUS_INGEST_INSTANCE_ID": instance_id}
+
+    async def _watch_ingest(self) -> None:
+        """Restart ingest instances that exit unasked, and say at once that they are gone."""
+        while True:
+            await asyncio.sleep(0.5)
+            if self.ingest is None:
+                return
+            for child in self.ingest.check():
+                instance_id = self._ingest_ids.get(child.name)
+                if instance_id:
+                    await self._announce_gone(
+                        gone_record(
+                            instance_id,
+                            model="",
+                            tiers=list(TIERS),
+                            group=INGEST_GROUP,
+                            service="inferbus-ingest",
+                        )
+                    )
+
+    async def _worker_gone(self, group: str, instance_id: str, returncode: int | None) -> None:
+        model, tier = parse_group(group)
+        await self._announce_gone(
+            gone_record(
+                instance_id, model=model, tiers=[tier], group=group, service="inferbus-worker"
+            )
+        )
+
+    async def _announce_gone(self, record: InstanceRecord) -> None:
+        if self._producer is None:
+            return
+        try:
+            await self._producer.send_and_wait(
+                INSTANCES, record.model_dump_json().encode(), key=record.instance_id.encode()
+            )
+        except KafkaError as exc:  # its lease runs out instead: slower, never wrong
+            log.warning("event=gone_announce_failed instance=%s error=%r", record.instance_id, exc)
 
     async def close(self) -> None:
         """Drain workers, stop ingest and the broker: whatever `start` got to; idempotent."""
@@ -195,9 +257,17 @@ class Stack:
         if self.actuator is not None:
             await self.actuator.close()
             self.actuator = None
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         if self.ingest is not None:
             await asyncio.to_thread(self.ingest.stop)
             self.ingest = None
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
         if self.broker is not None:
             await asyncio.to_thread(self.broker.stop)
             self.broker = None
@@ -242,8 +312,8 @@ class Stack:
             while not await wait_tick():
                 for group in sorted(scaler.views):
                     print(status_line(scaler.views[group]), flush=True)
-                if self.ingest is not None and not self.ingest.running:
-                    self._say("ingest exited; see its log")
+                if self.ingest is not None and self.ingest.restarts:
+                    self._say(f"ingest restarted {self.ingest.restarts} time(s); see its logs")
             return
         with Live(
             status_table(scaler.views, bootstrap, 0), console=self.console, refresh_per_second=1

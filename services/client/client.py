@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from infra.kafka import make_consumer, make_producer, start_with_retry
@@ -23,7 +24,8 @@ from schemas.frames import FrameError, join_frame
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
 from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
-from schemas.topics import INGEST, RESULTS, Tier
+from schemas.topics import RESULTS, Tier, ingest_topic
+from services.runtime.answers import Outgoing, Publisher
 from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
 from tracing.sampling import read_traceparent
@@ -127,12 +129,14 @@ class InferenceClient:
         tenant: str | None = None,
         client_id: str | None = None,
         see_all_results: bool = False,
+        patience_s: float = 30.0,
     ) -> None:
         self.bootstrap = bootstrap
         self.reply_to = reply_to
         self.tenant = tenant
         self.client_id = client_id or f"inferbus-client-{uuid.uuid4().hex[:8]}"
         self.see_all_results = see_all_results
+        self.patience_s = patience_s
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -140,7 +144,14 @@ class InferenceClient:
         self._mine: set[str] = set()
         self._seen = _SeenIds()
         self._stream: asyncio.Queue[InferenceResult] = asyncio.Queue()
+        self._publisher: Publisher | None = None
+        self._pending: dict[str, WireRequest] = {}
+        self._restarts = RestartDetector()
+        self._background: set[asyncio.Task[None]] = set()
+        self._watcher: asyncio.Task[None] | None = None
         self.duplicates_dropped = 0
+        self.resubmitted = 0
+        """Requests sent again because the broker lost them."""
 
     async def __aenter__(self) -> InferenceClient:
         await self.start()
@@ -172,6 +183,8 @@ class InferenceClient:
             await self._producer.stop()
             raise
         self._reader = asyncio.create_task(self._read(), name="client-results")
+        self._publisher = Publisher(self._producer, patience_s=self.patience_s)
+        self._watcher = asyncio.create_task(self._watch_restarts(), name="client-restarts")
 
     async def _partitions(self, topic: str) -> list[TopicPartition]:
         assert self._consumer is not None
@@ -188,10 +201,12 @@ class InferenceClient:
     async def stop(self) -> None:
         """Disconnect; pending `infer()` calls fail with CancelledError."""
         reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+        for task in (reader, self._watcher, *self._background):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._watcher = None
         for future in self._waiters.values():
             future.cancel()
         self._waiters.clear()
@@ -238,8 +253,10 @@ class InferenceClient:
         return WireRequest(envelope, payload)
 
     async def submit(self, request: WireRequest | InferenceRequest) -> str:
-        """Fire and forget: produce the request (acks=all) and return its id."""
-        producer = self._require_producer()
+        """Fire and forget: produce the request (acks=all) to its tier's ingest topic and
+        return its id. A broker that is away is waited for (`patience_s`), then the error
+        is raised."""
+        publisher = self._require_publisher()
         wire = request if isinstance(request, WireRequest) else WireRequest(request)
         envelope = wire.envelope
         self._mine.add(envelope.request_id)
@@ -248,15 +265,81 @@ class InferenceClient:
             (h.CONTENT_TYPE, content_type),
             (h.SCHEMA, h.REQUEST_SCHEMA_V1),
         ]
+        topic = ingest_topic(envelope.tier)
         key = (envelope.tenant or envelope.request_id).encode()
         attrs = RequestAttrs(
             model=envelope.model, tier=envelope.tier, request_id=envelope.request_id
         )
-        with send_span(INGEST, key=key, request=attrs) as span:
+        with send_span(topic, key=key, request=attrs) as span:
             inject(headers)
-            metadata = await producer.send_and_wait(INGEST, value, key=key, headers=headers)
-            set_delivery(span, partition=metadata.partition, offset=metadata.offset)
+            [ack] = await publisher.send_all([Outgoing(topic, key, value, headers)])
+            if isinstance(ack, BaseException):
+                raise ack
+            set_delivery(span, partition=ack.partition, offset=ack.offset)
+        if self._restarts.acked((ack.topic, ack.partition), ack.offset):
+            await self._broker_restarted()
         return envelope.request_id
+
+    async def _rewind_overrun_replies(self) -> None:
+        """A reply partition that ends before our position means the broker lost its logs."""
+        consumer = self._consumer
+        assert consumer is not None
+        known = consumer._client.cluster.partitions_for_topic(self.reply_to) or set()
+        tps = [tp for tp in consumer.assignment() if tp.partition in known]
+        try:
+            ends = await consumer.end_offsets(tps)
+            for tp, end in ends.items():
+                if await consumer.position(tp) > end:
+                    await self._broker_restarted()
+                    return
+        except KafkaError:
+            return  # away: asked again next round
+
+    async def _broker_restarted(self) -> None:
+        """Read the (new) reply logs from their start, and send again what awaits a result."""
+        consumer = self._consumer
+        assert consumer is not None
+        log.warning("event=broker_restart_detected reply_topic=%s", self.reply_to)
+        await consumer.seek_to_beginning(*consumer.assignment())
+        self._resubmit_pending()
+
+    def _resubmit_pending(self) -> None:
+        """The broker started over (it lost its log): requests awaiting a result may be gone
+        with it. Send them again under the same ids; a repeat is dropped by id."""
+        again = list(self._pending.values())
+        if not again:
+            return
+        log.warning("event=resubmitting count=%d", len(again))
+        self.resubmitted += len(again)
+        for wire in again:
+            task = asyncio.create_task(self._resubmit(wire))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _resubmit(self, wire: WireRequest) -> None:
+        try:
+            await self.submit(wire)
+        except KafkaError as exc:  # the waiting infer() reports the timeout with its id
+            log.warning("event=resubmit_failed request_id=%s error=%r", wire.request_id, exc)
+
+    async def _watch_restarts(self, every_s: float = 2.0) -> None:
+        """While results are awaited, ask whether the broker lost its logs: the reply
+        partitions then end before our position (read them from 0), and the ingest
+        partitions we wrote to end before what we wrote (resubmit)."""
+        while True:
+            await asyncio.sleep(every_s)
+            if not self._pending or self._consumer is None:
+                continue
+            await self._rewind_overrun_replies()
+            tps = [TopicPartition(topic, p) for topic, p in self._restarts.partitions()]
+            try:
+                ends = await self._consumer.end_offsets(tps)
+            except KafkaError:
+                continue  # away: asked again next round
+            for tp, end in ends.items():
+                if self._restarts.ended((tp.topic, tp.partition), end):
+                    await self._broker_restarted()
+                    break
 
     async def infer(
         self, request: WireRequest | InferenceRequest, *, timeout_s: float = 30.0
@@ -264,16 +347,20 @@ class InferenceClient:
         """Submit and await the result; TimeoutError names the request id."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferenceResult] = loop.create_future()
+        wire = request if isinstance(request, WireRequest) else WireRequest(request)
         self._waiters[request.request_id] = future
+        self._pending[request.request_id] = wire
+        deadline = loop.time() + timeout_s
         try:
-            await self.submit(request)
-            return await asyncio.wait_for(future, timeout_s)
+            await asyncio.wait_for(self.submit(wire), timeout_s)
+            return await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
         except TimeoutError:
             raise TimeoutError(
                 f"no result for request {request.request_id} within {timeout_s:.1f}s"
             ) from None
         finally:
             self._waiters.pop(request.request_id, None)
+            self._pending.pop(request.request_id, None)
 
     async def results(self) -> AsyncIterator[InferenceResult]:
         """Results as they arrive: this client's requests (or all, with see_all_results)."""
@@ -325,7 +412,36 @@ class InferenceClient:
             waiter.set_result(result)
         self._stream.put_nowait(result)
 
-    def _require_producer(self) -> AIOKafkaProducer:
-        if self._producer is None:
+    def _require_publisher(self) -> Publisher:
+        if self._publisher is None:
             raise RuntimeError("InferenceClient is not started: use `async with` or start()")
-        return self._producer
+        return self._publisher
+
+
+class RestartDetector:
+    """Tells when the broker started its logs over: an offset it acks, or a partition's end,
+    below what it acked on that partition before."""
+
+    def __init__(self) -> None:
+        self._acked: dict[tuple[str, int], int] = {}
+
+    def acked(self, tp: tuple[str, int], offset: int) -> bool:
+        """Record an ack; True when it reveals a restart (once: every partition starts over
+        with it, so what was known before is forgotten)."""
+        before = self._acked.get(tp)
+        if before is not None and offset <= before:
+            self._acked = {tp: offset}
+            return True
+        self._acked[tp] = offset
+        return False
+
+    def ended(self, tp: tuple[str, int], end: int) -> bool:
+        """A partition's listed end; True when it reveals a restart (then all forgotten)."""
+        before = self._acked.get(tp)
+        if before is not None and end <= before:
+            self._acked = {}
+            return True
+        return False
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return list(self._acked)

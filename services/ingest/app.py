@@ -26,6 +26,7 @@ from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
+from infra.topics import TopicKeeper, standard_topics
 from schemas import headers as h
 from schemas.errors import EngineError
 from schemas.result import error_result
@@ -78,7 +79,7 @@ class IngestService:
         )
         self.counts: Counter[str] = Counter()
         self.producer = make_producer(bootstrap, client_id=self.instance_id)
-        self.publisher = Publisher(self.producer, attempts=self.settings.publish_attempts)
+        self.publisher = Publisher(self.producer, patience_s=self.settings.publish_patience_s)
         self.offsets = OffsetTracker()
         self.membership = Membership(
             self._send_and_wait,
@@ -100,6 +101,11 @@ class IngestService:
         self.stopped = asyncio.Event()
         self.telemetry = TelemetryPublisher(
             self._send_telemetry, instance_id=self.instance_id, service="inferbus-ingest"
+        )
+        self.topics = (
+            TopicKeeper(bootstrap, lambda: standard_topics(repository.names()))
+            if self.settings.keep_topics
+            else None
         )
         self._handled = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -132,6 +138,8 @@ class IngestService:
         for consumer in self.consumers:
             await consumer.start()
         self.telemetry.start()
+        if self.topics is not None:
+            self.topics.start()
         self._tasks = [
             asyncio.create_task(self._poll_loop(consumer), name=f"ingest-poll-{i}")
             for i, consumer in enumerate(self.consumers)
@@ -158,6 +166,8 @@ class IngestService:
             await consumer.close()
         await self.membership.stop_refresh()
         await self.telemetry.stop()
+        if self.topics is not None:
+            await self.topics.stop()
         with contextlib.suppress(KafkaError):
             await self.membership.publish("gone")
         await self.depths.stop()
@@ -184,7 +194,12 @@ class IngestService:
         last one's acks (at most `polls_in_flight` of them; commits stay in offset order)."""
         slots = asyncio.Semaphore(self.settings.polls_in_flight)
         while True:
-            records = await consumer.poll(timeout_ms=500)
+            try:
+                records = await consumer.poll(timeout_ms=500)
+            except Exception as exc:  # a poll loop never dies in silence: said, then again
+                log.error("event=poll_failed error=%r (retrying in 1 s)", exc)
+                await asyncio.sleep(1.0)
+                continue
             if not records:
                 continue
             await slots.acquire()
@@ -211,8 +226,9 @@ class IngestService:
         outcomes: list[Outcome] = []
         traces: list[TraceRef] = []
         spans: list[IngestSpans | None] = []
+        epochs = []
         for record in records:
-            self.offsets.polled(record.topic, record.partition, record.offset)
+            epochs.append(self.offsets.polled(record.topic, record.partition, record.offset))
             trace = read_traceparent(record.headers) or new_trace(ratio)
             span = IngestSpans.start(record, trace) if tracing and trace.sampled else None
             outcome = handle_event(
@@ -237,8 +253,8 @@ class IngestService:
         if failed:
             await self._undeliverable(records, outcomes, outgoing, acks, failed)
         self._account(records, outcomes, acks, spans)
-        for record in records:
-            self.offsets.answered(record.topic, record.partition, record.offset)
+        for record, epoch in zip(records, epochs, strict=True):
+            self.offsets.answered(record.topic, record.partition, record.offset, epoch)
         self._handled.set()
 
     def _outgoing(

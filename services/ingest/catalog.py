@@ -183,6 +183,12 @@ class QueueDepths:
             if not tps:
                 continue
             ends = await consumer.end_offsets(tps)
+            for tp, end in ends.items():
+                if end < self._acked_end.get(tp, 0):
+                    # The partition's log starts over (a broker that lost its state): what
+                    # ingest routed to the old one says nothing of the new.
+                    self._acked_end.pop(tp, None)
+                    self._first_acked.pop(tp, None)
             self._listed_end.update(ends)
             for tp in tps:
                 committed = await consumer.committed(tp)

@@ -88,6 +88,8 @@ class DeadLetter:
 
 
 Outcome = Route | Answer | DeadLetter
+MIN_DRAIN_RPS = 1.0
+"""Below this drain rate the wait estimate is not trusted."""
 
 
 def _ms(moment: datetime) -> int:
@@ -284,7 +286,9 @@ def _check_queue(
             bound=slo.max_queue,
         )
     rate = catalog.drain_rate(topic)
-    if deadline is None or not rate or depth == 0:
+    if deadline is None or rate is None or rate < MIN_DRAIN_RPS or depth == 0:
+        # Workers that serve next to nothing are not working the queue (none there yet, a
+        # broker coming back): the queue bound decides, not a rate that says nothing.
         return
     # The drain rate is the workers' capacity only while the queue grows (they are busy);
     # QueueDepths reports none otherwise, so an idle group never rejects on it.

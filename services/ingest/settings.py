@@ -32,8 +32,11 @@ class IngestSettings(BaseSettings):
     then answered `rejected_overload` at once, so critical and interactive ones go first."""
     lease_s: float = Field(default=6.0, gt=0)
     """Registry lease: another ingest takes this one's partitions this long after it died."""
-    publish_attempts: int = Field(default=4, ge=1)
-    """Tries to produce a poll's outcomes before falling back (error result, then DLQ)."""
+    publish_patience_s: float = Field(default=60.0, gt=0)
+    """How long a poll's outcomes are retried while the broker is away or re-creating a
+    topic, seconds, before the fallback (an error result, then the DLQ)."""
+    keep_topics: bool = True
+    """Re-create missing topics (a broker that lost its state); off where ACLs forbid it."""
     queue_refresh_ms: int = Field(default=500, gt=0)
     """How often tier queue depths are re-read for overload checks, milliseconds."""
     model_refresh_s: float = Field(default=5.0, gt=0)

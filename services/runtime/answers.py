@@ -11,14 +11,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    UnknownError,
+)
 from aiokafka.structs import RecordMetadata, TopicPartition
 
 from schemas import headers as h
@@ -120,6 +127,20 @@ def result_headers(form: OutputForm) -> Headers:
 class UnknownTopic(KafkaError):  # type: ignore[misc]
     """A record's topic does not exist (or the broker cannot be reached to say)."""
 
+    retriable = True
+    """A topic can come (back): the embedded broker's topics are re-created after a restart."""
+
+
+def retriable(error: BaseException) -> bool:
+    """Whether trying again later can succeed (aiokafka marks its errors so).
+
+    UnknownError counts too: Tansu answers it for a topic it lost in a restart, and the
+    topic comes back.
+    """
+    if isinstance(error, KafkaTimeoutError | KafkaConnectionError | UnknownError):
+        return True
+    return isinstance(error, KafkaError) and bool(getattr(error, "retriable", False))
+
 
 class Publisher:
     """Produces many records as a few record batches, then awaits every ack.
@@ -132,11 +153,17 @@ class Publisher:
     """
 
     def __init__(
-        self, producer: AIOKafkaProducer, *, attempts: int = 4, metadata_timeout_s: float = 5.0
+        self,
+        producer: AIOKafkaProducer,
+        *,
+        patience_s: float = 60.0,
+        metadata_timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.producer = producer
-        self.attempts = attempts
+        self.patience_s = patience_s
         self.metadata_timeout_s = metadata_timeout_s
+        self._clock = clock
         self._next_partition: dict[str, int] = {}
 
     async def _partitions(self, topics: set[str]) -> dict[str, int | BaseException]:
@@ -160,24 +187,32 @@ class Publisher:
         return out
 
     async def send_all(self, records: Sequence[Outgoing]) -> list[RecordMetadata | BaseException]:
-        """Per record, in order: its ack, or the error that outlived every attempt."""
+        """Per record, in order: its ack, or the error that ended its tries.
+
+        Errors the broker may recover from (it is away, restarting, re-creating a topic)
+        are retried with backoff for `patience_s`; the others (a record too large, no
+        authorization) end at once.
+        """
         outcomes: list[RecordMetadata | BaseException] = [KafkaError("not sent") for _ in records]
         pending = list(range(len(records)))
-        for attempt in range(1, self.attempts + 1):
+        give_up_at = self._clock() + self.patience_s
+        attempt = 0
+        while pending:
+            attempt += 1
             failed = await self._send_once(records, pending, outcomes)
-            if not failed:
+            pending = [i for i in failed if retriable(outcomes[i])]
+            if not pending or self._clock() >= give_up_at:
                 break
-            pending = failed
-            if attempt < self.attempts:
-                delay = 0.2 * 2**attempt
+            delay = min(0.1 * 2**attempt, 2.0)
+            if attempt == 1 or attempt % 10 == 0:
                 log.warning(
                     "event=publish_retry attempt=%d failed=%d delay_s=%.1f error=%r",
                     attempt,
-                    len(failed),
+                    len(pending),
                     delay,
-                    outcomes[failed[0]],
+                    outcomes[pending[0]],
                 )
-                await asyncio.sleep(delay)
+            await asyncio.sleep(delay)
         return outcomes
 
     async def _send_once(

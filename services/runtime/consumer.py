@@ -64,6 +64,8 @@ class ConsumerOptions:
     """A partition being released waits at most this for its in-hand records."""
     control_window_s: float = 30.0
     """How far back the registry and decisions are read at start, seconds."""
+    position_check_s: float = 5.0
+    """How often owned partitions' positions are checked against their logs' ends."""
     commit_interval_s: float = 0.1
     """Commits coalesce: at most one per this interval while records flow (every commit is
     a broker request; a crash repeats at most this much, which at-least-once allows)."""
@@ -93,6 +95,9 @@ class OwnedConsumer:
         self._group_topics = list(groups)
         self._control_topics = CONTROL_TOPICS if control else ()
         self._seen_version = -1
+        self._control: tuple[TopicPartition, ...] = ()
+        self._last_position_check = time.monotonic()
+        self._seen_restarts = 0
         self._groups: list[_Group] = []
         self._consumer: AIOKafkaConsumer | Any = None
         self.pacer: FetchPacer | None = None
@@ -131,6 +136,7 @@ class OwnedConsumer:
             self._groups.append(_Group(group, topic, counts[topic], committer))
         data = [TopicPartition(g.topic, p) for g in self._groups for p in range(g.partitions)]
         control = [TopicPartition(t, p) for t in self._control_topics for p in range(counts[t])]
+        self._control = tuple(control)
         consumer.assign(data + control)
         consumer.pause(*data)
         if control:
@@ -192,9 +198,18 @@ class OwnedConsumer:
     ) -> list[ConsumerRecord[bytes, bytes]]:
         """The next data records (registry and decision records are folded on the way)."""
         limit = self.options.max_poll_records
-        batches = await self._consumer.getmany(
-            timeout_ms=timeout_ms, max_records=min(max_records or limit, limit)
-        )
+        try:
+            batches = await self._consumer.getmany(
+                timeout_ms=timeout_ms, max_records=min(max_records or limit, limit)
+            )
+        except KafkaError as exc:
+            # aiokafka's fetcher died (it does not come back by itself): a fresh consumer
+            # takes the same partitions from their committed offsets.
+            log.warning(
+                "event=consumer_broken client=%s error=%r (rebuilding)", self.client_id, exc
+            )
+            await self._rebuild()
+            return []
         records: list[ConsumerRecord[bytes, bytes]] = []
         for tp, batch in batches.items():
             if tp.topic in CONTROL_TOPICS:
@@ -210,7 +225,79 @@ class OwnedConsumer:
             self._seen_version = self.membership.version
             self._last_rebalance = now
             await self.rebalance()
+        if now - self._last_position_check >= self.options.position_check_s:
+            self._last_position_check = now
+            if await self._overrun():
+                self.membership.broker_restarts += 1
+        if self.membership.broker_restarts != self._seen_restarts:
+            self._seen_restarts = self.membership.broker_restarts
+            await self._read_all_again()
         return records
+
+    async def _overrun(self) -> bool:
+        """Whether a partition's log ends before our position: the broker lost its state
+        and counts offsets from 0 again (Tansu does not say so; it returns nothing)."""
+        tps = [
+            TopicPartition(g.topic, p) for g in self._groups for p in g.owned - g.releasing
+        ] + list(self._control)
+        # Only partitions the broker knows now: one it lost (not re-created yet) would fail
+        # the whole ListOffsets request.
+        cluster = self._consumer._client.cluster
+        tps = [tp for tp in tps if tp.partition in (cluster.partitions_for_topic(tp.topic) or ())]
+        if not tps:
+            return False
+        try:
+            ends = await self._consumer.end_offsets(tps)
+            for tp, end in ends.items():
+                position = await asyncio.wait_for(self._consumer.position(tp), 1.0)
+                if position > end:
+                    log.warning(
+                        "event=broker_lost_its_logs topic=%s partition=%d position=%d end=%d",
+                        tp.topic,
+                        tp.partition,
+                        position,
+                        end,
+                    )
+                    return True
+        except (KafkaError, TimeoutError):
+            return False  # the broker is away; asked again next round
+        return False
+
+    async def _read_all_again(self) -> None:
+        """Every log is new: read every partition held from its beginning. What was read
+        of the new logs already comes again (answers repeat; clients drop repeats by id),
+        and nothing written to them since the restart is skipped."""
+        tps = [
+            TopicPartition(g.topic, p) for g in self._groups for p in g.owned - g.releasing
+        ] + list(self._control)
+        log.warning("event=reading_from_the_start partitions=%d", len(tps))
+        for tp in tps:
+            self.offsets.forget(tp.topic, tp.partition)
+        if tps:
+            await self._consumer.seek_to_beginning(*tps)
+
+    async def _rebuild(self) -> None:
+        old = self._consumer
+        with contextlib.suppress(Exception):  # it is broken: only its closing is at stake
+            await old.stop()
+        consumer = self._consumer = make_consumer(
+            bootstrap=self.bootstrap,
+            group_id=None,
+            client_id=self.client_id,
+            max_poll_records=self.options.max_poll_records,
+        )
+        self.pacer = FetchPacer(consumer)
+        await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
+        data = [TopicPartition(g.topic, p) for g in self._groups for p in range(g.partitions)]
+        consumer.assign(data + list(self._control))
+        consumer.pause(*data)
+        if self._control:
+            await self._seek_recent(list(self._control))
+        owned = {g.group: frozenset(g.owned - g.releasing) for g in self._groups}
+        for group in self._groups:
+            group.owned -= owned[group.group]
+            if owned[group.group]:
+                await self._acquire(group, owned[group.group])
 
     def hold(self, topics: set[str]) -> None:
         """Stop reading these topics' owned partitions until released (backpressure)."""

@@ -64,6 +64,25 @@ class Consuming:
     at: float
 
 
+def gone_record(
+    instance_id: str, *, model: str, tiers: list[Tier], group: str, service: str
+) -> InstanceRecord:
+    """The last word for an instance whose process died: a supervisor says it at once, so
+    its partitions move now instead of when its lease runs out."""
+    now = _utcnow()
+    return InstanceRecord(
+        instance_id=instance_id,
+        service=service,
+        model=model,
+        tiers=tiers,
+        group=group,
+        groups=[group],
+        state="gone",
+        started_at=now,
+        updated_at=now,
+    )
+
+
 class Membership:
     """Publishes this instance's record and keeps the registry and decisions it has read."""
 
@@ -90,6 +109,9 @@ class Membership:
         self._publish_lock = asyncio.Lock()
         self.version = 0
         """Bumped whenever the view of other members or decisions changes."""
+        self.broker_restarts = 0
+        """Bumped when a consumer of this instance finds a log that started over: the broker
+        lost its state, every log is new, and every consumer reads its partitions again."""
 
     # ---- this instance -----------------------------------------------------------------
 

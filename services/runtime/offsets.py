@@ -12,6 +12,9 @@ class PartitionOffsets:
     outstanding: set[int] = field(default_factory=set)
     highest_done: int = -1
     committed: int | None = None
+    highest_polled: int = -1
+    epoch: int = 0
+    """Bumped when the partition starts over (a broker that lost its log)."""
 
 
 class OffsetTracker:
@@ -25,18 +28,32 @@ class OffsetTracker:
     def __init__(self) -> None:
         self._partitions: dict[tuple[str, int], PartitionOffsets] = {}
 
-    def polled(self, topic: str, partition: int, offset: int) -> None:
-        """A record was taken in hand."""
-        self._partitions.setdefault((topic, partition), PartitionOffsets()).outstanding.add(offset)
+    def polled(self, topic: str, partition: int, offset: int) -> int:
+        """A record was taken in hand; returns the partition's epoch to answer it with.
 
-    def answered(self, topic: str, partition: int, offset: int) -> None:
-        """A record's result is acked by the broker; ignored unless the record is outstanding.
+        An offset at or below one already polled means the partition started over (the
+        broker lost its log and offsets count from 0 again): a new epoch, and the old one's
+        late answers no longer count.
+        """
+        key = (topic, partition)
+        state = self._partitions.get(key)
+        if state is None:
+            state = self._partitions[key] = PartitionOffsets()
+        elif offset <= state.highest_polled:
+            state = self._partitions[key] = PartitionOffsets(epoch=state.epoch + 1)
+        state.outstanding.add(offset)
+        state.highest_polled = offset
+        return state.epoch
+
+    def answered(self, topic: str, partition: int, offset: int, epoch: int = 0) -> None:
+        """A record's result is acked by the broker; ignored unless the record is outstanding
+        in that epoch.
 
         A late answer for a forgotten (revoked) partition must not recreate its state with
         `highest_done` past records that were dropped unanswered: the next commit would skip them.
         """
         state = self._partitions.get((topic, partition))
-        if state is None or offset not in state.outstanding:
+        if state is None or state.epoch != epoch or offset not in state.outstanding:
             return
         state.outstanding.discard(offset)
         state.highest_done = max(state.highest_done, offset)

@@ -147,7 +147,7 @@ class Worker:
                     starvation_s=self.settings.starvation_ms / 1000,
                 )
             ),
-            publisher=Publisher(self.producer, attempts=self.settings.publish_attempts),
+            publisher=Publisher(self.producer, patience_s=self.settings.publish_patience_s),
             offsets=self.offsets,
             groups=self.groups,
         )

@@ -53,6 +53,8 @@ class InHand:
     batch_wait_ms: float | None = None
     form: OutputForm = "list"
     """Outputs go back in the request's form: frame for frame, b64 for b64, else lists."""
+    epoch: int = 0
+    """The offset tracker's epoch of its partition when it was polled."""
     trace: TraceRef | None = None
     tracestate: bytes | None = None
     spans: RequestSpans | None = None

@@ -127,7 +127,12 @@ class Pipeline:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.answered.wait(), 0.1)
                 continue
-            records = await consumer.poll(timeout_ms=500, max_records=room)
+            try:
+                records = await consumer.poll(timeout_ms=500, max_records=room)
+            except Exception as exc:  # a poll loop never dies in silence: said, then again
+                log.error("event=poll_failed tier=%s error=%r (retrying in 1 s)", tier, exc)
+                await asyncio.sleep(1.0)
+                continue
             if records:
                 self.take(records, tier)
                 self.wakeup.set()
@@ -139,10 +144,10 @@ class Pipeline:
         config, tokenize = version.config, self.host.tokenize
         tracing = tracing_enabled()
         now = time.monotonic()
-        dead: list[tuple[ConsumerRecord[bytes, bytes], Unparseable]] = []
+        dead: list[tuple[ConsumerRecord[bytes, bytes], Unparseable, int]] = []
         failed: list[tuple[InHand, InferbusError]] = []
         for record in records:
-            self.offsets.polled(record.topic, record.partition, record.offset)
+            epoch = self.offsets.polled(record.topic, record.partition, record.offset)
             self.in_hand += 1
             try:
                 item = decode_record(
@@ -153,8 +158,9 @@ class Pipeline:
                     max_samples=config.batching.max_batch_size,
                 )
             except Unparseable as exc:
-                dead.append((record, exc))
+                dead.append((record, exc, epoch))
                 continue
+            item.epoch = epoch
             if tracing and item.trace is not None and item.trace.sampled:
                 item.spans = RequestSpans.start(
                     record,
@@ -382,7 +388,7 @@ class Pipeline:
         self._account_answers(answers, acks)
         for answer in answers:
             item = answer.item
-            self.offsets.answered(item.topic, item.partition, item.offset)
+            self.offsets.answered(item.topic, item.partition, item.offset, item.epoch)
         self.in_hand -= len(answers)
         self.answered.set()
         self._request_commits()
@@ -447,7 +453,7 @@ class Pipeline:
             record_stages(self.settings.model, tier, {k: np.asarray(v) for k, v in values.items()})
 
     async def _dead_letter(
-        self, records: list[tuple[ConsumerRecord[bytes, bytes], Unparseable]]
+        self, records: list[tuple[ConsumerRecord[bytes, bytes], Unparseable, int]]
     ) -> None:
         outgoing = [
             Outgoing(
@@ -458,17 +464,17 @@ class Pipeline:
                     str(error), topic=record.topic, partition=record.partition, offset=record.offset
                 ),
             )
-            for record, error in records
+            for record, error, _ in records
         ]
         await deliver_until_taken(self.publisher, outgoing)
-        for record, error in records:
+        for record, error, epoch in records:
             log.info(
                 "event=dead_lettered topic=%s offset=%d reason=%r",
                 record.topic,
                 record.offset,
                 error.message[:200],
             )
-            self.offsets.answered(record.topic, record.partition, record.offset)
+            self.offsets.answered(record.topic, record.partition, record.offset, epoch)
         self.counts["dead_lettered"] += len(records)
         self.in_hand -= len(records)
         self.answered.set()

@@ -45,8 +45,9 @@ class WorkerSettings(BaseSettings):
     """Telemetry heartbeat period, seconds."""
     reload_check_s: float = Field(default=2.0, gt=0)
     """How often the repository is checked for a newer version, seconds (0 = never)."""
-    publish_attempts: int = Field(default=4, ge=1)
-    """Tries to publish a batch's results before they go to the DLQ as undeliverable."""
+    publish_patience_s: float = Field(default=60.0, gt=0)
+    """How long results are retried while the broker is away or re-creating a topic,
+    seconds; what still fails then goes to the DLQ as undeliverable."""
     drain_timeout_s: float = Field(default=30.0, gt=0)
     """On SIGTERM, how long to finish in-hand work before leaving, seconds."""
     metrics_port: int = 0

@@ -37,7 +37,15 @@ from scaler.telemetry import TelemetryReader
 from schemas import headers as h
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
-from schemas.topics import INGEST, INGEST_GROUP, TELEMETRY, Tier, request_topic, worker_group
+from schemas.topics import (
+    INGEST,
+    INGEST_GROUP,
+    TELEMETRY,
+    Tier,
+    ingest_topic,
+    request_topic,
+    worker_group,
+)
 from services.client import InferenceClient
 from services.client.client import to_wire_inputs
 from services.models.demo import ENCODER, MLP
@@ -51,6 +59,8 @@ SECRET_FLOAT = 0.123456789
 SECRET_TEXT = "zebra quokka marmalade 7431"
 ENCODER_TIER: Tier = "batch"
 HEARTBEAT_S = 0.5
+CLIENT_INGEST = ingest_topic("interactive")
+"""The client produces to its request's tier's ingest topic."""
 SPAN_WAIT_S = 20.0
 
 
@@ -239,7 +249,7 @@ async def test_one_trace_per_request_across_processes(
     client_send = await asyncio.to_thread(
         receiver.wait_for,
         lambda spans: any(
-            s.name == f"send {INGEST}" and s.attributes.get("inferbus.request_id") == rid
+            s.name == f"send {CLIENT_INGEST}" and s.attributes.get("inferbus.request_id") == rid
             for s in spans
         ),
         SPAN_WAIT_S,
@@ -247,12 +257,12 @@ async def test_one_trace_per_request_across_processes(
     trace_id = next(
         s.trace_id
         for s in client_send
-        if s.name == f"send {INGEST}" and s.attributes.get("inferbus.request_id") == rid
+        if s.name == f"send {CLIENT_INGEST}" and s.attributes.get("inferbus.request_id") == rid
     )
     tier_topic = request_topic(MLP, "interactive")
     expected = {
-        f"send {INGEST}",
-        f"process {INGEST}",
+        f"send {CLIENT_INGEST}",
+        f"process {CLIENT_INGEST}",
         f"send {tier_topic}",
         "queue",
         f"process {tier_topic}",
@@ -281,8 +291,8 @@ async def test_one_trace_per_request_across_processes(
     assert len(text_ids) == 1 and trace_id not in text_ids
 
     ingest, worker = "inferbus-ingest", "inferbus-worker"
-    c_send = one(trace, f"send {INGEST}", client_service)
-    i_proc = one(trace, f"process {INGEST}", ingest)
+    c_send = one(trace, f"send {CLIENT_INGEST}", client_service)
+    i_proc = one(trace, f"process {CLIENT_INGEST}", ingest)
     i_send = one(trace, f"send {tier_topic}", ingest)
     queue = one(trace, "queue", worker)
     w_proc = one(trace, f"process {tier_topic}", worker)
@@ -312,8 +322,8 @@ async def test_one_trace_per_request_across_processes(
         assert w_proc.start_ns <= child.start_ns and child.end_ns <= w_proc.end_ns, child.name
 
     # Messaging attributes, per the OTel conventions.
-    produced(c_send, topic=INGEST)
-    consumed(i_proc, topic=INGEST, group=INGEST_GROUP)
+    produced(c_send, topic=CLIENT_INGEST)
+    consumed(i_proc, topic=CLIENT_INGEST, group=INGEST_GROUP)
     produced(i_send, topic=tier_topic)
     consumed(w_proc, topic=tier_topic, group=worker_group(MLP, "interactive"))
     produced(w_send, topic=reply)

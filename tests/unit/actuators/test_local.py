@@ -164,3 +164,53 @@ async def test_missing_command_is_an_actuator_error(tmp_path: Path) -> None:
     with pytest.raises(ActuatorError, match="cannot start worker"):
         await local.scale(GROUP, 1, "test")
     await local.close()
+
+
+async def test_a_worker_that_dies_unasked_is_announced_and_replaced(tmp_path: Path) -> None:
+    announced: list[tuple[str, str, int | None]] = []
+
+    async def announce(group: str, instance_id: str, returncode: int | None) -> None:
+        announced.append((group, instance_id, returncode))
+
+    local = LocalActuator(
+        "127.0.0.1:9092",
+        tmp_path / "models",
+        command=[sys.executable, "-c", FAKE_WORKER],
+        env={"READY_DIR": str(tmp_path), "STUBBORN": "0"},
+        announce_exit=announce,
+        restart_backoff_s=(0.2, 1.0),
+    )
+    try:
+        await local.scale(GROUP, 2, "test")
+        first = local.pids(GROUP)
+        await wait_ready(tmp_path, first)
+        os.kill(first[0], 9)
+
+        async def replaced() -> None:
+            while len(local.pids(GROUP)) < 2 or first[0] in local.pids(GROUP):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(replaced(), 10)
+        assert first[1] in local.pids(GROUP), "the survivor is left alone"
+        assert local.restarts == 1
+        [(group, instance_id, code)] = announced
+        assert group == GROUP and code == -9
+        assert instance_id.startswith("worker-demo-mlp-interactive-")
+    finally:
+        await local.close()
+
+
+async def test_a_worker_that_keeps_dying_is_restarted_with_growing_backoff(tmp_path: Path) -> None:
+    local = LocalActuator(
+        "127.0.0.1:9092",
+        tmp_path / "models",
+        command=[sys.executable, "-c", "import sys; sys.exit(3)"],
+        restart_backoff_s=(0.3, 5.0),
+    )
+    try:
+        await local.scale(GROUP, 1, "test")
+        await asyncio.sleep(2.5)
+        # Immediate restarts would be ~5 in 2.5 s; with 0.3, 0.6, 1.2 s backoff at most 3.
+        assert 1 <= local.restarts <= 3
+    finally:
+        await local.close()

@@ -113,7 +113,7 @@ class FakeProducer:
 
 async def test_a_failed_batch_is_retried_and_acks_keep_the_records_order() -> None:
     producer = FakeProducer(fail=1)
-    publisher = Publisher(producer, attempts=3)  # type: ignore[arg-type]
+    publisher = Publisher(producer, patience_s=5)  # type: ignore[arg-type]
 
     records = [Outgoing("known", None, f"v{i}".encode(), []) for i in range(3)]
     acks = await asyncio.wait_for(publisher.send_all(records), 5)
@@ -132,9 +132,9 @@ async def test_records_go_in_batches_to_the_next_partition_in_turn() -> None:
     assert producer.sent == [(0, ["v0", "v1"]), (1, ["v2", "v3"]), (2, ["v4"]), (0, ["w"])]
 
 
-async def test_records_for_a_missing_topic_fail_fast_and_alone() -> None:
+async def test_records_for_a_missing_topic_are_retried_until_patience_then_fail_alone() -> None:
     producer = FakeProducer()
-    publisher = Publisher(producer, attempts=1)  # type: ignore[arg-type]
+    publisher = Publisher(producer, patience_s=0.5)  # type: ignore[arg-type]
 
     acks = await publisher.send_all(
         [Outgoing("known", None, b"a", []), Outgoing("gone", None, b"b", [])]
@@ -147,8 +147,10 @@ async def test_records_for_a_missing_topic_fail_fast_and_alone() -> None:
 
 async def test_a_record_too_large_for_any_batch_fails_alone() -> None:
     producer = FakeProducer(room=0)
-    publisher = Publisher(producer, attempts=1)  # type: ignore[arg-type]
+    publisher = Publisher(producer, patience_s=30)  # type: ignore[arg-type]
 
-    [ack] = await publisher.send_all([Outgoing("known", None, b"x" * 10, [])])
+    [ack] = await asyncio.wait_for(
+        publisher.send_all([Outgoing("known", None, b"x" * 10, [])]), 1.0
+    )
 
-    assert isinstance(ack, MessageSizeTooLargeError)
+    assert isinstance(ack, MessageSizeTooLargeError), "permanent: not retried for 30 s"

@@ -142,3 +142,20 @@ def test_commit_never_passes_an_unanswered_record(offsets: list[int], data: st.D
             assert committed == max(offsets) + 1
 
     assert tracker_.in_flight(T, 0) == len(offsets) - answered_count
+
+
+def test_a_partition_that_starts_over_gets_a_new_epoch_and_old_answers_are_ignored() -> None:
+    tracker = OffsetTracker()
+    old = tracker.polled("t", 0, 500)
+    tracker.polled("t", 0, 501)
+    tracker.answered("t", 0, 500, old)
+    tracker.mark_committed(tracker.committable())
+
+    new = tracker.polled("t", 0, 0)  # the broker lost its log: offsets count from 0 again
+    tracker.answered("t", 0, 501, old)  # a late answer from before: no longer counts
+    assert new == old + 1
+    assert tracker.in_flight("t", 0) == 1
+    # Offset 0 is the next to read: the group's old 502 must not survive the new log.
+    assert tracker.committable() == {("t", 0): 0}
+    tracker.answered("t", 0, 0, new)
+    assert tracker.committable() == {("t", 0): 1}

@@ -1,44 +1,52 @@
-"""Holt's linear trend on irregular samples."""
+"""The linear-trend forecast: values, significance, edge cases."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from scaler.forecast import holt
+from scaler.forecast import linear
 
 
 @pytest.mark.parametrize(
     ("samples", "horizon", "expected"),
     [
-        pytest.param([(0, 100.0)], 30, 100.0, id="single-sample-is-level"),
         pytest.param([(t, 100.0) for t in range(0, 60, 5)], 30, 100.0, id="flat"),
         pytest.param([(t, 10.0 * t) for t in range(0, 120, 5)], 0, 1150.0, id="line-level"),
+        pytest.param([(t, 10.0 * t) for t in range(0, 120, 5)], 40, 1550.0, id="line-ahead"),
+        pytest.param([(t, 100.0 - 10 * t) for t in range(0, 10)], 100, 0.0, id="never-negative"),
     ],
 )
-def test_holt_values(samples: list[tuple[float, float]], horizon: float, expected: float) -> None:
-    fc = holt(samples, horizon, alpha=0.5, beta=0.3)
+def test_values(samples: list[tuple[float, float]], horizon: float, expected: float) -> None:
+    fc = linear(samples, horizon)
     assert fc is not None
-    assert fc.value == pytest.approx(expected, rel=0.05)
-
-
-def test_rising_line_forecasts_ahead() -> None:
-    fc = holt([(t, 10.0 * t) for t in range(0, 300, 5)], 40, alpha=0.5, beta=0.3)
-    assert fc is not None
-    assert fc.trend_per_s == pytest.approx(10.0, rel=0.05)
-    assert fc.value == pytest.approx(10.0 * 295 + 400, rel=0.05)
-
-
-def test_falling_never_negative() -> None:
-    fc = holt([(t, max(0.0, 100.0 - 10 * t)) for t in range(0, 10)], 100, 0.5, 0.3)
-    assert fc is not None and fc.value == 0.0
+    assert fc.value == pytest.approx(expected, abs=1e-6)
 
 
 def test_uneven_spacing_keeps_trend_per_second() -> None:
-    even = holt([(t, 2.0 * t) for t in range(0, 100, 5)], 10, 0.5, 0.3)
-    uneven = holt([(t, 2.0 * t) for t in (0, 5, 10, 30, 35, 40, 60, 65, 95)], 10, 0.5, 0.3)
-    assert even is not None and uneven is not None
-    assert uneven.trend_per_s == pytest.approx(2.0, rel=0.15)
+    fc = linear([(t, 2.0 * t) for t in (0, 5, 10, 30, 35, 40, 60, 65, 95)], 10)
+    assert fc is not None and fc.trend_per_s == pytest.approx(2.0)
 
 
-def test_no_samples() -> None:
-    assert holt([], 10, 0.5, 0.3) is None
+@pytest.mark.parametrize(
+    ("slope", "significant"),
+    [pytest.param(0.0, False, id="noise-only"), pytest.param(2.0, True, id="real-ramp")],
+)
+def test_noise_is_not_a_trend(slope: float, significant: bool) -> None:
+    rng = np.random.default_rng(3)
+    ts = np.arange(0.0, 60.0, 5.0)
+    ys = 100 + slope * ts + rng.normal(0, 10, ts.size)
+    fc = linear(list(zip(ts.tolist(), ys.tolist(), strict=True)), 30)
+    assert fc is not None and fc.significant(3.0) is significant
+
+
+@pytest.mark.parametrize(
+    "samples",
+    [
+        pytest.param([], id="empty"),
+        pytest.param([(0.0, 1.0), (5.0, 2.0)], id="two"),
+        pytest.param([(5.0, 1.0), (5.0, 2.0), (5.0, 3.0)], id="same-time"),
+    ],
+)
+def test_too_little_to_fit(samples: list[tuple[float, float]]) -> None:
+    assert linear(samples, 10) is None

@@ -21,6 +21,7 @@ EXAMPLES = Path(__file__).parents[3] / "scaler" / "examples"
         pytest.param("engine_bound.json", "hold", "engine_bound", id="slow-engine"),
         pytest.param("idle.json", "down", "idle", id="idle"),
         pytest.param("stale.json", "hold", "stale_signals", id="stale"),
+        pytest.param("bursty_gap.json", "up", "capacity_bound", id="gap-between-bursts"),
     ],
 )
 def test_seed_snapshots(example: str, direction: str, diagnosis: str) -> None:
@@ -40,28 +41,46 @@ def test_engine_bound_reports_numbers() -> None:
     assert reason.numbers["e2e_p99_ms"] == 850 and reason.numbers["utilization"] == 0.4
 
 
+def test_gap_between_bursts_keeps_the_next_burst() -> None:
+    snap = load_snapshot(EXAMPLES / "bursty_gap.json")
+    (g,) = decide(snap.signals, snap.state, PolicyConfig(), snap.now)[0].groups
+    hold = next(r for r in g.reasons if r.code == "burst_hold")
+    # Bursts of 1500/s at 300/s per replica: 5 busy + 4 spare, kept through a 40 s gap.
+    assert hold.numbers["peak_load"] == pytest.approx(5.0) and g.desired == 9
+
+
 def test_capacity_line_reads_well() -> None:
     snap = load_snapshot(EXAMPLES / "capacity_bound.json")
     (g,) = decide(snap.signals, snap.state, PolicyConfig(), snap.now)[0].groups
     line = g.line()
     assert line.startswith("interactive 4→")
-    assert "queue p99 700 ms > budget 350 ms" in line and "forecast" in line
+    assert "queue p99 700 ms > budget 350 ms" in line and "rising" in line
+    assert "forecast" in {r.code for r in g.reasons}
+
+
+SPARE_1 = {"initial_spare_replicas": 1.0}
+"""Size as busy + 1 spare replica, so that the numbers below are easy to follow."""
 
 
 def _one(s: GroupSignals, state: ScalerState | None = None, now: float = 0.0, **cfg: float):
-    decision, new_state = decide([s], state or ScalerState(), PolicyConfig(**cfg), now)  # type: ignore[arg-type]
+    config = PolicyConfig(**{**SPARE_1, **cfg})  # type: ignore[arg-type]
+    decision, new_state = decide([s], state or ScalerState(), config, now)
     return decision.groups[0], new_state
 
 
 @pytest.mark.parametrize(
     ("overrides", "desired", "code"),
     [
-        pytest.param({}, 4, "within_band", id="at-target-holds"),
-        pytest.param({"arrival_rps": 1680.0}, 8, "arrival", id="double-arrival-doubles"),
+        # 840/s at 300/s per replica: 2.8 busy + 1 spare = 3.8 -> 4, the current size.
+        pytest.param({}, 4, "within_band", id="busy-plus-spare-fits-holds"),
+        # 1680/s: 5.6 busy + 1 spare = 6.6 -> 7 (5.6 / 0.8 ceiling is also 7).
+        pytest.param({"arrival_rps": 1680.0}, 7, "arrival", id="double-arrival"),
+        # 2520/s: 8.4 busy, at most 80 % busy -> 11; the topic has 6 partitions.
         pytest.param(
             {"partitions": 6, "arrival_rps": 2520.0}, 6, "partition_capped", id="partitions"
         ),
         pytest.param({"max_replicas": 5, "arrival_rps": 2520.0}, 5, "max_capped", id="max"),
+        # lag 30000 beyond the 294 the SLO allows, drained in 10 s at 300/s: +10 over 4.
         pytest.param(
             {"lag": 30_000, "queue_p99_ms": 3000.0, "oldest_age_ms": 4000.0, "partitions": 32},
             14,
@@ -69,9 +88,10 @@ def _one(s: GroupSignals, state: ScalerState | None = None, now: float = 0.0, **
             id="backlog-drains",
         ),
         pytest.param({"arrival_rps": None}, 4, "arrival_unknown", id="no-arrival-holds"),
+        # 95 % busy on 4 ready = 3.8 busy: 3.8 / 0.8 -> 5.
         pytest.param(
             {"service_rps_per_replica": None, "utilization": 0.95},
-            6,
+            5,
             "utilization",
             id="no-throughput-uses-utilization",
         ),
@@ -79,8 +99,22 @@ def _one(s: GroupSignals, state: ScalerState | None = None, now: float = 0.0, **
 )
 def test_sizing_steps(overrides: dict[str, object], desired: int, code: str) -> None:
     g, _ = _one(make_signals(**overrides))
-    assert g.desired == desired
+    assert g.desired == desired, g.line()
     assert code in {r.code for r in g.reasons}
+
+
+@pytest.mark.parametrize(
+    ("spare", "desired"),
+    [
+        pytest.param(1.0, 4, id="one-spare"),
+        pytest.param(4.0, 7, id="four-spare"),
+        pytest.param(0.0, 4, id="no-spare-ceiling-80pct"),
+    ],
+)
+def test_spare_is_added_to_busy(spare: float, desired: int) -> None:
+    # 840/s at 300/s: 2.8 busy; the ceiling (80 %) alone asks 3.5 -> 4.
+    g, _ = _one(make_signals(), initial_spare_replicas=spare, min_spare_replicas=0.0)
+    assert g.desired == desired, g.line()
 
 
 def test_queue_breach_adds_one_when_rates_look_fine() -> None:
@@ -93,23 +127,22 @@ def test_queue_spike_already_drained_is_ignored() -> None:
     assert g.desired == 4
 
 
-def test_scale_up_is_immediate_scale_down_waits_for_window(clock: FakeClock) -> None:
+def test_scale_up_is_immediate_scale_down_waits_for_history_then_hold(clock: FakeClock) -> None:
     state = ScalerState()
     busy = make_signals(arrival_rps=1680.0)
     g, state = _one(busy, state, clock.now)
-    assert g.desired == 8
-    quiet = make_signals(replicas=8, ready_replicas=8, arrival_rps=840.0, utilization=0.35)
+    assert g.desired == 7
+    quiet = make_signals(replicas=7, ready_replicas=7, arrival_rps=840.0, utilization=0.4)
     seen = []
-    for _ in range(70):
+    for _ in range(30):
         now = clock.tick(5)
-        g, state = _one(
-            dataclasses.replace(quiet, collected_at=now), state, now, scale_down_hold_s=300.0
-        )
-        seen.append((now, g.desired))
-    # Without the fast path (hold = window): held at 8, the window's highest
-    # recommendation, until 300 s have passed.
-    assert all(d == 8 for t, d in seen if t < 300)
-    assert any(d == 4 for t, d in seen if t >= 300)
+        g, state = _one(dataclasses.replace(quiet, collected_at=now), state, now)
+        seen.append((now, g.desired, {r.code for r in g.reasons}))
+    # No scale-down before 60 s of history (the forecast window), then down to 4 at once.
+    assert all(d == 7 for t, d, _ in seen if t < 60)
+    assert "scale_down_waits_for_history" in seen[0][2]
+    first_down = next((t, d) for t, d, _ in seen if d < 7)
+    assert first_down[1] == 4 and first_down[0] >= 60
 
 
 def test_forecast_starts_replicas_early(clock: FakeClock) -> None:
@@ -119,8 +152,17 @@ def test_forecast_starts_replicas_early(clock: FakeClock) -> None:
         rps = 700.0 + 15.0 * i
         s = make_signals(arrival_rps=rps, collected_at=now, utilization=rps / 1200)
         g, state = _one(s, state, now)
-    # Arrival ~865/s now, rising ~3/s per second: 40 s ahead it needs more than 4.
+    # Arrival ~865/s now, rising 3/s per second: 47.5 s ahead ~1000/s needs more than 4.
     assert g.desired > 4 and any(r.code == "forecast" for r in g.reasons)
+
+
+def test_noisy_steady_arrivals_are_not_a_trend(clock: FakeClock) -> None:
+    state = ScalerState()
+    for i in range(12):
+        now = clock.tick(5)
+        rps = 840.0 + (60.0 if i % 2 else -60.0)
+        g, state = _one(make_signals(arrival_rps=rps, collected_at=now), state, now)
+        assert "forecast" not in {r.code for r in g.reasons}
 
 
 def test_stale_never_scales_down_then_falls_back(clock: FakeClock) -> None:
@@ -159,11 +201,14 @@ def test_budget_takes_from_batch_first() -> None:
         _tiered("interactive", 2100.0, 4),
         _tiered("critical", 840.0, 4),
     ]
-    decision, _ = decide(signals, ScalerState(), PolicyConfig(max_total_replicas=20), 0.0)
+    config = PolicyConfig(max_total_replicas=20, **SPARE_1)  # type: ignore[arg-type]
+    decision, _ = decide(signals, ScalerState(), config, 0.0)
     got = {g.tier: (g.desired, g.diagnosis) for g in decision.groups}
+    # critical 2.8 busy -> 4; interactive 7 busy / 0.8 -> 9; batch keeps its 10 (within
+    # one of its 9) but only 20 - 4 - 9 = 7 are left for it.
     assert got["critical"][0] == 4
-    assert got["interactive"][0] == 10
-    assert got["batch"] == (6, "budget_capped")
+    assert got["interactive"][0] == 9
+    assert got["batch"] == (7, "budget_capped")
     assert sum(g.desired for g in decision.groups) == 20
 
 

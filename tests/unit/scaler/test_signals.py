@@ -61,7 +61,10 @@ def test_snapshot_now_defaults_to_newest_collection(tmp_path: Path) -> None:
     [
         pytest.param({"target_utilization": 0}, id="zero-target"),
         pytest.param({"target_utilization": 0.95, "utilization_band": 0.1}, id="band-over-1"),
-        pytest.param({"forecast_alpha": 1.5}, id="alpha"),
+        pytest.param({"forecast_min_t": -1.0}, id="negative-t"),
+        pytest.param({"initial_spare_replicas": 20.0}, id="spare-above-max"),
+        pytest.param({"burst_low_share": 0.6}, id="gap-line-above-burst-line"),
+        pytest.param({"headroom_quantile": 0.0}, id="quantile-zero"),
         pytest.param({"failed_collections_before_fallback": 0}, id="fallback-n"),
         pytest.param({"max_total_replicas": -1}, id="budget"),
     ],
@@ -77,5 +80,6 @@ def test_config_unknown_field() -> None:
 
 
 def test_horizon_defaults_to_time_to_ready() -> None:
-    assert PolicyConfig().horizon_s(make_signals(time_to_ready_s=55.0)) == 55.0
+    # Time-to-ready plus half the 15 s metrics window (a window's rate is its middle's).
+    assert PolicyConfig().horizon_s(make_signals(time_to_ready_s=55.0)) == 62.5
     assert PolicyConfig(forecast_horizon_s=10).horizon_s(make_signals()) == 10.0

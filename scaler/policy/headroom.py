@@ -1,0 +1,93 @@
+"""Headroom: how many replicas beyond the busy ones keep queue p99 within its budget.
+
+The seed sized at a fixed 70 % utilization. What a group needs depends on how bursty its
+arrivals are below the collector's window, which no rate shows, and it is not a share of
+the load: on the Azure conversation trace replayed at 20x the oracle keeps ~5 replicas
+beyond the busy ones whether 2 or 11 are busy (utilization 27 % at night, 70 % at the
+peak), ~7 at 30x. That is queueing theory's heavy-traffic picture: the wait scales with
+1 / (spare servers) (Kingman, and Whitt for many servers), not with utilization.
+
+So the policy sizes `busy + spare` (never above `target_utilization + utilization_band`).
+Each clean window (no consumer joined or left in it, the arrival rate steady, queue p99
+at least `headroom_min_share` of its budget) tells what spare would have put its queue
+p99 exactly at the budget: spare seen × queue p99 / budget. The spare is the
+`headroom_quantile` of those over `headroom_memory_s`; until there are five,
+`initial_spare_replicas`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from scaler.policy.plan import Plan
+from scaler.policy.rebalance import queue_budget_ms
+from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
+
+_EPS = 1e-9
+_MIN_SAMPLES = 5
+_STEADY_SHARE = 0.25
+"""The arrival rate changed less than this share over the window: the window is steady."""
+
+
+def spare_replicas(state: GroupState, config: PolicyConfig) -> float:
+    """The spare replicas the SLO policy sizes for now."""
+    samples = sorted(x for _, x in state.spare_samples)
+    if len(samples) < _MIN_SAMPLES:
+        return config.initial_spare_replicas
+    at = min(len(samples) - 1, math.ceil(config.headroom_quantile * len(samples)) - 1)
+    return min(config.max_spare_replicas, max(config.min_spare_replicas, samples[at]))
+
+
+def replicas_for(load: float, state: GroupState, config: PolicyConfig) -> int:
+    """Replicas for `load` busy replicas' worth of work: busy + spare, at most the ceiling."""
+    if load <= 0:
+        return 0
+    ceiling = config.target_utilization + config.utilization_band
+    spare = spare_replicas(state, config)
+    return max(math.ceil(load / ceiling - _EPS), math.ceil(load + spare - _EPS))
+
+
+def _clean(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> bool:
+    """No consumer joined or left, and the arrival rate held steady, inside the window."""
+    # A change is seen at the tick after it happened; its pause must be out of the window too.
+    settled = config.metrics_window_s + config.rebalance_pause_s
+    if state.last_change_at is not None and now - state.last_change_at <= settled:
+        return False
+    if not s.ready_replicas or s.arrival_rps is None:
+        return False
+    before = [v for t, v in state.arrival_samples if t <= now - config.metrics_window_s]
+    if not before:
+        return False
+    return abs(s.arrival_rps - before[-1]) <= _STEADY_SHARE * max(s.arrival_rps, before[-1])
+
+
+def learn(plan: Plan, config: PolicyConfig, now: float) -> Plan:
+    """Remember what spare this window would have needed, if it is clean; forget old ones."""
+    s, state = plan.signals, plan.state
+    kept = tuple((t, x) for t, x in state.spare_samples if now - t <= config.headroom_memory_s)
+    plan = dataclasses.replace(plan, state=dataclasses.replace(state, spare_samples=kept))
+    u, q = s.utilization, s.queue_p99_ms
+    budget = queue_budget_ms(s)
+    if u is None or q is None or q < config.headroom_min_share * budget:
+        return plan
+    if not _clean(s, state, config, now):
+        return plan
+    seen = min(s.ready_replicas, s.partitions) * (1 - u)
+    needed = seen * q / budget
+    before = spare_replicas(plan.state, config)
+    learned = dataclasses.replace(
+        plan.state, spare_samples=(*plan.state.spare_samples, (now, needed))
+    )
+    plan = dataclasses.replace(plan, state=learned)
+    after = spare_replicas(learned, config)
+    if abs(after - before) < 0.05:
+        return plan
+    return plan.with_(
+        reason=Reason(
+            "spare_learned",
+            f"queue p99 {q:.0f} ms (budget {budget:.0f} ms) with {seen:.1f} spare replicas: "
+            f"{needed:.1f} would have met it; size for {after:.1f} spare (was {before:.1f})",
+            {"queue_p99_ms": q, "queue_budget_ms": budget, "spare_seen": seen, "spare": after},
+        )
+    )

@@ -1,0 +1,145 @@
+"""Burst-aware sizing: keep what the next likely burst needs through a gap, meet a rise early.
+
+Stopping a replica in a gap and starting it again for the next burst costs its
+time-to-ready plus a handover in replica-seconds, and the burst meets cold capacity for a
+time-to-ready. So when the remembered bursts rise faster than a replica starts, and their
+gaps are typically shorter than `burst_keep_factor` keep costs, the group keeps the
+capacity the bursts needed (the `burst_peak_quantile` of their peaks, with the learned
+spare) as consumers until a gap lasts longer than any it remembers plus one keep cost,
+then as warm standby (loaded, not consuming; consuming within a handover) for one more
+keep cost where the deployment has standby. Consumers come first because they serve a
+burst's first seconds: a standby is promoted only once the next tick has seen the burst
+(measured in docs/benchmarks.md). `standby_after_gap_s` moves held capacity to standby
+earlier.
+
+When the load leaves a gap and keeps rising, and the remembered bursts rose to their peak
+within a known time, the group is sized for their median peak at once rather than step
+by step behind the rise; a forecast is not trusted
+beyond the highest remembered load (ramps that always end at the same height).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from scaler.policy.bursts import BurstMemory, remember
+from scaler.policy.headroom import replicas_for
+from scaler.policy.plan import Plan
+from scaler.policy.rate import arriving_rps, window
+from scaler.signals import PolicyConfig, Reason
+
+
+def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
+    """The remembered load plus this tick's sample, split into bursts and gaps."""
+    s, state = plan.signals, plan.state
+    samples = window(state.load_samples, config.burst_memory_s)
+    mu = s.service_rps_per_replica or state.service_rps_per_replica
+    arriving = arriving_rps(s, state)
+    if arriving is not None and (mu or arriving == 0):
+        samples = (*samples, (s.collected_at, arriving / mu if mu else 0.0))
+    return remember(samples, config.burst_low_share)
+
+
+def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
+    """Floor the group at the bursts' need while gaps are short, then briefly as standby.
+
+    Two stages, like renting skis: through a gap no longer than any remembered one (plus
+    one keep cost) the capacity stays consuming, so the next burst meets it at once; for
+    one more keep cost after that it waits as warm standby where the deployment has it
+    (a burst then costs a handover instead of a cold start), then it is stopped: by then
+    keeping it has cost what starting it again would.
+    """
+    s = plan.signals
+    memory = burst_memory(plan, config)
+    if memory is None or not memory.bursty(config.burst_min_count, config.burst_min_ratio):
+        return plan
+    ttr, keep = config.time_to_ready_s(s), config.keep_cost_s(s)
+    rise, gap = memory.median_rise_s(), memory.median_gap_s()
+    limit = max(memory.gaps_s, default=0.0) + keep
+    standby = s.standby_replicas is not None
+    if rise > 2 * ttr or gap > config.burst_keep_factor * keep:
+        return plan
+    if memory.in_gap_s > limit + (keep if standby else 0.0):
+        return plan
+    peak = memory.peak(config.burst_peak_quantile)
+    floor = replicas_for(peak, plan.state, config)
+    if floor <= plan.desired:
+        return plan
+    numbers = {
+        "bursts": float(len(memory.onsets())),
+        "peak_load": peak,
+        "median_rise_s": rise,
+        "median_gap_s": gap,
+        "keep_cost_s": keep,
+        "in_gap_s": memory.in_gap_s,
+        "floor": floor,
+    }
+    text = (
+        f"{len(memory.onsets())} bursts rising in ~{rise:.0f} s (< {ttr:.0f} s to start one), "
+        f"peak {peak:.1f} busy replicas (p{config.burst_peak_quantile * 100:.0f}) needs {floor}; "
+        f"median gap {gap:.0f} s <= {config.burst_keep_factor:g} x keep cost {keep:.0f} s"
+    )
+    after = config.standby_after_gap_s
+    early = after is not None and memory.in_gap_s >= after
+    if standby and (memory.in_gap_s > limit or early):
+        why = (
+            f"{memory.in_gap_s:.0f} s into a gap, longer than any remembered + keep cost "
+            f"({limit:.0f} s)"
+            if memory.in_gap_s > limit
+            else f"{memory.in_gap_s:.0f} s into a gap (standby after {after:.0f} s)"
+        )
+        return dataclasses.replace(plan, warm_total=floor).with_(
+            reason=Reason(
+                "burst_standby",
+                f"{text}; {why}: {floor - plan.desired} wait as warm standby",
+                {**numbers, "gap_limit_s": limit},
+            )
+        )
+    return plan.with_(
+        desired=floor,
+        diagnosis="steady" if floor <= plan.current else "capacity_bound",
+        reason=Reason("burst_hold", f"{text}: keep {floor}", numbers),
+    )
+
+
+def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
+    """A burst like the remembered ones has started: size for their median peak now."""
+    memory = burst_memory(plan, config)
+    if memory is None or memory.since_gap_s is None or not memory.rising:
+        return plan
+    onsets = memory.onsets()
+    if not memory.bursty(config.burst_min_count, config.burst_min_ratio):
+        return plan
+    if memory.since_gap_s > memory.median_rise_s():
+        return plan
+    peak = memory.peak(config.burst_peak_quantile)
+    target = replicas_for(peak, plan.state, config)
+    if target <= plan.desired:
+        return plan
+    return plan.with_(
+        desired=target,
+        diagnosis="capacity_bound",
+        reason=Reason(
+            "burst_rise",
+            f"load left its gap {memory.since_gap_s:.0f} s ago, {memory.load:.1f} busy replicas "
+            "and rising; "
+            f"the last {len(onsets)} rose to {peak:.1f} "
+            f"(p{config.burst_peak_quantile * 100:.0f}) within "
+            f"~{memory.median_rise_s():.0f} s: {target} now",
+            {
+                "since_gap_s": memory.since_gap_s,
+                "load": memory.load,
+                "peak_load": peak,
+                "median_rise_s": memory.median_rise_s(),
+                "needed": target,
+            },
+        ),
+    )
+
+
+def forecast_cap_load(plan: Plan, config: PolicyConfig) -> float | None:
+    """The highest load a forecast may reach while bursts repeat: the remembered top."""
+    memory = burst_memory(plan, config)
+    if memory is None or not memory.bursty(config.burst_min_count, config.burst_min_ratio):
+        return None
+    return max(memory.top_load, memory.load)

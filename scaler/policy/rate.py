@@ -1,0 +1,56 @@
+"""What arrives: the rate the policy sizes for, read from the collector's samples and the lag."""
+
+from __future__ import annotations
+
+from scaler.forecast import RateEstimate, estimate_rate
+from scaler.policy.plan import Plan
+from scaler.signals import GroupSignals, GroupState, PolicyConfig
+
+
+def arrival_estimate(plan: Plan, config: PolicyConfig) -> RateEstimate | None:
+    """The arrival rate read from this tick and the recent samples (`forecast.py`)."""
+    s = plan.signals
+    if s.arrival_rps is None:
+        return None
+    samples = (
+        *window(plan.state.arrival_samples, config.forecast_window_s),
+        (s.collected_at, s.arrival_rps),
+    )
+    return estimate_rate(
+        samples, config.horizon_s(s), min_t=config.forecast_min_t, step_z=config.rate_step_z
+    )
+
+
+def arriving_rps(s: GroupSignals, state: GroupState) -> float | None:
+    """Arrivals now: the window's rate, or more when the lag grew faster since the last tick.
+
+    The window's average trails a burst that started inside it (and a burst shorter than
+    the window never shows its height); the lag's growth between two ticks does not. The
+    replicas complete at most their capacity and no more than the window's arrivals.
+    """
+    lam = s.arrival_rps
+    if lam is None:
+        return None
+    mu = s.service_rps_per_replica or state.service_rps_per_replica
+    if state.last_lag is None or s.lag is None or not mu:
+        return lam
+    then, lag_then = state.last_lag
+    dt = s.collected_at - then
+    if dt <= 0:
+        return lam
+    growth = (s.lag - lag_then) / dt
+    capacity = min(s.ready_replicas, s.partitions) * mu
+    return max(lam, min(capacity, lam) + growth)
+
+
+def window(
+    samples: tuple[tuple[float, float], ...], window_s: float
+) -> tuple[tuple[float, float], ...]:
+    """The samples a running policy would still hold: within `window_s` of the newest one.
+
+    The pipeline prunes its memory at each tick; a snapshot's `history` can be longer.
+    """
+    if not samples:
+        return samples
+    newest = samples[-1][0]
+    return tuple((t, v) for t, v in samples if newest - t <= window_s)

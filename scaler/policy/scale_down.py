@@ -1,0 +1,79 @@
+"""The SLO policy's scale-down: up at once, down after a short hold, longer after a step down."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from scaler.policy.plan import Plan
+from scaler.policy.rate import arrival_estimate
+from scaler.signals import PolicyConfig, Reason
+
+
+def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
+    """Up at once; down to the highest recommendation over the hold, in one step.
+
+    The hold (`scale_down_hold_s`, default the time-to-ready) is the SLO policy's own
+    window: with handovers that pause only the moved partitions a scale-down is cheap, and
+    keeping a replica idle longer than it takes to start one again costs more than that.
+    Bursts are kept by the burst memory (`hold.py`), not by a long window. No scale-down
+    before the hold has been observed, and none smaller than `scale_down_min_step_share`.
+    """
+    if not plan.fresh:
+        return plan
+    s, current = plan.signals, plan.current
+    hold = config.hold_s(s)
+    rate = arrival_estimate(plan, config)
+    step_at = plan.state.last_step_down_at
+    if rate is not None and rate.before_step is not None and rate.level < rate.before_step:
+        step_at = rate.step_at if step_at is None else max(step_at, rate.step_at or step_at)
+    dropped = step_at is not None and now - step_at < config.gap_hold_s(s)
+    if dropped:
+        # Idle between bursts is not idle for good: after a step down, keep what the load
+        # needed before it for a while (ski rental: about what a restart would cost).
+        hold = max(hold, config.gap_hold_s(s))
+    kept = (r for r in plan.state.recommendations if now - r[0] < max(hold, config.gap_hold_s(s)))
+    window = (*kept, (now, plan.desired))
+    state = dataclasses.replace(plan.state, recommendations=window, last_step_down_at=step_at)
+    plan = dataclasses.replace(plan, state=state)
+    if plan.desired >= current:
+        return plan
+    since = state.observed_since
+    history = max(hold, config.forecast_window_s)
+    if since is None or now - since < history:
+        # A fresh scaler (or a restart) has not seen whether this is a dip or a trend.
+        return plan.with_(
+            desired=current,
+            reason=Reason(
+                "scale_down_waits_for_history",
+                f"scale-down to {plan.desired} waits for {history:.0f} s of history",
+                {"wanted": plan.desired, "history_s": history},
+            ),
+        )
+    highest = max(n for t, n in window if now - t < hold)
+    target = min(current, max(plan.desired, highest))
+    if target > plan.desired:
+        after = " after a step down in arrivals" if dropped else ""
+        plan = plan.with_(
+            desired=target,
+            reason=Reason(
+                "scale_down_stabilized",
+                f"scale-down to {plan.desired} held at {target} "
+                f"(highest recommendation in {hold:.0f} s{after})",
+                {"wanted": plan.desired, "held": target, "hold_s": hold},
+            ),
+        )
+    if target >= current:
+        return plan
+    step = max(1, math.ceil(config.scale_down_min_step_share * current - 1e-9))
+    if current - target < step:
+        return plan.with_(
+            desired=current,
+            reason=Reason(
+                "scale_down_not_worth_rebalance",
+                f"scale-down by {current - target} < step {step}: not worth a handover",
+                {"wanted": target, "step": step},
+            ),
+        )
+    state = dataclasses.replace(plan.state, last_scale_down_at=now)
+    return dataclasses.replace(plan, state=state)

@@ -1,0 +1,198 @@
+"""The fast path, the learned spare, the rate estimate, and standby in decisions and budgets."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from scaler.forecast import estimate_rate
+from scaler.policy import decide
+from scaler.policy.headroom import spare_replicas
+from scaler.signals import PolicyConfig, ScalerState, load_snapshot
+from tests.unit.scaler.conftest import FakeClock, make_signals
+
+SPARE_1 = PolicyConfig(initial_spare_replicas=1.0)
+
+
+@pytest.mark.parametrize(
+    ("lag_before", "lag_now", "fires"),
+    [
+        # 4 ready at 300/s; arrivals (window) 1000/s; the lag grows 800/s within 5 s.
+        pytest.param(1000, 5000, True, id="lag-outruns-ready-capacity"),
+        pytest.param(1000, 1100, False, id="slow-growth-is-not-panic"),
+        pytest.param(5000, 1000, False, id="draining"),
+    ],
+)
+def test_fast_path(lag_before: int, lag_now: int, fires: bool) -> None:
+    before = make_signals(arrival_rps=1000.0, lag=lag_before, collected_at=0.0, partitions=64)
+    _, state = decide([before], ScalerState(), SPARE_1, 0.0)
+    now = make_signals(
+        arrival_rps=1000.0, lag=lag_now, oldest_age_ms=3000.0, collected_at=5.0, partitions=64
+    )
+    (g,) = decide([now], state, SPARE_1, 5.0)[0].groups
+    reasons = {r.code: r for r in g.reasons}
+    assert ("fast_path" in reasons) is fires, g.line()
+    if fires:
+        # ~1000/s completed (capped by the window) + 800/s piling up: 1800/s = 6 busy,
+        # / 0.8 -> 8, plus (5000 + 800 x 40 s) / (300/s x 10 s) = 13 for the backlog.
+        assert reasons["fast_path"].numbers["arriving_rps"] == pytest.approx(1800.0)
+        assert g.desired == 8 + 13
+
+
+def test_fast_path_counts_on_warm_standby() -> None:
+    kw = {"arrival_rps": 1000.0, "partitions": 64, "standby_replicas": 6}
+    before = make_signals(lag=1000, collected_at=0.0, standby_ready_replicas=6, **kw)
+    _, state = decide([before], ScalerState(), SPARE_1, 0.0)
+    now = make_signals(
+        lag=5000, oldest_age_ms=3000.0, collected_at=5.0, standby_ready_replicas=6, **kw
+    )
+    (g,) = decide([now], state, SPARE_1, 5.0)[0].groups
+    reason = next(r for r in g.reasons if r.code == "fast_path")
+    # The 4 missing consumers are warm standby: the backlog grows for 1 s, not 40 s.
+    assert reason.numbers["projected_lag"] == pytest.approx(5000 + 800 * 1.0)
+
+
+def _clean_ticks(clock: FakeClock, queue_ms: float, ticks: int, replicas: int = 10) -> float:
+    """Steady 1500/s on `replicas` (5 busy) with the given queue p99; returns the spare."""
+    state = ScalerState()
+    config = PolicyConfig()
+    for _ in range(ticks):
+        now = clock.tick(5.0)
+        s = make_signals(
+            replicas=replicas,
+            ready_replicas=replicas,
+            arrival_rps=1500.0,
+            utilization=0.5,
+            queue_p99_ms=queue_ms,
+            collected_at=now,
+        )
+        _, state = decide([s], state, config, now)
+        # Keep the group where it is, so that every window is clean.
+    return spare_replicas(state.get(s.group), config)
+
+
+@pytest.mark.parametrize(
+    ("queue_ms", "expected"),
+    [
+        # 5 spare seen; queue p99 at 2x the 350 ms budget -> 10 would have met it.
+        pytest.param(700.0, 10.0, id="breaching-windows-raise-the-spare"),
+        # At 0.4 of the budget -> 2 would have been enough.
+        pytest.param(140.0, 2.0, id="calm-windows-lower-the-spare"),
+        # Under 20 % of the budget: batch formation, not queueing; keeps the default 4.
+        pytest.param(20.0, 4.0, id="near-empty-queue-teaches-nothing"),
+    ],
+)
+def test_spare_is_learned_from_clean_windows(
+    clock: FakeClock, queue_ms: float, expected: float
+) -> None:
+    assert _clean_ticks(clock, queue_ms, 30) == pytest.approx(expected)
+
+
+def test_windows_with_a_membership_change_teach_nothing(clock: FakeClock) -> None:
+    state, config = ScalerState(), PolicyConfig()
+    for i in range(30):
+        now = clock.tick(5.0)
+        ready = 10 if i % 2 else 9  # a consumer joins or leaves every tick
+        s = make_signals(
+            replicas=10,
+            ready_replicas=ready,
+            starting_replicas=10 - ready,
+            arrival_rps=1500.0,
+            utilization=0.5,
+            queue_p99_ms=700.0,
+            collected_at=now,
+        )
+        _, state = decide([s], state, config, now)
+    assert spare_replicas(state.get(s.group), config) == config.initial_spare_replicas
+
+
+@pytest.mark.parametrize(
+    ("values", "kind", "level"),
+    [
+        pytest.param([100.0, 104, 97, 101, 99, 103, 98, 100], "mean", 100.25, id="noise-is-a-mean"),
+        pytest.param([100.0, 101, 99, 100, 300, 305, 298], "step", 301.0, id="step-up"),
+        pytest.param([300.0, 305, 298, 302, 5, 6, 4], "step", 5.0, id="step-down"),
+        pytest.param([100.0 + 20 * i for i in range(10)], "trend", 280.0, id="ramp"),
+    ],
+)
+def test_rate_estimate(values: list[float], kind: str, level: float) -> None:
+    samples = [(5.0 * i, v) for i, v in enumerate(values)]
+    est = estimate_rate(samples, 30.0, min_t=3.0, step_z=3.0)
+    assert est is not None and est.kind == kind
+    assert est.level == pytest.approx(level, rel=0.02)
+    if kind == "step":
+        assert est.rising() is (values[-1] > values[0])
+
+
+def test_decision_json_names_standby(tmp_path: Path) -> None:
+    raw = {
+        "now": 10.0,
+        "groups": [
+            {
+                "group": "g",
+                "model": "m",
+                "tier": "interactive",
+                "replicas": 2,
+                "ready_replicas": 2,
+                "partitions": 12,
+                "slo_p99_e2e_ms": 500,
+                "collected_at": 10.0,
+                "standby_replicas": 3,
+                "standby_ready_replicas": 2,
+            }
+        ],
+    }
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(raw))
+    snap = load_snapshot(path)
+    (g,) = decide(snap.signals, snap.state, PolicyConfig(), snap.now)[0].groups
+    out = g.to_dict()
+    assert out["current_standby"] == 3 and "standby" in out
+
+
+def test_stale_group_keeps_its_standby() -> None:
+    s = make_signals(standby_replicas=3, standby_ready_replicas=3, stale=True)
+    (g,) = decide([s], ScalerState(), PolicyConfig(), 0.0)[0].groups
+    assert g.diagnosis == "stale_signals" and g.standby == 3
+
+
+@pytest.mark.parametrize(
+    ("budget", "interactive", "batch"),
+    [
+        # 8+4 and 6+2 want 20: 4 over; batch's 2 standby go first, then 2 of interactive's.
+        pytest.param(16, (8, 2), (6, 0), id="standby-cut-lowest-tier-first"),
+        # 12: every standby goes, then batch's consumers (floors first, by tier).
+        pytest.param(12, (8, 0), (4, 0), id="then-consumers-by-tier"),
+        pytest.param(20, (8, 4), (6, 2), id="fits"),
+    ],
+)
+def test_standby_yields_to_consumers_in_the_budget(
+    budget: int, interactive: tuple[int, int], batch: tuple[int, int]
+) -> None:
+    from scaler.policy.budget import share_budget
+    from scaler.policy.plan import Plan
+
+    def plan(tier: str, desired: int, standby: int) -> Plan:
+        s = make_signals(group=tier, tier=tier, partitions=64)
+        return Plan(s, ScalerState().get(tier), desired, "steady", standby=standby)
+
+    got = share_budget([plan("interactive", 8, 4), plan("batch", 6, 2)], budget)
+    assert [(p.desired, p.standby) for p in got] == [interactive, batch]
+
+
+def test_standby_capped_by_partitions() -> None:
+    from scaler.policy.guards import cap_standby
+    from scaler.policy.plan import Plan
+
+    plan = Plan(
+        signals=make_signals(partitions=6),
+        state=ScalerState().get("g"),
+        desired=4,
+        diagnosis="steady",
+        standby=5,
+    )
+    assert cap_standby(plan).standby == 2
+    assert cap_standby(dataclasses.replace(plan, standby=1)).standby == 1

@@ -1,0 +1,149 @@
+"""Simulator membership model: incremental handover vs eager pause, and warm standby."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from scaler.policy import POLICIES
+from scaler.signals import (
+    Decision,
+    GroupDecision,
+    GroupSignals,
+    PolicyConfig,
+    ScalerState,
+)
+from scaler.sim.engine import simulate
+from scaler.sim.group import GroupSim, Handover, Replica
+from scaler.sim.params import ServiceModel, SimParams
+from scaler.sim.workload import TierArrivals, Workload
+
+PARAMS = SimParams(
+    service=ServiceModel(a_ms=1, b_ms=0.01, per="token", max_batch_size=4, max_queue_delay_ms=1),
+    time_to_ready_s=30,
+    partitions=32,
+    drain_s=30,
+    initial_replicas=4,
+)
+
+
+def _arrivals(rate: float = 200.0, seconds: float = 40.0) -> TierArrivals:
+    times = np.arange(0.0, seconds, 1 / rate)
+    return TierArrivals(times, np.full(times.size, 10.0))
+
+
+def _group(params: SimParams) -> GroupSim:
+    g = GroupSim("g", "interactive", _arrivals(), params)
+    g.start_with(4)
+    return g
+
+
+def _join_at(g: GroupSim, t: float) -> Handover | None:
+    """One replica joins at `t`; returns the handover it caused (None under eager)."""
+    g.advance(t)
+    g.replicas.append(Replica(0.0, ready_at=t, free_at=t, consume_from=t))
+    g.membership_changed(t)
+    handover = g.handovers[-1] if g.handovers else None
+    g.advance(1e9)
+    return handover
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "moved"),
+    [
+        pytest.param(4, 5, round(32 / 5), id="scale-out-4-to-5-moves-a-fifth"),
+        pytest.param(4, 8, 16, id="scale-out-4-to-8-moves-half"),
+    ],
+)
+def test_moved_share_is_changed_over_new(before: int, after: int, moved: int) -> None:
+    g = GroupSim("g", "interactive", _arrivals(), PARAMS)
+    g.start_with(before)
+    for _ in range(after - before):
+        g.replicas.append(Replica(0.0, ready_at=5.0, free_at=5.0, consume_from=5.0))
+    g.membership_changed(5.0)
+    assert int(g.handovers[-1].moved.sum()) == moved
+
+
+def test_incremental_pauses_only_moved_partitions() -> None:
+    g = _group(dataclasses.replace(PARAMS, pause_model="incremental", handover_pause_s=1.0))
+    handover = _join_at(g, 20.0)
+    assert handover is not None
+    moved = handover.moved[g.partition_of]
+    during = (g.times >= 20.0) & (g.times < 20.9)
+    e2e = g.end_t - g.times
+    # Moved partitions' requests wait for the handover; the others are served as before.
+    assert np.all(g.end_t[during & moved] >= 21.0)
+    assert np.all(e2e[during & ~moved] < 0.1)
+    assert 0 < np.count_nonzero(during & moved) < np.count_nonzero(during)
+
+
+def test_eager_pauses_the_whole_group() -> None:
+    g = _group(dataclasses.replace(PARAMS, pause_model="eager", rebalance_pause_s=1.0))
+    assert _join_at(g, 20.0) is None
+    during = (g.times >= 20.0) & (g.times < 20.9)
+    assert np.all(g.end_t[during] >= 21.0)
+
+
+def _scripted(schedule: Sequence[tuple[float, int, int]]) -> object:
+    """A policy that asks (desired, standby) from the last schedule entry at or before now."""
+
+    def policy(
+        signals: Sequence[GroupSignals], state: ScalerState, config: PolicyConfig, now: float
+    ) -> tuple[Decision, ScalerState]:
+        _, desired, standby = [e for e in schedule if e[0] <= now][-1]
+        groups = tuple(
+            GroupDecision(
+                group=s.group,
+                model=s.model,
+                tier=s.tier,
+                current=s.replicas,
+                desired=desired,
+                diagnosis="steady",
+                standby=standby,
+                current_standby=s.standby_replicas or 0,
+            )
+            for s in signals
+        )
+        return Decision(policy="scripted", at=now, groups=groups), state
+
+    return policy
+
+
+def _run_scripted(
+    monkeypatch: pytest.MonkeyPatch, schedule: Sequence[tuple[float, int, int]], standby: bool
+):
+    monkeypatch.setitem(POLICIES, "scripted", _scripted(schedule))  # type: ignore[arg-type]
+    arrivals = _arrivals(rate=50.0, seconds=150.0)
+    w = Workload("w", "test", 150.0, {"interactive": arrivals})
+    params = dataclasses.replace(PARAMS, initial_replicas=1, standby=standby, drain_s=0.0)
+    return simulate(w, params, "scripted", PolicyConfig())
+
+
+def test_standby_consumes_within_a_handover(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1 consumer + 2 standby from t=5 (warm at 35); at t=60 ask for 3 consumers.
+    run = _run_scripted(monkeypatch, [(0, 1, 0), (5, 1, 2), (60, 3, 0)], standby=True)
+    ready = {t.t: t.ready for t in run.ticks}
+    standby = {t.t: t.standby for t in run.ticks}
+    assert standby[40.0] == 2 and ready[40.0] == 1
+    assert ready[65.0] == 3  # promoted at 60, consuming after the 1 s handover
+    assert standby[65.0] == 0
+    # Three replicas for 145 s, two of them from t=5: standby costs like any replica.
+    assert run.groups[0].replica_seconds == pytest.approx(150 + 2 * 145, rel=0.01)
+
+
+def test_without_standby_the_same_ask_is_a_cold_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run_scripted(monkeypatch, [(0, 1, 0), (60, 3, 0)], standby=False)
+    ready = {t.t: t.ready for t in run.ticks}
+    assert ready[85.0] == 1 and ready[95.0] == 3
+
+
+def test_surplus_consumer_becomes_standby(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _run_scripted(monkeypatch, [(0, 3, 0), (40, 1, 2), (80, 3, 0)], standby=True)
+    by_t = {t.t: (t.ready, t.standby) for t in run.ticks}
+    assert by_t[45.0] == (1, 2)
+    assert by_t[85.0] == (3, 0)
+    # Nothing was started after t=0 beyond the first two: demotion kept them warm.
+    assert len(run.groups[0].ready_times) == 2
