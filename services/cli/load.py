@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from schemas.errors import ModelNotFound
-from schemas.topics import TIERS, Tier
+from schemas.topics import RESULTS, TIERS, Tier
 from services.cli.common import run, setup_logging
 from services.load.driver import LoadError, RunOptions, Status
 
@@ -135,6 +135,9 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         Path, typer.Option(help="Model repository the requests are built from (the stack's).")
     ] = Path("models"),
     tenant: Annotated[str, typer.Option(help="Tenant named in every request.")] = "inferbus-load",
+    reply_to: Annotated[
+        str, typer.Option(help="Topic the results come back on (it must exist).")
+    ] = RESULTS,
     grace: Annotated[
         float, typer.Option(help="Seconds past a request's deadline before it counts as lost.")
     ] = 10.0,
@@ -190,7 +193,9 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     spec = LoadSpec(
         workload=workload,
         config=config,
-        options=RunOptions(bootstrap=bootstrap, tenant=tenant, grace_s=grace, seed=seed),
+        options=RunOptions(
+            bootstrap=bootstrap, tenant=tenant, reply_to=reply_to, grace_s=grace, seed=seed
+        ),
         scenario=SCENARIOS.get(scenario) if scenario else None,
         with_prediction=predict,
     )

@@ -21,6 +21,9 @@ class Check:
 
 
 Report = Mapping[str, Any]
+REPEATS_ALLOWED = 0.05
+"""Repeated results allowed, as a share of requests: a rebalance or a retry repeats a few;
+more means partitions were read again in bulk."""
 
 
 def _phase(report: Report, tier: str, phase: str) -> Mapping[str, Any]:
@@ -42,10 +45,12 @@ def _peak(peak: Mapping[str, Any] | None) -> str:
 
 
 def nothing_lost(report: Report) -> list[Check]:
-    """Every request got a result by its deadline plus the grace; every send happened."""
+    """Every request got a result by its deadline plus the grace; every send happened; few
+    results came twice."""
     lost = {tier: t["lost"] for tier, t in report["tiers"].items()}
     sent = sum(t["sent"] for t in report["tiers"].values())
     scheduled = report["workload"]["requests"]
+    repeats = report["totals"]["duplicates"]
     return [
         Check(
             "nothing lost",
@@ -53,7 +58,33 @@ def nothing_lost(report: Report) -> list[Check]:
             ", ".join(f"{tier}: {n} lost" for tier, n in lost.items()),
         ),
         Check("sent as scheduled", sent == scheduled, f"{sent} of {scheduled} sent"),
+        Check(
+            "few repeated results (at-least-once redelivery)",
+            repeats <= REPEATS_ALLOWED * max(sent, 1),
+            f"{repeats} repeats for {sent} requests (dropped by request id; more than "
+            f"{REPEATS_ALLOWED:.0%} means requests were redelivered in bulk)",
+        ),
     ]
+
+
+def _at_max(report: Report, at_s: float) -> bool:
+    """The group already had its replicas.max when a phase began (nothing left to add)."""
+    top = report["model_replicas"]["max"]
+    before = [d for d in report["scaler"]["decisions"] if d["t_s"] <= at_s + 1]
+    return bool(before) and before[-1]["desired"] >= top
+
+
+def _scale_out(report: Report, name: str, start_s: float, end_s: float) -> Check:
+    """A scale-out within the phase, or replicas already at the maximum when it began."""
+    ups = _scale_ups(report, start_s, end_s)
+    if not ups and _at_max(report, start_s):
+        top = report["model_replicas"]["max"]
+        return Check(name, True, f"already at replicas.max {top} when the phase began")
+    return Check(
+        name,
+        bool(ups),
+        "; ".join(f"t={d['t_s']:.0f}s {d['line']}" for d in ups[:3]) or "no scale-up",
+    )
 
 
 def _scale_ups(report: Report, start_s: float, end_s: float) -> list[Mapping[str, Any]]:
@@ -104,7 +135,6 @@ def burst(report: Report) -> list[Check]:
     predicted = (report.get("prediction") or {}).get("tiers", {}).get("interactive", {})
     sim = predicted.get("focus_backlog") if predicted else None
     scaler = report["scaler"]["lag_focus"].get("interactive")
-    ups = _scale_ups(report, start, end + 10)
     simulated = (
         f"simulator {_peak(sim)} ({_sim_scale_out(predicted, start, end + 10)})"
         if predicted
@@ -117,11 +147,7 @@ def burst(report: Report) -> list[Check]:
             f"live {_peak(live)} ({_live_scale_out(report, start, end + 10)}); {simulated}; "
             f"scaler's lag (5 s ticks) {_peak(scaler)}",
         ),
-        Check(
-            "the scaler scales out during the burst",
-            bool(ups),
-            "; ".join(f"t={d['t_s']:.0f}s {d['line']}" for d in ups[:3]) or "no scale-up",
-        ),
+        _scale_out(report, "the scaler scales out during the burst", start, end + 10),
         Check(
             "the backlog drains after the burst",
             live is None or live["drained_after_s"] is not None,
@@ -197,7 +223,6 @@ def mixed(report: Report) -> list[Check]:
 def warmup(report: Report) -> list[Check]:
     """A scale-out during the ramp, replicas seen warming, the backlog drained after."""
     start, end = report["workload"]["phase_bounds"]["ramp"]
-    ups = _scale_ups(report, start, end)
     warming = [
         row
         for group in report["replicas"]["series"].values()
@@ -206,11 +231,7 @@ def warmup(report: Report) -> list[Check]:
     ]
     live = report["backlog"]["interactive"]["focus"]
     return [
-        Check(
-            "the scaler scales out during the ramp",
-            bool(ups),
-            "; ".join(f"t={d['t_s']:.0f}s {d['line']}" for d in ups[:3]) or "no scale-up",
-        ),
+        _scale_out(report, "the scaler scales out during the ramp", start, end),
         Check(
             "new replicas seen loading or warming",
             bool(warming),

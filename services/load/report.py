@@ -170,6 +170,7 @@ def build_report(
         "kind": "inferbus-load",
         **context,
         "model": config.name,
+        "model_replicas": config.replicas.model_dump(),
         "workload": {
             "name": workload.name,
             "source": workload.source,

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from scaler.sim.workload import Workload, read_trace
+from services.load.checks import checks_for
 from services.load.ledger import Ledger, Sent
 from services.load.observe import DecisionPoint, ReplicaSample
 from services.load.plot import plot_report
@@ -84,6 +85,15 @@ def report_of(
 
 def verdicts(report: dict[str, Any]) -> dict[str, bool | None]:
     return {c["name"]: c["ok"] for c in report["checks"]}
+
+
+def test_bulk_repeats_fail_a_run() -> None:
+    report = report_of("mixed")
+    assert verdicts(report)["few repeated results (at-least-once redelivery)"] is True
+    sent = report["totals"]["sent"]
+    report["totals"]["duplicates"] = sent  # every result came twice
+    [repeats] = [c for c in checks_for(report) if c.name.startswith("few repeated")]
+    assert repeats.ok is False and f"{sent} repeats for {sent} requests" in repeats.detail
 
 
 def test_nothing_lost_fails_on_a_missing_answer() -> None:
@@ -195,6 +205,9 @@ def test_warmup_checks_need_a_scale_out_and_warming_replicas() -> None:
     bare = report_of("warmup")
     assert verdicts(bare)["the scaler scales out during the ramp"] is False
     assert verdicts(bare)["new replicas seen loading or warming"] is False
+    at_max = report_of("warmup", decisions=(decision(10, 1, 12, ready=1),))
+    [check] = [c for c in at_max["checks"] if c["name"] == "the scaler scales out during the ramp"]
+    assert check["ok"] is True and "already at replicas.max 12" in check["detail"]
 
 
 def test_plot_and_arrivals_files(tmp_path: Path) -> None:
