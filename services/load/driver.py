@@ -141,15 +141,14 @@ class LoadRun:
     # ---- set-up --------------------------------------------------------------------
 
     async def _connect(self) -> None:
-        producer = make_producer(self.options.bootstrap, client_id="inferbus-load")
+        # Kept before they start, so that `_close` stops them whatever fails.
+        producer = self._producer = make_producer(self.options.bootstrap, client_id="inferbus-load")
         await start_with_retry(producer.start, what="load-producer")
-        self._producer = producer
         self._publisher = Publisher(producer)
-        consumer = make_consumer(
+        consumer = self._consumer = make_consumer(
             bootstrap=self.options.bootstrap, group_id=None, client_id="inferbus-load"
         )
         await start_with_retry(consumer.start, what="load-results")
-        self._consumer = consumer
         topics = await consumer.topics()
         needed = [self.options.reply_to, *(ingest_topic(t) for t in self.tiers)]
         missing = [t for t in needed if t not in topics]
