@@ -41,6 +41,9 @@ def ingest_topic(tier: Tier | None = None) -> str:
 INGEST_TOPICS: tuple[str, ...] = (INGEST, *(ingest_topic(tier) for tier in TIERS))
 """Every topic ingest reads."""
 
+TIER_OF_INGEST_TOPIC: dict[str, Tier] = {ingest_topic(tier): tier for tier in TIERS}
+"""The tier a per-tier ingest topic stands for (the shared one stands for none)."""
+
 
 def request_topic(model: str, tier: Tier) -> str:
     """The tier topic that a model's validated requests wait on."""

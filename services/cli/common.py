@@ -1,25 +1,111 @@
-"""Shared CLI plumbing: logging set-up and running coroutines."""
+"""Shared CLI plumbing: logging set-up, running coroutines, settings, and one-line errors."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import typer
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsError
+from typer.core import TyperGroup
+
+from schemas.errors import InferbusError, describe_validation_error
+
 T = TypeVar("T")
+_ADDRESS = re.compile(r"\('([^']+)', (\d+)")
+"""aiokafka's "Unable to bootstrap from [('127.0.0.1', 9092, ...)]" addresses."""
+S = TypeVar("S", bound=BaseSettings)
 
 
-def setup_logging(level: str = "INFO") -> None:
-    """key=value logs on stderr; chatty libraries stay at WARNING."""
+class SettingsInvalid(InferbusError):
+    """A service's settings (flags or `INFERBUS_*` environment) are refused at start."""
+
+
+def setup_logging(level: str = "INFO", *, kafka_level: str = "WARNING") -> None:
+    """key=value logs on stderr; chatty libraries stay at `kafka_level`.
+
+    Commands that end with one error line of their own (infer, load) pass CRITICAL: aiokafka
+    logs every failed connection attempt at ERROR, which that line already says."""
     logging.basicConfig(
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     for noisy in ("aiokafka", "faststream", "kafka"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.getLogger(noisy).setLevel(kafka_level.upper())
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion; Ctrl-C ends it quietly."""
-    return asyncio.run(coro)
+    """Run a coroutine to completion; Ctrl-C ends it quietly (exit 130)."""
+    try:
+        return asyncio.run(coro)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def load_settings(cls: type[S], **flags: Any) -> S:
+    """`cls(**flags)` over its environment; a refusal names the variable (`INFERBUS_..._X`)."""
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    try:
+        return cls(**flags)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False, include_input=False):
+            loc = [str(part) for part in error["loc"]]
+            message = error["msg"].removeprefix("Value error, ")
+            if not loc:  # a check across fields names its variables itself
+                problems.append(message)
+                continue
+            inner = f" ({'.'.join(loc[1:])})" if len(loc) > 1 else ""
+            problems.append(f"{prefix}{loc[0].upper()}{inner}: {message}")
+        raise SettingsInvalid("; ".join(problems)) from None
+    except SettingsError as exc:
+        # pydantic-settings names the field but not the variable, and keeps the JSON
+        # error as the cause.
+        field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else ""
+        cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
+        raise SettingsInvalid(f"{prefix}{field.upper()} is not valid{cause}") from None
+
+
+def one_line(exc: BaseException) -> str | None:
+    """What a person needs to act on an expected failure, on one line; None for a bug."""
+    if isinstance(exc, InferbusError):
+        text = str(exc)
+    elif isinstance(exc, KafkaConnectionError):
+        where = ", ".join(f"{host}:{port}" for host, port in _ADDRESS.findall(str(exc)))
+        text = (
+            f"cannot reach Kafka at {where or 'the bootstrap address'}; start the stack "
+            "(`inferbus up`) or pass --bootstrap host:port (env INFERBUS_KAFKA_BOOTSTRAP)"
+        )
+    elif isinstance(exc, KafkaError):
+        text = f"Kafka refused: {type(exc).__name__}: {exc}"
+    elif isinstance(exc, ValidationError):
+        text = f"invalid {exc.title}: {describe_validation_error(exc)}"
+    elif isinstance(exc, TimeoutError):
+        text = str(exc) or "timed out"
+    elif isinstance(exc, OSError) and exc.filename is not None:
+        text = f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    elif isinstance(exc, OSError):
+        text = str(exc) or type(exc).__name__
+    else:
+        return None
+    return " ".join(text.split())
+
+
+class OneLineErrors(TyperGroup):
+    """The CLI's root group: an expected error ends the command with one line on stderr and
+    exit 1, instead of a traceback. Anything else (a bug) keeps its traceback."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's click Context (vendored since typer 0.2x)
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            message = one_line(exc)
+            if message is None:
+                raise
+            typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(1) from None

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from infra.models.repository import ModelRepository
-from schemas.errors import ModelNotFound
+from schemas.errors import InvalidInput, ModelNotFound
 from schemas.result import InferenceResult
 from schemas.tensors import DTYPES, Tensor, TextInput
 from schemas.topics import Tier
@@ -20,7 +20,7 @@ from tracing.setup import init_tracing, shutdown_tracing
 def parse_inputs(payload: Any, dtypes: Mapping[str, str]) -> dict[str, Tensor | TextInput]:
     """`{"x": [[...]]}` (dtype from the model), wire tensors, or `{"text": "..."}`."""
     if not isinstance(payload, dict) or not payload:
-        raise ValueError('inputs must be a JSON object such as {"x": [[0.1, 0.2]]}')
+        raise InvalidInput('--json: inputs must be a JSON object such as {"x": [[0.1, 0.2]]}')
     out: dict[str, Tensor | TextInput] = {}
     for name, value in payload.items():
         if isinstance(value, dict) and "dtype" in value:
@@ -32,11 +32,15 @@ def parse_inputs(payload: Any, dtypes: Mapping[str, str]) -> dict[str, Tensor | 
         else:
             dtype = dtypes.get(name)
             if dtype is None:
-                raise ValueError(
-                    f"input {name!r}: the model is not in the local repository, so give a "
-                    'wire-format tensor {"dtype": ..., "shape": ..., "data": ...}'
+                raise InvalidInput(
+                    f"input {name!r}: model not found in the local repository, so its dtype "
+                    'is unknown; give a wire-format tensor {"dtype": ..., "shape": ..., '
+                    '"data": ...} or pass --models DIR'
                 )
-            array = np.asarray(value, dtype=DTYPES[dtype])
+            try:
+                array = np.asarray(value, dtype=DTYPES[dtype])
+            except (ValueError, TypeError) as exc:
+                raise InvalidInput(f"input {name!r} is not a {dtype} array: {exc}") from None
             out[name] = Tensor.from_numpy(array)
     return out
 

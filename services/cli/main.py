@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from schemas.topics import TIERS, Tier
-from services.cli.common import run, setup_logging
+from services.cli.common import OneLineErrors, load_settings, run, setup_logging
 
 if TYPE_CHECKING:
     from services.ingest.settings import IngestSettings
     from services.worker.settings import WorkerSettings
 
 app = typer.Typer(
+    cls=OneLineErrors,
     name="inferbus",
     help="Event-driven model serving on Kafka.",
     no_args_is_help=True,
@@ -101,7 +102,7 @@ def ingest_settings(models: Path | None) -> IngestSettings:
     """IngestSettings from INFERBUS_INGEST_* with the given flags on top."""
     from services.ingest.settings import IngestSettings
 
-    return IngestSettings(**given(models_dir=models))  # type: ignore[arg-type]
+    return load_settings(IngestSettings, **given(models_dir=models))
 
 
 def worker_settings(
@@ -116,7 +117,7 @@ def worker_settings(
         models_dir=models,
         model_version=version,
     )
-    return WorkerSettings(**flags)  # type: ignore[arg-type]
+    return load_settings(WorkerSettings, **flags)
 
 
 @app.command()
@@ -178,7 +179,7 @@ def infer(
     """Send one request and print its result JSON (exit 1 unless status is ok)."""
     from services.cli.infer import infer_once
 
-    setup_logging("WARNING")
+    setup_logging("WARNING", kafka_level="CRITICAL")
     try:
         payload = json.loads(json_inputs)
     except json.JSONDecodeError as exc:
@@ -209,9 +210,12 @@ def up(
     ),
 ) -> None:
     """Run everything on this machine: broker, topics, ingest, scaler and workers."""
+    from scaler.settings import ScalerSettings
+    from scaler.signals import PolicyConfig
     from services.cli.stack import Stack, StackOptions
 
     setup_logging("WARNING")
+    scaler_settings = ScalerSettings()
     options = StackOptions(
         bootstrap=bootstrap,
         models_dir=models,
@@ -223,6 +227,9 @@ def up(
         broker_port=port,
         log_dir=log_dir,
         ingest_instances=ingest,
+        policy=scaler_settings.policy,
+        policy_config=PolicyConfig(scale_down_window_s=scaler_settings.scale_down_window_s),
+        worker_budget=scaler_settings.max_total_replicas,
     )
     try:
         asyncio.run(Stack(options).run())
@@ -251,13 +258,14 @@ def scaler_run(
         overrides["actuator"] = actuator
     if policy is not None:
         overrides["policy"] = policy
-    settings = ScalerSettings(**overrides)  # type: ignore[arg-type]
+    settings = load_settings(ScalerSettings, **overrides)
     run(run_scaler(bootstrap, models, settings))
 
 
 def _mount_subcommands() -> None:
     from scaler.cli import scaler_app, sim_command
     from services.cli.bench import bench_app
+    from services.cli.load import load_command
     from services.models.cli import models_app
     from tracing.cli import trace_command, traces_command
 
@@ -266,6 +274,7 @@ def _mount_subcommands() -> None:
     scaler_app.command("run")(scaler_run)
     app.add_typer(scaler_app, name="scaler")
     app.command("sim")(sim_command)
+    app.command("load")(load_command)
     app.command("trace")(trace_command)
     app.command("traces")(traces_command)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import signal
 import socket
 import time
@@ -51,6 +53,8 @@ class StackOptions:
     broker_port: int
     log_dir: Path
     status_every_s: float = 5.0
+    policy: str = "slo"
+    """The scaling policy (INFERBUS_SCALER_POLICY)."""
     policy_config: PolicyConfig | None = None
     """Policy knobs; None: the defaults."""
     collector_config: CollectorConfig | None = None
@@ -59,6 +63,17 @@ class StackOptions:
     """Extra environment for every worker the actuator starts."""
     ingest_instances: int = 1
     """Ingest processes, one consumer group: they share the ingest topics' partitions."""
+    worker_budget: int | None = None
+    """Most workers at once over all groups (the policy's global budget); None: this
+    machine's cores, or the workers started if more: workers on one host share its CPU
+    and more of them than cores only slows each down."""
+
+
+def local_worker_budget(requested: int | None, cores: int, started: int) -> int:
+    """The global replica budget `inferbus up` gives its scaler."""
+    if requested is not None:
+        return requested
+    return max(cores, started)
 
 
 def _ms(value: float | None) -> str:
@@ -191,9 +206,13 @@ class Stack:
             self.actuator,
             act=options.with_scaler,
             tiers=options.tiers,
+            policy=options.policy,
             config=options.policy_config,
             collector_config=options.collector_config,
         )
+        started = len(self.scaler.collector.groups) * options.workers_per_group
+        budget = local_worker_budget(options.worker_budget, os.cpu_count() or 1, started)
+        self.scaler.config = dataclasses.replace(self.scaler.config, max_total_replicas=budget)
         for group in self.scaler.collector.groups:
             await self.actuator.scale(
                 group, options.workers_per_group, "inferbus up: initial workers"
@@ -202,7 +221,8 @@ class Stack:
         self._say(
             f"{options.ingest_instances} ingest and "
             f"{len(self.scaler.collector.groups) * options.workers_per_group} worker(s) "
-            f"starting; scaler {'on' if options.with_scaler else 'off'}; logs in {options.log_dir}"
+            f"starting; scaler {'on' if options.with_scaler else 'off'} (at most {budget} "
+            f"workers: INFERBUS_SCALER_MAX_TOTAL_REPLICAS); logs in {options.log_dir}"
         )
         return bootstrap
 

@@ -168,20 +168,29 @@ class InferenceClient:
         if self._reader is not None:
             return
         self._producer = make_producer(self.bootstrap, client_id=self.client_id)
-        await start_with_retry(self._producer.start, what="client-producer")
         # No group: every client sees every result on its reply topic and keeps its own.
         self._consumer = make_consumer(
             bootstrap=self.bootstrap, group_id=None, client_id=self.client_id
         )
-        await start_with_retry(self._consumer.start, what="client-consumer")
-        partitions = await self._partitions(self.reply_to)
-        # The registry's log too, from its end: it carries the note that the broker lost
-        # its logs (and, one record per batch, its end offset tells a restart reliably).
-        self._registry = TopicPartition(INSTANCES, 0)
-        self._consumer.assign([*partitions, self._registry])
-        await self._consumer.seek_to_end(*partitions, self._registry)
-        for tp in [*partitions, self._registry]:
-            await self._consumer.position(tp)
+        try:
+            await start_with_retry(self._producer.start, what="client-producer")
+            await start_with_retry(self._consumer.start, what="client-consumer")
+            partitions = await self._partitions(self.reply_to)
+            # The registry's log too, from its end: it carries the note that the broker
+            # lost its logs (and, one record per batch, its end offset tells a restart).
+            # A cluster without it (a client of only some topics) goes without.
+            if self._consumer.partitions_for_topic(INSTANCES):
+                self._registry = TopicPartition(INSTANCES, 0)
+                partitions.append(self._registry)
+            self._consumer.assign(partitions)
+            await self._consumer.seek_to_end(*partitions)
+            for tp in partitions:
+                await self._consumer.position(tp)
+        except BaseException:
+            # A failed start leaves nothing open behind the caller's error.
+            await self._consumer.stop()
+            await self._producer.stop()
+            raise
         self._reader = asyncio.create_task(self._read(), name="client-results")
         self._publisher = Publisher(self._producer, patience_s=self.patience_s)
         self._watcher = asyncio.create_task(self._watch_restarts(), name="client-restarts")
@@ -281,7 +290,9 @@ class InferenceClient:
 
     async def _registry_overrun(self) -> bool:
         consumer = self._consumer
-        assert consumer is not None and self._registry is not None
+        assert consumer is not None
+        if self._registry is None:
+            return False
         try:
             end = (await consumer.end_offsets([self._registry]))[self._registry]
             return bool(await consumer.position(self._registry) > end)

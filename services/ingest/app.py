@@ -32,7 +32,15 @@ from infra.topics import BROKER_EVENT_KEY, TopicKeeper, standard_topics
 from schemas import headers as h
 from schemas.errors import EngineError
 from schemas.result import error_result
-from schemas.topics import DLQ, INGEST, INGEST_GROUP, INSTANCES, TIERS, ingest_topic
+from schemas.topics import (
+    DLQ,
+    INGEST,
+    INGEST_GROUP,
+    INSTANCES,
+    TIER_OF_INGEST_TOPIC,
+    TIERS,
+    ingest_topic,
+)
 from services.ingest.catalog import CachedModelCatalog, QueueDepths
 from services.ingest.handlers import (
     Answer,
@@ -73,6 +81,7 @@ class IngestService:
         self.settings = settings or IngestSettings()
         self.bootstrap = bootstrap
         self.instance_id = self.settings.instance_id or default_instance_id("ingest")
+        self.limiter = self.settings.tenant_limiter()
         self.depths = QueueDepths(bootstrap, refresh_ms=self.settings.queue_refresh_ms)
         repository = ModelRepository(self.settings.models_dir)
         self.depths.watch_models(repository.names())
@@ -254,6 +263,8 @@ class IngestService:
                 catalog=self.catalog,
                 settings=self.settings,
                 now=now,
+                limiter=self.limiter,
+                sent_to_tier=TIER_OF_INGEST_TOPIC.get(record.topic),
             )
             if isinstance(outcome, Route):
                 # Counted at once, so this poll's later requests see it before its ack.

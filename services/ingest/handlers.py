@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -30,7 +31,8 @@ from schemas.parse import (
 )
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult, Timings, error_result
-from schemas.topics import request_topic
+from schemas.topics import Tier, ingest_topic, request_topic
+from services.ingest.limits import TenantLimiter
 from services.ingest.settings import IngestSettings
 
 
@@ -135,8 +137,15 @@ def handle_event(
     catalog: ModelCatalog,
     settings: IngestSettings,
     now: datetime,
+    limiter: TenantLimiter | None = None,
+    sent_to_tier: Tier | None = None,
 ) -> Outcome:
-    """Decide what happens to one event; never raises on bad input."""
+    """Decide what happens to one event; never raises on bad input.
+
+    `limiter` holds this ingest instance's per-tenant token buckets (None: no limits).
+    `sent_to_tier`: the tier of the per-tier ingest topic the event came on (None: the
+    shared topic); a request that names no tier takes it, one that names another is refused.
+    """
     started = now
 
     def elapsed_ms() -> float:
@@ -158,6 +167,8 @@ def handle_event(
     except RejectedEvent as exc:
         return answer(exc.salvage, InvalidInput(exc.message), elapsed_ms())
     try:
+        if sent_to_tier is not None:
+            parsed = _on_tier_topic(parsed, sent_to_tier)
         route = _route(
             parsed,
             value or b"",
@@ -165,11 +176,26 @@ def handle_event(
             catalog=catalog,
             settings=settings,
             now=now,
+            limiter=limiter,
         )
     except InferbusError as exc:
         return answer(_salvage_request(parsed), exc, elapsed_ms())
     route.headers.append((h.INGEST_MS, f"{elapsed_ms():.3f}".encode()))
     return route
+
+
+def _on_tier_topic(parsed: ParsedRequest, tier: Tier) -> ParsedRequest:
+    """The request as sent to `tier`'s ingest topic: its tier is the topic's."""
+    request = parsed.request
+    if request.tier == tier:
+        return parsed
+    if "tier" in request.model_fields_set:
+        raise InvalidInput(
+            f"request says tier {request.tier!r} but was sent to {ingest_topic(tier)!r}; "
+            f"send it to {ingest_topic(request.tier)!r}, or leave the tier out",
+            tier=request.tier,
+        )
+    return dataclasses.replace(parsed, request=request.model_copy(update={"tier": tier}))
 
 
 def _route(
@@ -180,6 +206,7 @@ def _route(
     catalog: ModelCatalog,
     settings: IngestSettings,
     now: datetime,
+    limiter: TenantLimiter | None = None,
 ) -> Route:
     request = parsed.request
     config = catalog.config(request.model)
@@ -201,6 +228,8 @@ def _route(
             f"tenant {request.tenant!r} may not call model {request.model!r}",
             tenant=request.tenant,
         )
+    if limiter is not None:
+        _check_tenant_rate(limiter, request.tenant, now)
     validate_inputs(
         request,
         config,
@@ -236,6 +265,22 @@ def _route(
     if deadline is not None:
         headers.append((h.DEADLINE, str(_ms(deadline)).encode()))
     return Route(topic, request.request_id.encode(), value, headers, request)
+
+
+def _check_tenant_rate(limiter: TenantLimiter, tenant: str | None, now: datetime) -> None:
+    """Overloaded when the tenant's token bucket is empty."""
+    verdict = limiter.admit(tenant, now)
+    if verdict is None or verdict.allowed:
+        return
+    limit = verdict.limit
+    raise Overloaded(
+        f"tenant {verdict.tenant!r} is over its rate limit of {limit.rate_rps:g} requests/s "
+        f"(burst {limit.capacity:g}) at this ingest instance; slow down and retry, or ask "
+        "for a higher limit (INFERBUS_INGEST_TENANT_LIMITS)",
+        tenant=verdict.tenant,
+        limit_rps=limit.rate_rps,
+        burst=limit.capacity,
+    )
 
 
 def _check_queue(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.ingest.limits import TenantLimit, TenantLimiter
 
 
 class IngestSettings(BaseSettings):
@@ -43,3 +45,28 @@ class IngestSettings(BaseSettings):
     """Prometheus /metrics port; 0 turns it off."""
     instance_id: str | None = None
     """Stable id for logs and telemetry; default: host-pid."""
+    tenant_rate_rps: float | None = Field(default=None, gt=0)
+    """Requests per second each tenant may send to this ingest instance (a token bucket);
+    over it a request is answered `rejected_overload`. None: no default limit."""
+    tenant_burst: int | None = Field(default=None, gt=0)
+    """Requests a tenant may send at once (the bucket size); None: one second's worth."""
+    tenant_limits: dict[str, TenantLimit] = Field(default_factory=dict)
+    """Per-tenant limits over the default, JSON: `{"team-a": 100}` (req/s) or
+    `{"team-a": {"rate_rps": 100, "burst": 400}}`; `(none)` names requests without a tenant."""
+
+    @model_validator(mode="after")
+    def _burst_needs_rate(self) -> IngestSettings:
+        if self.tenant_burst is not None and self.tenant_rate_rps is None:
+            raise ValueError(
+                "INFERBUS_INGEST_TENANT_BURST is set without INFERBUS_INGEST_TENANT_RATE_RPS"
+            )
+        return self
+
+    def tenant_limiter(self) -> TenantLimiter:
+        """Fresh token buckets for these limits (one limiter per ingest instance)."""
+        default = (
+            TenantLimit(rate_rps=self.tenant_rate_rps, burst=self.tenant_burst)
+            if self.tenant_rate_rps is not None
+            else None
+        )
+        return TenantLimiter(default, self.tenant_limits)

@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 Drain = Callable[[str, frozenset[int]], Awaitable[None]]
 """(topic, partitions) -> returns once every record of theirs in hand is answered."""
+LetGo = Callable[[str, frozenset[int]], int]
+"""(topic, partitions) -> drops their records not yet started (the next owner reads them
+again; commits stop short of them); returns how many."""
 CONTROL_TOPICS = (INSTANCES, DECISIONS)
 
 
@@ -83,6 +86,7 @@ class OwnedConsumer:
         groups: Sequence[tuple[str, str]],
         offsets: OffsetTracker,
         drain: Drain,
+        let_go: LetGo | None = None,
         control: bool = True,
         options: ConsumerOptions | None = None,
     ) -> None:
@@ -92,6 +96,7 @@ class OwnedConsumer:
         self.offsets = offsets
         self.options = options or ConsumerOptions()
         self._drain = drain
+        self._let_go = let_go
         self._group_topics = list(groups)
         self._control_topics = CONTROL_TOPICS if control else ()
         self._seen_version = -1
@@ -200,6 +205,9 @@ class OwnedConsumer:
     ) -> list[ConsumerRecord[bytes, bytes]]:
         """The next data records (registry and decision records are folded on the way)."""
         limit = self.options.max_poll_records
+        fenced = self.membership.lease_lapsed()
+        if fenced:
+            await self._fence()
         try:
             batches = await self._consumer.getmany(
                 timeout_ms=timeout_ms, max_records=min(max_records or limit, limit)
@@ -217,7 +225,7 @@ class OwnedConsumer:
             if tp.topic in CONTROL_TOPICS:
                 for record in batch:
                     self.membership.observe(tp.topic, record.key, record.value)
-            else:
+            elif not fenced:
                 records.extend(batch)
         assert self.pacer is not None
         self.pacer.observe(len(records))
@@ -337,8 +345,8 @@ class OwnedConsumer:
     async def rebalance(self) -> None:
         """Move toward this instance's share: release what is no longer its own, take what
         no other live member claims."""
-        if self._closed:
-            return
+        if self._closed or self.membership.lease_lapsed():
+            return  # a lapsed lease takes nothing until its record is fresh again
         async with self._rebalance_lock:
             me = self.membership.identity.instance_id
             standing_by = bool(self._groups)
@@ -382,6 +390,35 @@ class OwnedConsumer:
         )
         await self._publish_owned(group)
 
+    async def _fence(self) -> None:
+        """The lease lapsed: others may own our partitions by now. Stop reading them at
+        once, let go of what has not started (no commit: the next owner reads on from the
+        last one), and publish a fresh record owning nothing; ownership starts over by
+        handover. What is in the engine is still answered (a repeat at worst)."""
+        held = {g.group: frozenset(g.owned) for g in self._groups if g.owned}
+        if not held:
+            return  # nothing to give up; the refresh loop renews the lease
+        log.warning(
+            "event=lease_lapsed instance=%s partitions=%s (not reading them until the "
+            "record is fresh; they are handed over again)",
+            self.membership.identity.instance_id,
+            {group: sorted(parts) for group, parts in held.items()},
+        )
+        for group in self._groups:
+            parts = frozenset(group.owned)
+            if self._let_go is not None and parts:
+                self._let_go(group.topic, parts)
+            for partition in parts:
+                self.offsets.forget(group.topic, partition)
+            group.owned.clear()
+            group.releasing.clear()
+            self.membership.owned[group.topic] = frozenset()
+        self._apply_pauses()
+        try:
+            await self.membership.publish()
+        except KafkaError as exc:  # the refresh loop keeps trying
+            log.warning("event=fenced_publish_failed error=%r", exc)
+
     def _start_release(self, group: _Group, parts: frozenset[int]) -> asyncio.Task[None]:
         group.releasing |= parts
         self._apply_pauses()
@@ -391,6 +428,15 @@ class OwnedConsumer:
         return task
 
     async def _release(self, group: _Group, parts: frozenset[int]) -> None:
+        if self._let_go is not None:
+            dropped = self._let_go(group.topic, parts)
+            if dropped:
+                log.info(
+                    "event=queued_handed_over group=%s partitions=%s records=%d",
+                    group.group,
+                    sorted(parts),
+                    dropped,
+                )
         try:
             await asyncio.wait_for(self._drain(group.topic, parts), self.options.drain_timeout_s)
         except TimeoutError:

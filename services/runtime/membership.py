@@ -33,6 +33,11 @@ Send = Callable[[str, bytes, bytes], Awaitable[Any]]
 """(topic, key, value) -> produced and acked."""
 
 
+FENCE_AT_LEASE_FRACTION = 0.75
+"""An instance stops reading when its last record is this far into its lease: ahead of
+the others counting it gone (their clocks and reads lag a little)."""
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -110,6 +115,9 @@ class Membership:
         self._publish_lock = asyncio.Lock()
         self.version = 0
         """Bumped whenever the view of other members or decisions changes."""
+        self.published_at: datetime | None = None
+        """When the last record that reached the broker was made (others time the lease
+        from it)."""
         self._broker_notes: set[bytes] = set()
         self.broker_restarts = 0
         """Bumped when a consumer of this instance finds a log that started over: the broker
@@ -151,7 +159,18 @@ class Membership:
             await self._send(
                 INSTANCES, self.identity.instance_id.encode(), record.model_dump_json().encode()
             )
+            self.published_at = record.updated_at
             self.table = fold(self.table, record)
+
+    def lease_lapsed(self) -> bool:
+        """Whether the others may count this instance gone by now: its last record that
+        reached the broker is older than most of its lease (a starved process, a broker it
+        cannot reach). Its partitions may have moved: it must not read them until a fresh
+        record is out."""
+        if self.published_at is None:
+            return False
+        age = (self._clock() - self.published_at).total_seconds()
+        return age > self.lease_s * FENCE_AT_LEASE_FRACTION
 
     def start_refresh(self) -> None:
         """Refresh the record every third of the lease until `stop_refresh` (idempotent)."""

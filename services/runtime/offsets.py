@@ -15,6 +15,8 @@ class PartitionOffsets:
     highest_polled: int = -1
     epoch: int = 0
     """Bumped when the partition starts over (a broker that lost its log)."""
+    floor: int | None = None
+    """The lowest offset let go unanswered (handed over): commits never pass it."""
 
 
 class OffsetTracker:
@@ -58,6 +60,15 @@ class OffsetTracker:
         state.outstanding.discard(offset)
         state.highest_done = max(state.highest_done, offset)
 
+    def abandoned(self, topic: str, partition: int, offset: int, epoch: int = 0) -> None:
+        """A record is let go unanswered (its partition is handed over before it ran): it is
+        no longer in flight here, and commits stop short of it so its next owner reads it."""
+        state = self._partitions.get((topic, partition))
+        if state is None or state.epoch != epoch or offset not in state.outstanding:
+            return
+        state.outstanding.discard(offset)
+        state.floor = offset if state.floor is None else min(state.floor, offset)
+
     def in_flight(self, topic: str, partition: int) -> int:
         """Records of a partition taken but not yet answered."""
         state = self._partitions.get((topic, partition))
@@ -70,12 +81,14 @@ class OffsetTracker:
         """Offsets to commit now (the next offset to read), only those that moved forward."""
         out: dict[tuple[str, int], int] = {}
         for key, state in self._partitions.items():
+            candidates = [state.floor] if state.floor is not None else []
             if state.outstanding:
-                candidate = min(state.outstanding)
+                candidates.append(min(state.outstanding))
             elif state.highest_done >= 0:
-                candidate = state.highest_done + 1
-            else:
+                candidates.append(state.highest_done + 1)
+            if not candidates:
                 continue
+            candidate = min(candidates)
             if state.committed is None or candidate > state.committed:
                 out[key] = candidate
         return out

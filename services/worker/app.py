@@ -162,6 +162,7 @@ class Worker:
                 groups=[(self.groups[tier], request_topic(self.settings.model, tier))],
                 offsets=self.offsets,
                 drain=self.pipeline.drain,
+                let_go=self.pipeline.let_go,
                 control=rank == 0,
             )
             self.consumers[tier] = consumer  # before start: a cancelled start still closes it

@@ -500,6 +500,22 @@ class Pipeline:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def let_go(self, topic: str, partitions: frozenset[int]) -> int:
+        """Drop the queued records of these partitions (not yet in the engine): they go to
+        the partitions' next owner unanswered, at once, instead of after this worker's
+        backlog. Commits stop short of them. Returns how many were dropped."""
+        dropped = self.batcher.remove(
+            lambda item: item.topic == topic and item.partition in partitions
+        )
+        for item in dropped:
+            self.offsets.abandoned(item.topic, item.partition, item.offset, item.epoch)
+            if item.spans is not None:
+                item.spans.handed_over()
+        if dropped:
+            self.in_hand -= len(dropped)
+            self.answered.set()
+        return len(dropped)
+
     async def drain(self, topic: str, partitions: frozenset[int]) -> None:
         """Return once every record of these partitions in hand is answered."""
         while any(self.offsets.in_flight(topic, p) for p in partitions):

@@ -94,6 +94,11 @@ class RequestSpans:
         )
         return traceparent_of(self.send)
 
+    def handed_over(self) -> None:
+        """Its partition moved before it ran: this pass ends here, the next owner's begins."""
+        self.process.set_attribute("inferbus.handed_over", True)
+        self.process.end()
+
     def end(self, ack: RecordMetadata | BaseException, status: str) -> None:
         """The result was acked (or finally failed): close every open span."""
         if self.send is not None:

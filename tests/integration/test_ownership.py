@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from aiokafka.errors import KafkaConnectionError
 
 from infra.processes import inferbus_command
 from infra.topics import ensure_topics, standard_topics
@@ -151,6 +152,38 @@ async def test_a_killed_workers_partitions_are_served_after_its_lease(
             victim.kill()
             await victim.wait()
         await survivor.stop()
+
+
+async def test_a_worker_whose_lease_lapses_stops_reading_and_gets_its_share_back(
+    repo: tuple[str, Path, str],
+) -> None:
+    """A worker that cannot renew its record (starved, cut off from the broker) must stop
+    reading before the others count it gone, or two workers serve the same partitions."""
+    broker, models, name = repo
+    cut_off, other = worker(broker, models, name), worker(broker, models, name)
+    await asyncio.gather(cut_off.start(), other.start())
+    await until(lambda: _split(cut_off, other), 15, "partitions split between both")
+    renew = cut_off.membership._send
+
+    async def unreachable(*args: object) -> None:
+        raise KafkaConnectionError("registry unreachable (test)")
+
+    try:
+        async with InferenceClient(broker) as client:
+            stream = asyncio.create_task(send_all(client, name, 300, pace_s=0.02))
+            await asyncio.sleep(1.0)
+            cut_off.membership._send = unreachable
+            # Fenced at 3/4 of its 2 s lease, before the other counts it gone at 2 s.
+            await until(lambda: _is(owned_by(cut_off), 0), 5, "the cut-off worker let go")
+            await until(lambda: _is(owned_by(other), TOPIC_PARTITIONS), 10, "other owns all")
+            cut_off.membership._send = renew
+            await until(lambda: _split(cut_off, other), 15, "split again after renewal")
+            results = await asyncio.wait_for(stream, 90)
+        all_ok(results)
+        assert len({r.request_id for r in results}) == 300
+    finally:
+        cut_off.membership._send = renew
+        await asyncio.gather(cut_off.stop(), other.stop())
 
 
 async def _is(owned: object, count: int) -> bool:

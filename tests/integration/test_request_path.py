@@ -29,6 +29,7 @@ from schemas.tensors import Arrays
 from schemas.topics import DLQ, INGEST, RESULTS, request_topic
 from services.client import InferenceClient
 from services.ingest.app import IngestService
+from services.ingest.limits import TenantLimit
 from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
 from services.worker.app import Worker
@@ -95,7 +96,11 @@ async def stack(broker: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncI
         engines.append(engine)
         return engine
 
-    ingest = IngestService(broker, IngestSettings(models_dir=models, queue_refresh_ms=200))
+    greedy = TenantLimit(rate_rps=0.1, burst=2)
+    ingest = IngestService(
+        broker,
+        IngestSettings(models_dir=models, queue_refresh_ms=200, tenant_limits={"greedy": greedy}),
+    )
     await ingest.start()
     mlp = Worker(
         broker,
@@ -295,6 +300,25 @@ BAD_CASES = [
         id="text-without-tokenizer",
     ),
 ]
+
+
+async def test_a_tenant_over_its_rate_limit_is_answered_overloaded(stack: Stack) -> None:
+    """The stack's ingest lets tenant `greedy` send 2 at once, then one per 10 s."""
+    x = np.ones((1, 16), dtype=np.float32)
+    async with (
+        InferenceClient(stack.bootstrap, tenant="greedy") as greedy,
+        InferenceClient(stack.bootstrap, tenant="team-a") as modest,
+    ):
+        results = await asyncio.gather(
+            *(greedy.infer(greedy.build_request("demo-mlp", {"x": x})) for _ in range(6))
+        )
+        other = await modest.infer(modest.build_request("demo-mlp", {"x": x}))
+    statuses = sorted(r.status for r in results)
+    assert statuses.count("ok") in (2, 3), statuses  # the burst, plus a token at most
+    refused = [r for r in results if r.status == "rejected_overload"]
+    assert len(refused) == 6 - statuses.count("ok"), statuses
+    assert all(r.error is not None and "greedy" in r.error.message for r in refused)
+    assert other.status == "ok"  # other tenants keep their own buckets
 
 
 async def test_bad_events_get_named_results_or_land_in_the_dlq(stack: Stack) -> None:

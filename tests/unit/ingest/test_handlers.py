@@ -616,6 +616,48 @@ def test_valid_requests_route_to_their_tier_topic_unchanged(
 
 
 @pytest.mark.parametrize(
+    ("changes", "sent_to", "routed_to", "refused"),
+    [
+        pytest.param({"tier": ...}, "batch", "batch", None, id="no-tier-takes-the-topics"),
+        pytest.param({"tier": "batch"}, "batch", "batch", None, id="same-tier"),
+        pytest.param({"tier": ...}, None, "interactive", None, id="shared-topic-default"),
+        pytest.param({"tier": "critical"}, None, "critical", None, id="shared-topic-named"),
+        pytest.param(
+            {"tier": "critical"},
+            "batch",
+            None,
+            "request says tier 'critical' but was sent to 'inferbus.ingest.batch'",
+            id="another-tier-is-refused",
+        ),
+    ],
+)
+def test_a_per_tier_ingest_topic_sets_the_tier(
+    changes: dict[str, Any],
+    sent_to: Any,
+    routed_to: str | None,
+    refused: str | None,
+    catalog: FakeCatalog,
+    settings: IngestSettings,
+) -> None:
+    outcome = handle_event(
+        encode(mlp_event(**changes)),
+        produced_at=PRODUCED_AT,
+        catalog=catalog,
+        settings=settings,
+        now=NOW,
+        sent_to_tier=sent_to,
+    )
+    if refused is None:
+        assert isinstance(outcome, Route), outcome
+        assert outcome.topic == f"inferbus.req.demo-mlp.{routed_to}"
+        assert dict(outcome.headers)[h.TIER] == str(routed_to).encode()
+    else:
+        assert isinstance(outcome, Answer), outcome
+        assert outcome.result.status == "invalid_input"
+        assert outcome.result.error is not None and refused in outcome.result.error.message
+
+
+@pytest.mark.parametrize(
     ("changes", "deadline"),
     [
         pytest.param({}, None, id="none"),

@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from schemas.telemetry import InstanceRecord
 from schemas.topics import DECISIONS, INSTANCES
 from services.runtime.membership import Identity, Membership
@@ -133,3 +135,30 @@ def test_a_dry_run_scalers_word_is_not_followed() -> None:
     assert m.desired(GROUP) is None
     m.observe(DECISIONS, GROUP.encode(), decision(desired=1, standby=2, applied=False, acting=True))
     assert m.desired(GROUP) == 1, "a hold of an acting scaler still says how many consume"
+
+
+async def test_the_lease_lapses_ahead_of_the_others_counting_it_gone() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    assert not m.lease_lapsed()  # nothing published: nothing to fence
+    await m.publish("ready")
+    for seconds, lapsed in [(0.0, False), (2.0, False), (2.3, True), (3.0, True)]:
+        clock.now = T0 + timedelta(seconds=seconds)
+        assert m.lease_lapsed() is lapsed, seconds
+    await m.publish()  # a fresh record renews it
+    assert not m.lease_lapsed()
+
+
+async def test_a_failed_publish_does_not_renew_the_lease() -> None:
+    clock = Clock()
+
+    async def unreachable(topic: str, key: bytes, value: bytes) -> None:
+        raise ConnectionError("broker unreachable")
+
+    identity = Identity("me", "inferbus-worker", "demo-mlp", ["interactive"], [GROUP], T0)
+    m = Membership(unreachable, identity, lease_s=3.0, clock=clock)
+    m.published_at = T0
+    clock.now = T0 + timedelta(seconds=2.5)
+    with pytest.raises(ConnectionError):
+        await m.publish()
+    assert m.lease_lapsed()

@@ -159,3 +159,23 @@ def test_a_partition_that_starts_over_gets_a_new_epoch_and_old_answers_are_ignor
     assert tracker.committable() == {("t", 0): 0}
     tracker.answered("t", 0, 0, new)
     assert tracker.committable() == {("t", 0): 1}
+
+
+@pytest.mark.parametrize(
+    ("polled", "answered", "abandoned", "committable"),
+    [
+        pytest.param([0, 1, 2], [0, 2], [1], {TP: 1}, id="abandoned-in-the-middle-stops-commit"),
+        pytest.param([0, 1, 2], [0, 1], [2], {TP: 2}, id="abandoned-last"),
+        pytest.param([0, 1, 2], [], [0, 1, 2], {TP: 0}, id="all-abandoned"),
+        pytest.param([0, 1, 2], [0, 1, 2], [1], {TP: 3}, id="abandon-after-answer-ignored"),
+        pytest.param([4, 5], [5], [9], {TP: 4}, id="abandon-not-polled-ignored"),
+    ],
+)
+def test_commits_stop_at_an_abandoned_record(
+    polled: list[int], answered: list[int], abandoned: list[int], committable: dict[object, int]
+) -> None:
+    offsets = tracker(polled, answered)
+    for offset in abandoned:
+        offsets.abandoned(T, 0, offset)
+    assert offsets.committable() == committable
+    assert offsets.in_flight(T, 0) == len(set(polled) - set(answered) - set(abandoned))

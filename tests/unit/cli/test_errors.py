@@ -1,0 +1,177 @@
+"""Every expected CLI failure is one line on stderr and exit 1; a bug keeps its traceback."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+import typer
+from aiokafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
+from pydantic import BaseModel, PositiveInt
+from typer.testing import CliRunner
+
+from schemas.errors import ModelNotFound
+from services.cli.common import OneLineErrors, one_line
+from services.cli.main import app
+from services.models.demo import mlp_config
+
+
+class _Port(BaseModel):
+    port: PositiveInt
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        pytest.param(
+            ModelNotFound("model 'x' is not in the repository", model="x"),
+            "model 'x' is not in the repository (model=x)",
+            id="inferbus-error",
+        ),
+        pytest.param(
+            KafkaConnectionError(
+                "Unable to bootstrap from [('127.0.0.1', 9, <AddressFamily.AF_INET: 2>)]"
+            ),
+            "cannot reach Kafka at 127.0.0.1:9; start the stack (`inferbus up`) or pass "
+            "--bootstrap host:port (env INFERBUS_KAFKA_BOOTSTRAP)",
+            id="kafka-unreachable",
+        ),
+        pytest.param(
+            UnknownTopicOrPartitionError(),
+            "Kafka refused: UnknownTopicOrPartitionError: [Error 3] UnknownTopicOrPartitionError",
+            id="kafka-refusal",
+        ),
+        pytest.param(
+            FileNotFoundError(errno.ENOENT, "No such file or directory", "/nope.csv"),
+            "No such file or directory: /nope.csv",
+            id="file-not-found",
+        ),
+        pytest.param(
+            PermissionError(errno.EACCES, "Permission denied", "/etc/shadow"),
+            "Permission denied: /etc/shadow",
+            id="permission",
+        ),
+        pytest.param(
+            TimeoutError("no result for request r-1 within 30.0s"),
+            "no result for request r-1 within 30.0s",
+            id="timeout",
+        ),
+        pytest.param(TimeoutError(), "timed out", id="bare-timeout"),
+        pytest.param(
+            ModelNotFound("first line\n  second line"), "first line second line", id="multi-line"
+        ),
+        pytest.param(None, "invalid _Port: port: Input should be greater than 0", id="validation"),
+    ],
+)
+def test_expected_errors_become_one_line(exc: BaseException | None, expected: str) -> None:
+    if exc is None:
+        try:
+            _Port(port=0)
+        except ValueError as validation:
+            exc = validation
+    assert exc is not None
+    probe = typer.Typer(cls=OneLineErrors)
+    probe.command("fail")(lambda: _raise(exc))
+    probe.command("other")(lambda: None)  # a group, as in the real CLI
+    result = CliRunner().invoke(probe, ["fail"])
+    assert result.exit_code == 1
+    assert result.stderr == f"error: {expected}\n"
+    assert one_line(exc) == expected
+
+
+def test_a_bug_keeps_its_traceback() -> None:
+    probe = typer.Typer(cls=OneLineErrors)
+    probe.command("fail")(lambda: _raise(KeyError("bug")))
+    probe.command("other")(lambda: None)
+    result = CliRunner().invoke(probe, ["fail"])
+    assert isinstance(result.exception, KeyError)
+    assert one_line(KeyError("bug")) is None
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A model repository holding demo-mlp's model.yaml (no weights: nothing loads it)."""
+    (tmp_path / "demo-mlp").mkdir()
+    mlp_config().dump(tmp_path / "demo-mlp" / "model.yaml")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        pytest.param(
+            ["infer", "nosuch", "--json", '{"x": [[1]]}'],
+            {},
+            "error: input 'x': model not found in the local repository",
+            id="infer-model-missing-locally",
+        ),
+        pytest.param(
+            ["infer", "demo-mlp", "--json", '{"x": [[1, [2]]]}'],
+            {},
+            "error: input 'x' is not a float32 array",
+            id="infer-ragged-input",
+        ),
+        pytest.param(
+            ["infer", "demo-mlp", "--json", "[1]"],
+            {},
+            "error: --json: inputs must be a JSON object",
+            id="infer-not-an-object",
+        ),
+        pytest.param(
+            ["ingest"],
+            {"INFERBUS_INGEST_TENANT_LIMITS": '{"team-a": 0}'},
+            "error: INFERBUS_INGEST_TENANT_LIMITS (team-a.rate_rps): Input should be greater",
+            id="ingest-bad-setting",
+        ),
+        pytest.param(
+            ["worker", "--model", "demo-mlp"],
+            {"INFERBUS_WORKER_MAX_IN_HAND": "lots"},
+            "error: INFERBUS_WORKER_MAX_IN_HAND: Input should be a valid integer",
+            id="worker-bad-setting",
+        ),
+        pytest.param(
+            ["load", "--trace", "/nope/trace.csv", "--model", "demo-mlp"],
+            {},
+            "error: cannot read /nope/trace.csv: No such file or directory",
+            id="load-trace-missing",
+        ),
+        pytest.param(
+            ["load", "--scenario", "burst", "--model", "nosuch"],
+            {},
+            "error: model 'nosuch' is not in the model repository",
+            id="load-model-missing",
+        ),
+    ],
+)
+def test_real_commands_fail_in_one_line(
+    args: list[str],
+    env: dict[str, str],
+    expected: str,
+    repo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(repo.parent)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    models = ["--models", str(repo)] if args[0] in ("infer", "load") else []
+    result = CliRunner().invoke(app, [*args, *models])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(expected), result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "Traceback" not in result.output
+
+
+def test_an_unreachable_broker_is_one_line(repo: Path) -> None:
+    """The issue's example: `inferbus infer` with nothing listening (takes the 5 s of retries)."""
+    args = ["infer", "demo-mlp", "--json", '{"x": [[0.5]]}', "--bootstrap", "127.0.0.1:1"]
+    result = CliRunner().invoke(app, [*args, "--models", str(repo)])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "error: cannot reach Kafka at 127.0.0.1:1; start the stack (`inferbus up`) or pass "
+        "--bootstrap host:port (env INFERBUS_KAFKA_BOOTSTRAP)\n"
+    )

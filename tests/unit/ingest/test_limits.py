@@ -1,0 +1,173 @@
+"""Per-tenant token buckets: refill, burst, overrides, a clock stepping back, bad settings."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from services.cli.common import SettingsInvalid, load_settings
+from services.ingest.handlers import Answer, Route, handle_event
+from services.ingest.limits import NO_TENANT, TenantLimit, TenantLimiter
+from services.ingest.settings import IngestSettings
+from tests.unit.ingest.conftest import NOW, PRODUCED_AT, FakeCatalog, encode, mlp_event
+
+
+class FakeClock:
+    """Moves only when told."""
+
+    def __init__(self, start: datetime = NOW) -> None:
+        self.now = start
+
+    def advance(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+
+def admitted(limiter: TenantLimiter, tenant: str | None, steps: list[float]) -> list[bool]:
+    """For each step: advance the clock that many seconds, then try one request."""
+    clock = FakeClock()
+    out = []
+    for step in steps:
+        verdict = limiter.admit(tenant, clock.advance(step))
+        assert verdict is not None
+        out.append(verdict.allowed)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("limit", "steps", "expected"),
+    [
+        # burst defaults to one second's worth: 2 at once, then one per 0.5 s
+        (TenantLimit(rate_rps=2), [0, 0, 0], [True, True, False]),
+        (TenantLimit(rate_rps=2), [0, 0, 0, 0.5, 0], [True, True, False, True, False]),
+        # an explicit burst above the rate
+        (TenantLimit(rate_rps=1, burst=3), [0, 0, 0, 0], [True, True, True, False]),
+        # a rate below 1/s still lets one request through at once
+        (TenantLimit(rate_rps=0.5), [0, 0, 1.0, 1.0], [True, False, False, True]),
+        # a long pause refills only up to the burst
+        (TenantLimit(rate_rps=1, burst=2), [0, 0, 60, 0, 0], [True, True, True, True, False]),
+    ],
+    ids=["burst-is-rate", "refill", "explicit-burst", "slow-rate", "refill-capped"],
+)  # fmt: skip
+def test_bucket(limit: TenantLimit, steps: list[float], expected: list[bool]) -> None:
+    assert admitted(TenantLimiter(limit), "team-a", steps) == expected
+
+
+def test_tenants_have_their_own_buckets_and_overrides() -> None:
+    limiter = TenantLimiter(TenantLimit(rate_rps=1), {"team-a": TenantLimit(rate_rps=3)})
+    now = NOW
+    a = [limiter.admit("team-a", now) for _ in range(4)]
+    b = [limiter.admit("team-b", now) for _ in range(2)]
+    none = [limiter.admit(None, now) for _ in range(2)]
+    assert [v.allowed for v in a if v] == [True, True, True, False]
+    assert [v.allowed for v in b if v] == [True, False]
+    assert [(v.tenant, v.allowed) for v in none if v] == [(NO_TENANT, True), (NO_TENANT, False)]
+    assert a[3] is not None and a[3].limit.rate_rps == 3
+
+
+def test_no_default_limits_only_the_named_tenants() -> None:
+    limiter = TenantLimiter(None, {"team-a": TenantLimit(rate_rps=1)})
+    assert limiter.admit("team-b", NOW) is None
+    assert limiter.active
+    assert not TenantLimiter(None).active
+
+
+def test_a_clock_stepping_back_refills_nothing() -> None:
+    limiter = TenantLimiter(TenantLimit(rate_rps=1))
+    assert admitted(limiter, "t", [0, -30, 30.5, 0.6]) == [True, False, False, True]
+
+
+def test_full_buckets_are_forgotten_when_the_table_is_full() -> None:
+    limiter = TenantLimiter(TenantLimit(rate_rps=10), max_buckets=3)
+    for name in ("a", "b", "c"):
+        limiter.admit(name, NOW)
+    limiter.admit("d", NOW)  # a, b, c are not full yet: kept
+    assert len(limiter) == 4
+    limiter.admit("e", NOW + timedelta(seconds=1))  # all refilled by now: forgotten
+    assert len(limiter) == 1
+
+
+RATE, BURST, LIMITS = (f"INFERBUS_INGEST_TENANT_{n}" for n in ("RATE_RPS", "BURST", "LIMITS"))
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        pytest.param({RATE: "0"}, f"{RATE}: Input should be greater than 0", id="zero-rate"),
+        pytest.param({RATE: "x"}, f"{RATE}: Input should be a valid number", id="not-a-number"),
+        pytest.param(
+            {LIMITS: '{"team-a": -1}'},
+            f"{LIMITS} (team-a.rate_rps): Input should be greater than 0",
+            id="negative-override",
+        ),
+        pytest.param(
+            {LIMITS: '{"team-a": {"rate": 1}}'},
+            f"{LIMITS} (team-a.rate_rps): Field required",
+            id="unknown-field",
+        ),
+        pytest.param({LIMITS: "a=1"}, f"{LIMITS} is not valid: Expecting value", id="not-json"),
+        pytest.param({BURST: "10"}, f"{BURST} is set without {RATE}", id="burst-alone"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_variable(
+    env: dict[str, str], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsInvalid) as refused:
+        load_settings(IngestSettings)
+    assert expected in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_settings_build_the_limiter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERBUS_INGEST_TENANT_RATE_RPS", "5")
+    monkeypatch.setenv("INFERBUS_INGEST_TENANT_BURST", "7")
+    monkeypatch.setenv(
+        "INFERBUS_INGEST_TENANT_LIMITS", '{"team-a": 100, "team-b": {"rate_rps": 1, "burst": 4}}'
+    )
+    limiter = load_settings(IngestSettings).tenant_limiter()
+    assert limiter.limit_for("x") == TenantLimit(rate_rps=5, burst=7)
+    assert limiter.limit_for("team-a") == TenantLimit(rate_rps=100)
+    assert limiter.limit_for("team-b") == TenantLimit(rate_rps=1, burst=4)
+
+
+def test_ingest_answers_over_the_limit_with_the_tenant_and_the_limit(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    limiter = TenantLimiter(None, {"team-a": TenantLimit(rate_rps=2, burst=2)})
+    outcomes = [
+        handle_event(
+            encode(mlp_event(request_id=f"r-{i}", tenant=tenant)),
+            produced_at=PRODUCED_AT,
+            catalog=catalog,
+            settings=settings,
+            now=NOW,
+            limiter=limiter,
+        )
+        for i, tenant in enumerate(["team-a", "team-a", "team-a", "team-b"])
+    ]
+    assert [type(o) for o in outcomes] == [Route, Route, Answer, Route]
+    refused = outcomes[2]
+    assert isinstance(refused, Answer)
+    assert refused.result.status == "rejected_overload"
+    message = refused.result.error.message if refused.result.error else ""
+    assert "tenant 'team-a'" in message and "2 requests/s" in message and "burst 2" in message
+    assert refused.error.context == {"tenant": "team-a", "limit_rps": 2.0, "burst": 2.0}
+
+
+def test_an_unauthorized_tenant_is_refused_before_it_spends_tokens(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    limiter = TenantLimiter(TenantLimit(rate_rps=1))
+    outcome = handle_event(
+        encode(mlp_event(model="mlp-team-a", tenant="team-b")),
+        produced_at=PRODUCED_AT,
+        catalog=catalog,
+        settings=settings,
+        now=NOW,
+        limiter=limiter,
+    )
+    assert isinstance(outcome, Answer) and outcome.result.status == "unauthorized"
+    assert len(limiter) == 0
