@@ -264,6 +264,7 @@ def scaler_run(
 
 def _mount_subcommands() -> None:
     from scaler.cli import scaler_app, sim_command
+    from services.chaos.cli import chaos_command
     from services.cli.bench import bench_app
     from services.cli.load import load_command
     from services.models.cli import models_app
@@ -277,6 +278,7 @@ def _mount_subcommands() -> None:
     app.command("load")(load_command)
     app.command("trace")(trace_command)
     app.command("traces")(traces_command)
+    app.command("chaos")(chaos_command)
 
 
 _mount_subcommands()
