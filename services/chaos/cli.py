@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -16,8 +17,10 @@ from services.chaos.runner import run_scenarios, unknown
 from services.chaos.scenarios import SCENARIOS
 from services.cli.common import setup_logging
 
-console = Console()
-progress_console = Console(stderr=True)
+TABLE_WIDTH = 160
+"""Output width when it goes to a file or a pipe (rich assumes 80 there)."""
+console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+progress_console = Console(stderr=True, soft_wrap=True)
 
 
 def _progress(message: str) -> None:
@@ -55,7 +58,7 @@ def chaos_command(
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     reports = asyncio.run(run_scenarios(names, short=short, progress=_progress))
     for report in reports:
-        console.print("\n".join(lines(report)), highlight=False)
+        console.print("\n".join(lines(report)), markup=False, highlight=False)
     console.print(table(reports))
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -74,17 +74,25 @@ class Observer:
         await self._consumer.stop()
 
     def broker_lost(self) -> None:
-        """The broker is going away: what is read from now on is a new broker's log."""
+        """The broker is going away: what is read from now on is a new broker's log.
+
+        The partitions are let go: a consumer asks the broker about the topics it is
+        assigned, and Tansu creates a topic it is asked about (with 4 partitions). An
+        observer must not be the one that re-creates the topics it watches.
+        """
         self.epoch += 1
         self._read.clear()
+        self._consumer.assign([])
+        self._assigned = set()
 
     def broker_back(self) -> None:
         """The broker is back without its data: read every partition from the start."""
         self._rewind = True
 
     async def _partitions(self) -> set[TopicPartition]:
-        # The consumer's own cluster view refreshes only on its schedule; a fresh lookup
-        # sees topics a restarted broker re-created, with whatever partitions they have now.
+        # A lookup of all topics (which creates none) sees the topics a restarted broker
+        # got back, with whatever partitions they have now; the consumer's own cluster
+        # view refreshes only on its schedule.
         cluster = await self._consumer._client.fetch_all_metadata()
         found: set[TopicPartition] = set()
         for topic in self._topics:
