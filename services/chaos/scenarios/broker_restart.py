@@ -32,7 +32,7 @@ class Sizes:
 
 
 DEFAULT = Sizes(rate_rps=40, duration_s=50, stop_at_s=10, down_s=10, timeout_s=30)
-SHORT = Sizes(rate_rps=20, duration_s=25, stop_at_s=3, down_s=6, timeout_s=20)
+SHORT = Sizes(rate_rps=20, duration_s=18, stop_at_s=3, down_s=6, timeout_s=15)
 PLAN = StackPlan(SimModel(), tiers=(TIER,), with_scaler=True)
 
 

@@ -30,7 +30,7 @@ class Sizes:
 
 
 DEFAULT = Sizes(rate_rps=40, duration_s=60, kill_at_s=10, timeout_s=30)
-SHORT = Sizes(rate_rps=20, duration_s=12, kill_at_s=3, timeout_s=25)
+SHORT = Sizes(rate_rps=20, duration_s=12, kill_at_s=3, timeout_s=15)
 PLAN = StackPlan(SimModel(), tiers=(TIER,), with_scaler=True)
 
 

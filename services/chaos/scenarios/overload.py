@@ -36,7 +36,7 @@ DEFAULT = Sizes(
     flood_factor=5, interactive_rps=5, duration_s=40, batch_timeout_s=30, interactive_timeout_s=5
 )
 SHORT = Sizes(
-    flood_factor=5, interactive_rps=5, duration_s=8, batch_timeout_s=20, interactive_timeout_s=5
+    flood_factor=5, interactive_rps=5, duration_s=6, batch_timeout_s=10, interactive_timeout_s=5
 )
 
 
