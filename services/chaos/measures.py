@@ -82,3 +82,9 @@ def max_gap_s(seen: Iterable[Seen], start_s: float, end_s: float) -> float:
     )
     edges = [start_s, *times, end_s]
     return max(b - a for a, b in itertools.pairwise(edges))
+
+
+def lateness_s(items: Iterable[Fate]) -> list[float]:
+    """For each event answered only after its deadline plus the grace: how long after the
+    deadline its outcome came (such an event counts as lost)."""
+    return [f.first.at_s - f.sent.deadline_s for f in items if f.late and f.first is not None]

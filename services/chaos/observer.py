@@ -31,8 +31,9 @@ class Observer:
 
     Records are identified by (epoch, topic, partition, offset): a partition read twice
     (after a reassignment) is not counted twice, while a repeated result (another record)
-    is. `broker_lost()` starts a new epoch; `broker_back()` reads every topic from its
-    start, since a broker that kept no state numbers its offsets from 0 again.
+    is. `broker_lost()` (once the broker is gone) starts a new epoch and stops reading;
+    `broker_back()` reads every topic from its start, since a broker that kept no state
+    numbers its offsets from 0 again.
     """
 
     def __init__(
@@ -48,8 +49,9 @@ class Observer:
         self._topics = tuple(topics)
         self._clock = clock
         self._assigned: set[TopicPartition] = set()
-        self._read: set[tuple[str, int, int]] = set()
+        self._read: set[tuple[int, str, int, int]] = set()
         self._rewind = False
+        self._paused = False
         self._task: asyncio.Task[None] | None = None
         self.epoch = 0
         self.seen: list[Seen] = []
@@ -74,19 +76,20 @@ class Observer:
         await self._consumer.stop()
 
     def broker_lost(self) -> None:
-        """The broker is going away: what is read from now on is a new broker's log.
+        """The broker is gone: stop reading until `broker_back`, in a new epoch.
 
         The partitions are let go: a consumer asks the broker about the topics it is
         assigned, and Tansu creates a topic it is asked about (with 4 partitions). An
         observer must not be the one that re-creates the topics it watches.
         """
         self.epoch += 1
-        self._read.clear()
+        self._paused = True
         self._consumer.assign([])
         self._assigned = set()
 
     def broker_back(self) -> None:
-        """The broker is back without its data: read every partition from the start."""
+        """A broker without the old one's data is up: read every partition from the start."""
+        self._paused = False
         self._rewind = True
 
     async def _partitions(self) -> set[TopicPartition]:
@@ -121,6 +124,10 @@ class Observer:
     async def _run(self) -> None:
         next_refresh = 0.0
         while True:
+            if self._paused:
+                await asyncio.sleep(0.1)
+                continue
+            epoch = self.epoch
             try:
                 if self._rewind:
                     self._rewind = False
@@ -140,10 +147,10 @@ class Observer:
                 continue
             for records in batches.values():
                 for record in records:
-                    self._take(record)
+                    self._take(record, epoch)
 
-    def _take(self, record: ConsumerRecord[bytes, bytes]) -> None:
-        coordinates = (record.topic, record.partition, record.offset)
+    def _take(self, record: ConsumerRecord[bytes, bytes], epoch: int) -> None:
+        coordinates = (epoch, record.topic, record.partition, record.offset)
         if coordinates in self._read:
             return
         self._read.add(coordinates)

@@ -105,7 +105,7 @@ def table(reports: Sequence[ScenarioReport]) -> Table:
         verdict = "met" if not failed else "MISSED: " + "; ".join(c.name for c in failed)
         out.add_row(
             report.name,
-            str(t.accepted if t.not_accepted == 0 else f"{t.accepted} (+{t.not_accepted} unacked)"),
+            str(t.sent) if t.not_accepted == 0 else f"{t.sent} ({t.not_accepted} unacked)",
             str(t.ok),
             errors_text(t),
             str(t.dlq),

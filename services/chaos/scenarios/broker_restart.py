@@ -52,8 +52,8 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
         )
         await asyncio.sleep(sizes.stop_at_s)
         phase = "down"
-        r.observer.broker_lost()
         port = await r.stack.stop_broker()
+        r.observer.broker_lost()
         r.say(f"broker on port {port} stopped; starting a fresh one in {sizes.down_s:.0f}s")
         await asyncio.sleep(sizes.down_s)
         await r.stack.start_broker(port)

@@ -33,7 +33,8 @@ class Sizes:
 
 DEFAULT = Sizes(rate_rps=40, duration_s=60, kill_at_s=10, timeout_s=30)
 SHORT = Sizes(rate_rps=20, duration_s=12, kill_at_s=3, timeout_s=25)
-PLAN = StackPlan(SimModel(), tiers=(TIER,), with_scaler=True)
+PLAN = StackPlan(SimModel(max_replicas=1), tiers=(TIER,), with_scaler=True)
+"""One worker at most: the scaler can only replace the killed one, not add another."""
 
 
 async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:

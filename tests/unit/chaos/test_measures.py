@@ -12,6 +12,7 @@ from services.chaos.measures import (
     first_ok_after,
     first_ok_sent_after,
     latencies_ms,
+    lateness_s,
     max_gap_s,
     percentile,
 )
@@ -109,3 +110,12 @@ def test_first_ok_sent_after_ignores_requests_sent_before() -> None:
 )
 def test_max_gap(start: float, end: float, expected: float) -> None:
     assert max_gap_s(SEEN, start, end) == expected
+
+
+def test_lateness_of_late_outcomes_only() -> None:
+    items = fates(
+        [_sent("a", 0.0), _sent("b", 0.0), _sent("c", 0.0)],
+        [Seen("result", "a", "ok", 5.0), Seen("result", "b", "deadline_exceeded", 19.0)],
+        grace_s=1.0,
+    )
+    assert lateness_s(items) == [9.0]
