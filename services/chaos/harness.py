@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -58,12 +57,6 @@ def started_at(pid: int) -> float | None:
     return time.time() - uptime_s + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
-def pid_of(instance_id: str) -> int | None:
-    """The pid in an instance id (`<prefix>-<host>-<pid>-<random>`)."""
-    parts = instance_id.rsplit("-", 2)
-    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
-
-
 class ChaosStack:
     """`inferbus up`'s Stack, started from code, with handles for the faults."""
 
@@ -86,6 +79,8 @@ class ChaosStack:
         )
         self._stop = asyncio.Event()
         self._scaler: asyncio.Task[None] | None = None
+        self.scaler_failure: str | None = None
+        """Why the scaler's loop ended before the stack was closed, if it did: a finding."""
 
     async def start(self) -> str:
         """Broker, topics, ingest, workers, and the scaler's loop; returns the bootstrap."""
@@ -97,12 +92,21 @@ class ChaosStack:
         return bootstrap
 
     async def close(self) -> None:
-        """Stop the scaler's loop and everything the stack started; idempotent."""
+        """Stop the scaler's loop and everything the stack started; idempotent.
+
+        A scaler loop that died during the scenario is kept in `scaler_failure` for the
+        report, and the rest of the stack is still stopped.
+        """
         self._stop.set()
         scaler, self._scaler = self._scaler, None
         if scaler is not None:
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await scaler
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # the stack under test failed: reported, not raised
+                self.scaler_failure = f"{type(exc).__name__}: {exc}"
+                log.warning("event=chaos_scaler_loop_died error=%r", exc)
         await self.stack.close()
 
     @property
@@ -119,13 +123,17 @@ class ChaosStack:
         actuator = self.stack.actuator
         return actuator.pids(self.group(tier)) if actuator is not None else []
 
-    def ingest_pid(self) -> int | None:
-        ingest = self.stack.ingest
-        return ingest.pid if ingest is not None and ingest.running else None
+    def ingest_pids(self) -> list[int]:
+        """Running ingest processes, oldest first."""
+        group = self.stack.ingest
+        if group is None:
+            return []
+        return [c.pid for c in group.children if c.running and c.pid is not None]
 
     def ingest_rss_mb(self) -> float | None:
-        pid = self.ingest_pid()
-        return rss_mb(pid) if pid is not None else None
+        """Resident memory of the (first) ingest process, MB."""
+        pids = self.ingest_pids()
+        return rss_mb(pids[0]) if pids else None
 
     def time_to_ready_s(self, tier: Tier) -> float | None:
         """The scaler's measured time-to-ready of a tier's workers, once it has one."""

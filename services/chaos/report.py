@@ -109,7 +109,7 @@ def table(reports: Sequence[ScenarioReport]) -> Table:
             str(t.ok),
             errors_text(t),
             str(t.dlq),
-            str(t.duplicates),
+            f"{t.duplicates} ({t.conflicts} differ)" if t.conflicts else str(t.duplicates),
             str(t.lost),
             recover_text(report),
             verdict,

@@ -1,4 +1,4 @@
-"""The harness's producer: events to the ingest topics, a `Sent` entry for each once acked."""
+"""The harness's producers, and the `Sent` entry it keeps for each event once handed over."""
 
 from __future__ import annotations
 
@@ -6,12 +6,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from aiokafka.errors import KafkaError
 
 from infra.kafka import make_producer, start_with_retry
+from schemas.request import InferenceRequest
 from services.chaos.events import Event, digest
 from services.chaos.ledger import Sent
+from services.client import InferenceClient
+from services.client.client import WireRequest
 
 log = logging.getLogger(__name__)
 
@@ -19,17 +23,71 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 """Room for the storm's 5 MB events."""
 
 
+class Sink(Protocol):
+    """Where events go: a plain producer, or inferbus's own client."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def put(self, event: Event, topic: str) -> None:
+        """Hand one event over; KafkaError when it was not accepted."""
+        ...
+
+
+class RawProducer:
+    """An outside producer in any language would do this: produce, await the ack."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._producer = make_producer(
+            bootstrap, client_id="inferbus-chaos", max_request_size=MAX_REQUEST_BYTES
+        )
+
+    async def start(self) -> None:
+        await start_with_retry(self._producer.start, what="chaos-producer")
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def put(self, event: Event, topic: str) -> None:
+        await self._producer.send_and_wait(topic, event.value, key=event.kafka_key)
+
+
+class ClientProducer:
+    """`InferenceClient.infer` per event: the client waits out an away broker and sends
+    again what a restarted broker lost. Valid requests only (it re-encodes them); the
+    topic is the client's own choice (its tier's ingest topic)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._client = InferenceClient(bootstrap, client_id="inferbus-chaos-client")
+
+    async def start(self) -> None:
+        await self._client.start()
+
+    async def stop(self) -> None:
+        await self._client.stop()
+
+    async def put(self, event: Event, topic: str) -> None:
+        request = InferenceRequest.model_validate_json(event.value)
+        try:
+            await self._client.infer(
+                WireRequest(request), timeout_s=max(event.deadline_s - time.time(), 0.1)
+            )
+        except TimeoutError:
+            # No result by the deadline: the ledger tells lost from late from what the
+            # topics show; for the client the request was handed over.
+            return
+
+
 class Traffic:
-    """Produces events, fire and forget or awaited, and keeps what was sent.
+    """Produces events through a sink, fire and forget or awaited, and keeps what was sent.
 
     A send that fails (the broker is down past the producer's timeout) is kept as not
     accepted: the producer knows it failed, so it is never counted as lost.
     """
 
-    def __init__(self, bootstrap: str, *, clock: Callable[[], float] = time.time) -> None:
-        self._producer = make_producer(
-            bootstrap, client_id="inferbus-chaos", max_request_size=MAX_REQUEST_BYTES
-        )
+    def __init__(self, sink: Sink, *, clock: Callable[[], float] = time.time) -> None:
+        self._sink = sink
         self._clock = clock
         self._tasks: set[asyncio.Task[Sent]] = set()
         self.sent: list[Sent] = []
@@ -37,11 +95,11 @@ class Traffic:
         """Send errors by type name."""
 
     async def start(self) -> None:
-        await start_with_retry(self._producer.start, what="chaos-producer")
+        await self._sink.start()
 
     async def stop(self) -> None:
         await self.flush()
-        await self._producer.stop()
+        await self._sink.stop()
 
     @property
     def in_flight(self) -> int:
@@ -52,7 +110,7 @@ class Traffic:
         sent_s = self._clock()
         accepted = True
         try:
-            await self._producer.send_and_wait(topic, event.value, key=event.kafka_key)
+            await self._sink.put(event, topic)
         except KafkaError as exc:
             accepted = False
             name = type(exc).__name__

@@ -25,5 +25,6 @@ SCENARIOS: dict[str, ScenarioSpec[Any]] = {
         rebalance.SPEC,
         overload.SPEC,
         broker_restart.SPEC,
+        broker_restart.CLIENT_SPEC,
     )
 }

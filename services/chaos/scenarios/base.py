@@ -17,8 +17,8 @@ from services.chaos.events import valid
 from services.chaos.harness import ChaosError, ChaosStack, StackPlan
 from services.chaos.ledger import Fate, Sent, fates
 from services.chaos.observer import Observer
-from services.chaos.report import ScenarioReport
-from services.chaos.traffic import Traffic
+from services.chaos.report import Check, ScenarioReport
+from services.chaos.traffic import ClientProducer, RawProducer, Traffic
 
 Progress = Callable[[str], None]
 PROBE = "probe"
@@ -134,9 +134,26 @@ class Run:
             )
 
 
+def stack_checks(run: Run) -> list[Check]:
+    """What every scenario checks of the stack itself, once it is closed."""
+    failure = run.stack.scaler_failure
+    return [
+        Check(
+            "the scaler's loop kept running",
+            failure is None,
+            failure or "ran until the stack was closed",
+        )
+    ]
+
+
 @asynccontextmanager
-async def running(name: str, plan: StackPlan, progress: Progress) -> AsyncIterator[Run]:
-    """Start a fresh embedded stack for one scenario; stop all of it on the way out."""
+async def running(
+    name: str, plan: StackPlan, progress: Progress, *, via_client: bool = False
+) -> AsyncIterator[Run]:
+    """Start a fresh embedded stack for one scenario; stop all of it on the way out.
+
+    Requests go through a plain producer, or with `via_client` through `InferenceClient`.
+    """
     workdir = Path(tempfile.mkdtemp(prefix=f"inferbus-chaos-{name}-"))
     async with AsyncExitStack() as exits:
         stack = ChaosStack(plan, workdir)
@@ -146,7 +163,7 @@ async def running(name: str, plan: StackPlan, progress: Progress) -> AsyncIterat
         observer = Observer(bootstrap)
         await observer.start()
         exits.push_async_callback(observer.stop)
-        traffic = Traffic(bootstrap)
+        traffic = Traffic(ClientProducer(bootstrap) if via_client else RawProducer(bootstrap))
         await traffic.start()
         exits.push_async_callback(traffic.stop)
         run = Run(name, stack, traffic, observer, progress)

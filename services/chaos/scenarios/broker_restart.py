@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from schemas.topics import Tier, ingest_topic
 from services.chaos.events import valid
@@ -13,10 +13,12 @@ from services.chaos.ledger import tally, tally_by
 from services.chaos.measures import first_ok_sent_after
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
 
 NAME = "broker-restart"
-SUMMARY = "broker down ~10 s, back on the same port with no state"
+SUMMARY = "broker down ~10 s, back on the same port with no state (a plain producer)"
+CLIENT_NAME = "broker-restart-client"
+CLIENT_SUMMARY = "the same, requests sent with InferenceClient (waits, resubmits)"
 TIER: Tier = "interactive"
 RESUME_BOUND_S = 15.0
 
@@ -29,6 +31,8 @@ class Sizes:
     down_s: float
     timeout_s: float
     """Each request's deadline, seconds after it is sent."""
+    via_client: bool = False
+    """Send with `InferenceClient.infer` (one awaiting task per request) instead."""
 
 
 DEFAULT = Sizes(rate_rps=40, duration_s=50, stop_at_s=10, down_s=10, timeout_s=30)
@@ -38,7 +42,8 @@ PLAN = StackPlan(SimModel(), tiers=(TIER,), with_scaler=True)
 
 async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
     started = time.monotonic()
-    async with running(NAME, PLAN, progress) as r:
+    name = CLIENT_NAME if sizes.via_client else NAME
+    async with running(name, PLAN, progress, via_client=sizes.via_client) as r:
         await r.warm(TIER)
         phase = "before"
         load = asyncio.create_task(
@@ -68,8 +73,8 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
     after = phases.get("after", tally([]))
     recover = first_ok_sent_after(fates, back_at)
     return ScenarioReport(
-        name=NAME,
-        summary=SUMMARY,
+        name=name,
+        summary=CLIENT_SUMMARY if sizes.via_client else SUMMARY,
         tally=tally(fates),
         recover_s=recover,
         checks=[
@@ -84,12 +89,24 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 after.accepted > 0 and after.lost == 0,
                 f"{after.lost} of {after.accepted} lost",
             ),
+            *stack_checks(r),
         ],
         duration_s=time.monotonic() - started,
         log_dir=r.log_dir,
         phases=phases,
-        extras={"down_s": sizes.down_s, "observer_errors": dict(r.observer.errors)},
+        extras={
+            "down_s": sizes.down_s,
+            "observer_errors": dict(r.observer.errors),
+            "send_failures": dict(r.traffic.failures),
+        },
     )
 
 
 SPEC = ScenarioSpec(NAME, SUMMARY, DEFAULT, SHORT, run)
+CLIENT_SPEC = ScenarioSpec(
+    CLIENT_NAME,
+    CLIENT_SUMMARY,
+    replace(DEFAULT, via_client=True),
+    replace(SHORT, via_client=True),
+    run,
+)

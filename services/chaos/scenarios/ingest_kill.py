@@ -13,7 +13,7 @@ from services.chaos.ledger import tally, tally_by
 from services.chaos.measures import first_ok_sent_after
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
 
 NAME = "ingest-kill"
 SUMMARY = "kill -9 ingest under load, no hand help"
@@ -49,18 +49,19 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
             )
         )
         await asyncio.sleep(sizes.kill_at_s)
-        pid = r.stack.ingest_pid()
-        if pid is None:
+        pids = r.stack.ingest_pids()
+        if not pids:
             load.cancel()
             raise ChaosError(f"ingest is not running, nothing to kill; see {r.log_dir}")
+        pid = pids[0]
         killed_at = time.time()
         r.stack.kill(pid)
         r.say(f"killed ingest pid {pid} with SIGKILL")
         await load
         await r.settle()
         fates = r.fates()
-        new_pid = r.stack.ingest_pid()
-        spawned = started_at(new_pid) if new_pid is not None and new_pid != pid else None
+        new_pid = next((p for p in r.stack.ingest_pids() if p != pid), None)
+        spawned = started_at(new_pid) if new_pid is not None else None
     recover = first_ok_sent_after(fates, killed_at)
     total = tally(fates)
     return ScenarioReport(
@@ -76,13 +77,14 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 + ("never" if recover is None else f"{recover:.1f}s after it"),
             ),
             Check("0 lost", total.lost == 0, f"{total.lost} of {total.accepted} accepted lost"),
+            *stack_checks(r),
         ],
         duration_s=time.monotonic() - started,
         log_dir=r.log_dir,
         phases=tally_by(fates, lambda f: f.sent.phase),
         extras={
             "killed_pid": pid,
-            "new_ingest_pid": new_pid if new_pid != pid else None,
+            "new_ingest_pid": new_pid,
             "new_ingest_started_after_kill_s": (
                 spawned - killed_at if spawned is not None else None
             ),

@@ -13,7 +13,7 @@ from services.chaos.harness import ChaosError, ChaosStack, StackPlan
 from services.chaos.ledger import outcomes_by, tally, tally_by
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
 from services.chaos.storm import make, plan
 
 NAME = "malformed-storm"
@@ -110,6 +110,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 + ("ingest gone" if after is None else f"{after:.0f} MB")
                 + f" (bound {bound:.0f} MB)",
             ),
+            *stack_checks(r),
         ],
         duration_s=time.monotonic() - started,
         log_dir=r.log_dir,

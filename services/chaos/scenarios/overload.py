@@ -13,7 +13,7 @@ from services.chaos.ledger import tally, tally_by
 from services.chaos.measures import latencies_ms, lateness_s, percentile
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import GRACE_S, Progress, ScenarioSpec, running
+from services.chaos.scenarios.base import GRACE_S, Progress, ScenarioSpec, running, stack_checks
 
 NAME = "overload"
 SUMMARY = "5x one worker's capacity on batch, interactive trickle beside it, scaler off"
@@ -99,6 +99,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 f"{total.lost} of {total.accepted} accepted lost ({len(late)} answered, but "
                 f"over {GRACE_S:.0f} s after their deadline)",
             ),
+            *stack_checks(r),
         ],
         duration_s=time.monotonic() - started,
         log_dir=r.log_dir,

@@ -11,7 +11,7 @@ from services.chaos.harness import StackPlan
 from services.chaos.ledger import Fate, outcomes_by, tally, tally_by
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
 
 NAME = "poison"
 SUMMARY = "a 10,000-deep event, then valid requests on its key: all served, poison dead-lettered"
@@ -86,6 +86,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 all(f.first is not None and not f.late and f.conflicts == 0 for f in bad_ones),
                 ", ".join(f"{f.sent.phase}: {f.outcome}" for f in bad_ones),
             ),
+            *stack_checks(r),
         ],
         duration_s=time.monotonic() - started,
         log_dir=r.log_dir,

@@ -14,7 +14,7 @@ from services.chaos.ledger import tally
 from services.chaos.measures import max_gap_s
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
 
 NAME = "rebalance"
 SUMMARY = "workers join and leave every few seconds under load"
@@ -76,6 +76,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 total.ok == total.accepted,
                 f"{total.ok}/{total.accepted} ok; errors {total.errors or 'none'}",
             ),
+            *stack_checks(r),
         ],
         duration_s=time.monotonic() - started,
         log_dir=r.log_dir,

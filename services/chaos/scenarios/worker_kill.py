@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from schemas.topics import Tier, ingest_topic
 from services.chaos.events import valid
-from services.chaos.harness import ChaosError, StackPlan, pid_of, started_at
+from services.chaos.harness import ChaosError, StackPlan, started_at
 from services.chaos.ledger import tally
 from services.chaos.measures import first_ok
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
 
 NAME = "worker-kill"
 SUMMARY = "kill -9 the worker under load, scaler on, no hand help"
@@ -64,7 +64,9 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
         await r.settle()
         fates = r.fates()
         first = first_ok(r.observer.seen, killed_at, where=lambda s: s.worker_id not in before)
-        replacement = _started(first.worker_id) if first is not None else None
+        # One worker at most: whatever runs now, other than the killed one, replaced it.
+        replacements = [pid for pid in r.stack.worker_pids(TIER) if pid != pids[0]]
+        replacement = started_at(replacements[0]) if replacements else None
         registry_ready_s = r.stack.time_to_ready_s(TIER)
         workers_now = r.stack.worker_pids(TIER)
     recover = first.at_s - killed_at if first is not None else None
@@ -91,6 +93,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 f"bound {bound:.1f}s from {ready_source}",
             ),
             Check("0 lost", total.lost == 0, f"{total.lost} of {total.accepted} accepted lost"),
+            *stack_checks(r),
         ],
         duration_s=time.monotonic() - started,
         log_dir=r.log_dir,
@@ -108,11 +111,6 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
             "workers_at_end": len(workers_now),
         },
     )
-
-
-def _started(worker_id: str | None) -> float | None:
-    pid = pid_of(worker_id) if worker_id is not None else None
-    return started_at(pid) if pid is not None else None
 
 
 def _seconds(value: float | None) -> str:

@@ -1,4 +1,4 @@
-"""What the harness reads from /proc, and the pid inside an instance id."""
+"""What the harness reads from /proc, and the chaos model's capacity."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from services.chaos.harness import pid_of, rss_mb, started_at
+from services.chaos.harness import rss_mb, started_at
 from services.chaos.model import SimModel
 
 
@@ -21,18 +21,6 @@ def test_rss_and_start_of_this_process() -> None:
 def test_a_gone_process_has_neither() -> None:
     assert rss_mb(2**22 + 1) is None
     assert started_at(2**22 + 1) is None
-
-
-@pytest.mark.parametrize(
-    ("instance_id", "pid"),
-    [
-        pytest.param("worker-chaos-sim-vm-2289-9598db", 2289, id="worker"),
-        pytest.param("ingest-my-host-17-abcdef", 17, id="dashed-host"),
-        pytest.param("no-pid-here", None, id="none"),
-    ],
-)
-def test_pid_of(instance_id: str, pid: int | None) -> None:
-    assert pid_of(instance_id) == pid
 
 
 @pytest.mark.parametrize(

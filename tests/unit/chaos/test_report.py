@@ -15,7 +15,9 @@ def report(*checks: Check) -> ScenarioReport:
     return ScenarioReport(
         name="worker-kill",
         summary="kill it",
-        tally=Tally(sent=10, ok=7, errors={"rejected_overload": 2}, lost=1, duplicates=3),
+        tally=Tally(
+            sent=10, ok=7, errors={"rejected_overload": 2}, lost=1, duplicates=3, conflicts=2
+        ),
         recover_s=6.789,
         checks=list(checks),
         duration_s=12.34,
@@ -55,3 +57,4 @@ def test_table_has_a_row_per_scenario() -> None:
     text = console.export_text()
     assert text.count("worker-kill") == 2
     assert "MISSED: 0 lost" in text and "met" in text and "6.8s" in text
+    assert "3 (2 differ)" in text
