@@ -29,7 +29,10 @@ PLAIN_PRODUCER_LOSES = (
     "outcome (likely: they land in topics Tansu auto-created, which ingest then replaces), "
     "and the scaler's loop dies on UnknownError"
 )
-SCALER_DIES = "issue 9 item 3: the scaler's loop dies on UnknownError when the broker returns"
+SCALER_DIES = (
+    "issue 9 item 3: a few requests InferenceClient sends after the broker's return get no "
+    "outcome, and the scaler's loop dies on UnknownError"
+)
 
 
 @pytest.mark.parametrize(
