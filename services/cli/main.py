@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from infra import eventloop
 from schemas.topics import TIERS, Tier
 from services.cli.common import OneLineErrors, load_settings, run, setup_logging
 
@@ -232,7 +232,7 @@ def up(
         worker_budget=scaler_settings.max_total_replicas,
     )
     try:
-        asyncio.run(Stack(options).run())
+        eventloop.run(Stack(options).run())
     except KeyboardInterrupt:
         typer.echo("stopped")
 
