@@ -128,6 +128,11 @@ class EngineConfig(_Frozen):
         description="TensorRT engine cache; a relative path is taken from the working directory.",
     )
     intra_op_num_threads: int = Field(default=1, ge=0, description="0 lets ONNX Runtime choose.")
+    intra_op_spinning: bool = Field(
+        default=False,
+        description="Let ONNX Runtime's intra-op threads spin between runs. Off: on a host "
+        "whose cores also run the broker and ingest, spinning threads take their CPU.",
+    )
     profile_min: dict[str, list[int]] = Field(default_factory=dict)
     profile_opt: dict[str, list[int]] = Field(default_factory=dict)
     profile_max: dict[str, list[int]] = Field(default_factory=dict)

@@ -274,6 +274,18 @@ class OwnedConsumer:
             await self._read_all_again()
         return records
 
+    async def tend(self) -> None:
+        """Between polls (the caller is not fetching): give up partitions if the lease
+        lapsed, and follow what is known of the group's membership."""
+        if self.membership.lease_lapsed():
+            await self._fence()
+            return
+        now = time.monotonic()
+        if now - self._last_rebalance >= self.options.rebalance_every_s:
+            self._seen_version = self.membership.version
+            self._last_rebalance = now
+            await self.rebalance()
+
     async def _overrun(self) -> bool:
         """Whether the registry's or the decisions' log ends before our position: the
         broker lost its state and counts offsets from 0 again (Tansu does not say so; it

@@ -81,6 +81,10 @@ class Batcher(Generic[Item]):
     def __len__(self) -> int:
         return sum(len(q.entries) for q in self._queues.values())
 
+    def queued_samples(self, tier: Tier) -> int:
+        """Samples of `tier` waiting for a batch."""
+        return sum(q.samples for q in self._queues.values() if q.tier == tier)
+
     def add(self, item: Item, *, tier: Tier, samples: int, length: int | None, now: float) -> None:
         """Queue one request of `samples` samples and sequence `length`."""
         bucket = bucket_of(length, self.policy.length_buckets)

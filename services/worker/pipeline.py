@@ -125,10 +125,13 @@ class Pipeline:
         limit = self.settings.max_in_hand
         while True:
             room = limit - self.in_hand
-            if room <= 0:
+            if room <= 0 or self._queued_enough(tier):
+                # The engine is behind: what waits stays in Kafka (no fetches), and the
+                # consumer still follows its lease and the group's membership.
                 self.answered.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.answered.wait(), 0.1)
+                await consumer.tend()
                 continue
             try:
                 records = await consumer.poll(timeout_ms=500, max_records=room)
@@ -139,6 +142,12 @@ class Pipeline:
             if records:
                 self.take(records, tier)
                 self.wakeup.set()
+
+    def _queued_enough(self, tier: Tier) -> bool:
+        """Whether `tier` has `prefetch_batches` full batches queued beyond the engine's."""
+        version = self.host.version
+        batch = version.config.batching.max_batch_size if version is not None else 1
+        return self.batcher.queued_samples(tier) >= self.settings.prefetch_batches * batch
 
     def take(self, records: Sequence[ConsumerRecord[bytes, bytes]], tier: Tier) -> None:
         """Decode a poll's records into the batcher; bad ones are answered on their own."""

@@ -31,6 +31,11 @@ class WorkerSettings(BaseSettings):
     """Stable id in the registry and telemetry; default: worker-<model>-<host>-<pid>."""
     max_in_hand: int = Field(default=256, gt=0)
     """Requests polled but not answered before polling pauses (backpressure)."""
+    prefetch_batches: int = Field(default=2, ge=1)
+    """Full batches of a tier kept queued in the worker besides those in the engine; the
+    rest waits in Kafka. Polling for more only to queue them costs the broker a fetch
+    every few milliseconds while the engine is behind, and the worker's queue is what a
+    handover drains."""
     poll_max_records: int = Field(default=128, gt=0)
     """Most records per poll."""
     starvation_ms: float = Field(default=1000.0, gt=0)

@@ -133,6 +133,8 @@ class OnnxRuntimeEngine(Engine):
         options = ort.SessionOptions()
         options.intra_op_num_threads = config.engine.intra_op_num_threads
         options.inter_op_num_threads = 1
+        if not config.engine.intra_op_spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # our own log line reports the fallback; ORT's are noise
         try:
