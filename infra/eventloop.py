@@ -41,7 +41,8 @@ def _factory(kind: LoopKind) -> Callable[[], asyncio.AbstractEventLoop] | None:
     if kind == "uvloop":
         import uvloop
 
-        return uvloop.new_event_loop
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
     return None
 
 
