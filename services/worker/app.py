@@ -3,7 +3,8 @@
 One process, one engine session, one consumer per served tier (a batch backlog never sits
 in front of an interactive fetch). The hot path is `pipeline.Pipeline`; the engine and its
 version reloads are `engine_host.EngineHost`; partition ownership and the registry are the
-shared `services.runtime` machinery.
+shared `services.runtime` machinery. A worker serves one rollout lane: its topics, its
+groups, and the version the rollout in force names for it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +25,10 @@ from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
+from infra.rollout.state import Effective, effective, lane_version
 from schemas.errors import InferbusError
+from schemas.result import STATUSES
+from schemas.telemetry import WorkerLoad
 from schemas.topics import TIERS, Tier, request_topic, worker_group
 from services.runtime.answers import Publisher
 from services.runtime.consumer import OwnedConsumer
@@ -34,7 +39,7 @@ from services.worker.engine_host import EngineFactory, EngineHost, default_engin
 from services.worker.inhand import InHand
 from services.worker.pipeline import Pipeline
 from services.worker.settings import WorkerSettings
-from tracing.metrics import start_metrics_server
+from tracing.metrics import set_worker_version, start_metrics_server
 from tracing.setup import init_tracing, shutdown_tracing
 from tracing.telemetry import TelemetryPublisher
 
@@ -59,6 +64,7 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.bootstrap = bootstrap
         self.tiers: list[Tier] = [t for t in TIERS if t in self.settings.tiers]
+        self.lane = self.settings.lane
         self.instance_id = self.settings.instance_id or default_instance_id(
             f"worker-{self.settings.model}"
         )
@@ -66,11 +72,17 @@ class Worker:
             ModelRepository(self.settings.models_dir),
             self.settings.model,
             pinned_version=self.settings.model_version,
+            wanted=self._wanted_version,
             engine_factory=engine_factory,
         )
         self.producer = make_producer(bootstrap, client_id=self.instance_id)
         self.offsets = OffsetTracker()
-        self.groups = {tier: worker_group(self.settings.model, tier) for tier in self.tiers}
+        self.groups = {
+            tier: worker_group(self.settings.model, tier, self.lane) for tier in self.tiers
+        }
+        self.topics = {
+            tier: request_topic(self.settings.model, tier, self.lane) for tier in self.tiers
+        }
         self.membership = Membership(
             self._send_and_wait,
             Identity(
@@ -94,6 +106,8 @@ class Worker:
         self._stop_requested = asyncio.Event()
         self._started = False
         self._draining = False
+        self._reported: Counter[str] = Counter()
+        self._config_problem: str | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -109,10 +123,84 @@ class Worker:
             "warmup_s": self.host.warmup_s,
             "time_to_ready_s": self._time_to_ready_s,
             "standby": bool(self.consumers)
-            and not any(
-                self.consumers[t].owned(request_topic(self.settings.model, t)) for t in self.tiers
-            ),
+            and not any(self.consumers[t].owned(self.topics[t]) for t in self.tiers),
         }
+
+    # ---- the version this worker serves ------------------------------------------------
+
+    def _rollout(self) -> Effective:
+        config = self.host.repository.config(self.settings.model)
+        return effective(config.rollout, self.membership.rollouts.get(self.settings.model))
+
+    def _wanted_version(self) -> str | None:
+        """The lane's version by the rollout in force (None: the newest complete one). While
+        model.yaml cannot be read (an edit half-written) the version served now stays."""
+        current = self.host.version.version if self.host.version else None
+        try:
+            rollout = self._rollout()
+        except InferbusError as exc:
+            if current is None:
+                raise  # at start: the worker refuses, naming the problem
+            if str(exc) != self._config_problem:
+                log.warning("event=model_config_unreadable keeping=%s error=%s", current, exc)
+            self._config_problem = str(exc)
+            return current
+        self._config_problem = None
+        wanted = lane_version(rollout, self.lane)
+        if wanted is None and self.lane == "canary":
+            return current  # the canary is gone: the scaler retires this group once drained
+        return wanted
+
+    def _version_setting(self) -> str | None:
+        """The setting that chose the version to load, to name it when loading fails."""
+        if self.settings.model_version is not None:
+            return "INFERBUS_WORKER_MODEL_VERSION"
+        try:
+            rollout = self._rollout()
+        except InferbusError:
+            return None
+        if rollout.state is None:
+            return None
+        return "rollout.canary" if self.lane == "canary" else "rollout.stable"
+
+    async def _load(self) -> None:
+        """Load and warm the version to serve; a version that cannot be served is refused
+        with the setting that named it."""
+        if self.lane == "canary" and self.settings.model_version is None:
+            rollout = self._rollout()
+            if rollout.canary is None:
+                raise WorkerFailed(
+                    f"model {self.settings.model!r} has no rollout.canary in model.yaml: a "
+                    "canary worker has no version to serve",
+                    model=self.settings.model,
+                )
+        setting = self._version_setting()
+        try:
+            await self.host.load(on_warming=lambda: self.membership.publish("warming"))
+        except InferbusError as exc:
+            if setting is None:
+                raise
+            raise WorkerFailed(
+                f"{setting} of model {self.settings.model!r}: version "
+                f"{self.host.target()!r} cannot be served: {exc}",
+                model=self.settings.model,
+                lane=self.lane,
+            ) from exc
+
+    async def _switched(self) -> None:
+        """After a version switch: the registry and /metrics say the new version."""
+        if self.host.version is not None:
+            set_worker_version(self.settings.model, self.lane, self.host.version.version)
+        await self.membership.publish()
+
+    def _load_with_results(self, snapshot: WorkerLoad) -> WorkerLoad:
+        """The load snapshot plus the results sent since the last one, by status."""
+        counts = self.pipeline.counts if self.pipeline else Counter[str]()
+        results = {
+            s: counts[s] - self._reported[s] for s in STATUSES if counts[s] > self._reported[s]
+        }
+        self._reported = Counter({s: counts[s] for s in STATUSES})
+        return snapshot.model_copy(update={"results": results})
 
     async def _send_and_wait(self, topic: str, key: bytes, value: bytes) -> RecordMetadata:
         return await self.producer.send_and_wait(topic, value, key=key)
@@ -127,12 +215,13 @@ class Worker:
         await start_with_retry(self.producer.start, what="producer")
         await self.membership.publish("loading")
         try:
-            await self.host.load(on_warming=lambda: self.membership.publish("warming"))
+            await self._load()
         except InferbusError:
             await self.membership.publish("gone")
             raise
         version = self.host.version
         assert version is not None
+        set_worker_version(self.settings.model, self.lane, version.version)
         batching = version.config.batching
         self.pipeline = Pipeline(
             settings=self.settings,
@@ -159,7 +248,7 @@ class Worker:
                 self.bootstrap,
                 client_id=self.instance_id,
                 membership=self.membership,
-                groups=[(self.groups[tier], request_topic(self.settings.model, tier))],
+                groups=[(self.groups[tier], self.topics[tier])],
                 offsets=self.offsets,
                 drain=self.pipeline.drain,
                 let_go=self.pipeline.let_go,
@@ -175,7 +264,7 @@ class Worker:
         self._tasks.append(asyncio.create_task(pipeline.engine_loop(), name="engine"))
         self._tasks.append(
             asyncio.create_task(
-                self.host.reload_loop(self.settings.reload_check_s, self.membership.publish),
+                self.host.reload_loop(self.settings.reload_check_s, self._switched),
                 name="reload",
             )
         )
@@ -185,15 +274,18 @@ class Worker:
             service="inferbus-worker",
             model=self.settings.model,
             tiers=self.tiers,
+            lane=self.lane,
+            model_version=lambda: self.host.version.version if self.host.version else None,
             interval_s=self.settings.heartbeat_interval_s,
-            load_provider=pipeline.load_snapshot,
+            load_provider=lambda: self._load_with_results(pipeline.load_snapshot()),
         )
         self._telemetry.start()
         self.ready.set()
         log.info(
-            "event=worker_ready instance=%s model=%s version=%s tiers=%s provider=%s",
+            "event=worker_ready instance=%s model=%s lane=%s version=%s tiers=%s provider=%s",
             self.instance_id,
             self.settings.model,
+            self.lane,
             version.version,
             ",".join(self.tiers),
             self.host.engine.info.label if self.host.engine else None,
