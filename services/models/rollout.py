@@ -47,8 +47,8 @@ def manual_record(
     rollout = config.rollout
     if rollout is None or rollout.canary is None:
         raise RolloutRefused(
-            f"model {config.name!r} has no canary: name one in models/{config.name}/model.yaml "
-            f"(rollout.stable, rollout.canary, rollout.share) before `{action}`",
+            f"model {config.name!r} has no canary: set rollout.canary (with rollout.stable "
+            f"and rollout.share) in its model.yaml before `{action}`",
             model=config.name,
         )
     if action == "share":

@@ -25,7 +25,6 @@ from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
-from infra.rollout.state import Effective, effective, lane_version
 from schemas.errors import InferbusError
 from schemas.result import STATUSES
 from schemas.telemetry import WorkerLoad
@@ -39,6 +38,7 @@ from services.worker.engine_host import EngineFactory, EngineHost, default_engin
 from services.worker.inhand import InHand
 from services.worker.pipeline import Pipeline
 from services.worker.settings import WorkerSettings
+from services.worker.versions import LaneVersions
 from tracing.metrics import set_worker_version, start_metrics_server
 from tracing.setup import init_tracing, shutdown_tracing
 from tracing.telemetry import TelemetryPublisher
@@ -68,11 +68,12 @@ class Worker:
         self.instance_id = self.settings.instance_id or default_instance_id(
             f"worker-{self.settings.model}"
         )
+        repository = ModelRepository(self.settings.models_dir)
         self.host = EngineHost(
-            ModelRepository(self.settings.models_dir),
+            repository,
             self.settings.model,
             pinned_version=self.settings.model_version,
-            wanted=self._wanted_version,
+            wanted=lambda: self.versions.wanted(self._served()),
             engine_factory=engine_factory,
         )
         self.producer = make_producer(bootstrap, client_id=self.instance_id)
@@ -96,6 +97,13 @@ class Worker:
             lease_s=self.settings.lease_s,
             details=self._details,
         )
+        self.versions = LaneVersions(
+            repository,
+            self.settings.model,
+            self.lane,
+            pinned=self.settings.model_version,
+            rollouts=self.membership.rollouts,
+        )
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self.pipeline: Pipeline | None = None
@@ -107,7 +115,6 @@ class Worker:
         self._started = False
         self._draining = False
         self._reported: Counter[str] = Counter()
-        self._config_problem: str | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -128,53 +135,14 @@ class Worker:
 
     # ---- the version this worker serves ------------------------------------------------
 
-    def _rollout(self) -> Effective:
-        config = self.host.repository.config(self.settings.model)
-        return effective(config.rollout, self.membership.rollouts.get(self.settings.model))
-
-    def _wanted_version(self) -> str | None:
-        """The lane's version by the rollout in force (None: the newest complete one). While
-        model.yaml cannot be read (an edit half-written) the version served now stays."""
-        current = self.host.version.version if self.host.version else None
-        try:
-            rollout = self._rollout()
-        except InferbusError as exc:
-            if current is None:
-                raise  # at start: the worker refuses, naming the problem
-            if str(exc) != self._config_problem:
-                log.warning("event=model_config_unreadable keeping=%s error=%s", current, exc)
-            self._config_problem = str(exc)
-            return current
-        self._config_problem = None
-        wanted = lane_version(rollout, self.lane)
-        if wanted is None and self.lane == "canary":
-            return current  # the canary is gone: the scaler retires this group once drained
-        return wanted
-
-    def _version_setting(self) -> str | None:
-        """The setting that chose the version to load, to name it when loading fails."""
-        if self.settings.model_version is not None:
-            return "INFERBUS_WORKER_MODEL_VERSION"
-        try:
-            rollout = self._rollout()
-        except InferbusError:
-            return None
-        if rollout.state is None:
-            return None
-        return "rollout.canary" if self.lane == "canary" else "rollout.stable"
+    def _served(self) -> str | None:
+        return self.host.version.version if self.host.version else None
 
     async def _load(self) -> None:
         """Load and warm the version to serve; a version that cannot be served is refused
         with the setting that named it."""
-        if self.lane == "canary" and self.settings.model_version is None:
-            rollout = self._rollout()
-            if rollout.canary is None:
-                raise WorkerFailed(
-                    f"model {self.settings.model!r} has no rollout.canary in model.yaml: a "
-                    "canary worker has no version to serve",
-                    model=self.settings.model,
-                )
-        setting = self._version_setting()
+        self.versions.require()
+        setting = self.versions.setting()
         try:
             await self.host.load(on_warming=lambda: self.membership.publish("warming"))
         except InferbusError as exc:
@@ -275,7 +243,7 @@ class Worker:
             model=self.settings.model,
             tiers=self.tiers,
             lane=self.lane,
-            model_version=lambda: self.host.version.version if self.host.version else None,
+            model_version=self._served,
             interval_s=self.settings.heartbeat_interval_s,
             load_provider=lambda: self._load_with_results(pipeline.load_snapshot()),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,17 @@ import numpy as np
 import pytest
 import yaml
 
+from infra.models.config import ModelConfigError
 from infra.models.repository import ModelRepository, ModelVersion
+from infra.rollout.state import RolloutBook
 from schemas.errors import EngineError
+from schemas.rollout import RolloutRecord
 from schemas.tensors import Arrays
 from services.worker.engine_host import EngineHost
 from services.worker.engines.base import Engine, EngineInfo
+from services.worker.versions import LaneVersions, NoCanary
+
+CANARY = {"stable": "1", "canary": "2", "share": 0.1}
 
 
 class FakeEngine(Engine):
@@ -130,3 +137,67 @@ async def test_a_pinned_worker_never_follows(repository: ModelRepository) -> Non
     assert engine_host.target() == "1"
     await asyncio.wait_for(engine_host.reload_loop(0.01, noop), 1)  # returns at once
     assert engine_host.version is not None and engine_host.version.version == "1"
+
+
+def _with_rollout(repository: ModelRepository, rollout: dict[str, Any] | None) -> None:
+    path = repository.root / "m" / "model.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["rollout"] = rollout
+    path.write_text(yaml.safe_dump(raw))
+
+
+PROMOTED = RolloutRecord(
+    model="m",
+    stable="1",
+    canary="2",
+    state="promoted",
+    share=0.0,
+    reason="test",
+    by="test",
+    at=datetime(2025, 1, 1, tzinfo=UTC),
+)
+
+
+@pytest.mark.parametrize(
+    ("rollout", "record", "lane", "pinned", "wanted", "setting"),
+    [
+        pytest.param(None, None, "stable", None, None, None, id="no-rollout-newest"),
+        pytest.param(None, None, "stable", "2", None, "INFERBUS_WORKER_MODEL_VERSION", id="pin"),
+        pytest.param(CANARY, None, "stable", None, "1", "rollout.stable", id="stable-lane"),
+        pytest.param(CANARY, None, "canary", None, "2", "rollout.canary", id="canary-lane"),
+        pytest.param(CANARY, PROMOTED, "stable", None, "2", "rollout.stable", id="promoted"),
+        pytest.param({"stable": "1"}, None, "canary", None, "3", "rollout.canary", id="gone"),
+    ],
+)
+def test_lane_versions(
+    repository: ModelRepository,
+    rollout: dict[str, Any] | None,
+    record: RolloutRecord | None,
+    lane: Any,
+    pinned: str | None,
+    wanted: str | None,
+    setting: str | None,
+) -> None:
+    _with_rollout(repository, rollout)
+    book = RolloutBook()
+    if record is not None:
+        book.put(record)
+    versions = LaneVersions(repository, "m", lane, pinned=pinned, rollouts=book)
+    assert versions.wanted(current="3") == wanted  # "3": the version served now
+    assert versions.setting() == setting
+
+
+def test_a_canary_worker_without_a_canary_is_refused(repository: ModelRepository) -> None:
+    _with_rollout(repository, {"stable": "1"})
+    versions = LaneVersions(repository, "m", "canary", pinned=None, rollouts=RolloutBook())
+    with pytest.raises(NoCanary, match=r"no rollout\.canary"):
+        versions.require()
+    LaneVersions(repository, "m", "stable", pinned=None, rollouts=RolloutBook()).require()
+
+
+def test_an_unreadable_model_yaml_keeps_the_version_served(repository: ModelRepository) -> None:
+    versions = LaneVersions(repository, "m", "stable", pinned=None, rollouts=RolloutBook())
+    (repository.root / "m" / "model.yaml").write_text("inputs: [")
+    assert versions.wanted(current="2") == "2"
+    with pytest.raises(ModelConfigError):
+        versions.wanted(current=None)  # at start: refused, naming the problem
