@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 from typer.core import TyperGroup
 
+from infra.lograte import limit_log_rate
 from schemas.errors import InferbusError, describe_validation_error
 
 T = TypeVar("T")
@@ -27,7 +28,8 @@ class SettingsInvalid(InferbusError):
 
 
 def setup_logging(level: str = "INFO", *, kafka_level: str = "WARNING") -> None:
-    """key=value logs on stderr; chatty libraries stay at `kafka_level`.
+    """key=value logs on stderr; chatty libraries stay at `kafka_level`; a line that
+    repeats is written at most 10 times in 10 s (then counted, see `infra.lograte`).
 
     Commands that end with one error line of their own (infer, load) pass CRITICAL: aiokafka
     logs every failed connection attempt at ERROR, which that line already says."""
@@ -37,6 +39,7 @@ def setup_logging(level: str = "INFO", *, kafka_level: str = "WARNING") -> None:
     )
     for noisy in ("aiokafka", "faststream", "kafka"):
         logging.getLogger(noisy).setLevel(kafka_level.upper())
+    limit_log_rate()
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
@@ -31,6 +33,11 @@ from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
 from tracing.sampling import read_traceparent
 from tracing.setup import tracing_enabled
+
+RESTART_WATCH_S = 60.0
+"""For this long after a broker restart, requests left without a result are sent again."""
+RESEND_AFTER_RESTART_S = 5.0
+"""...once they have waited this long since they were last sent."""
 
 log = logging.getLogger(__name__)
 InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str]
@@ -154,6 +161,9 @@ class InferenceClient:
         self._watcher: asyncio.Task[None] | None = None
         self.duplicates_dropped = 0
         self.resubmitted = 0
+        self._sent_at: dict[str, float] = {}
+        """When each awaited request was last acked by the broker (monotonic)."""
+        self._restarted_at = -math.inf
         """Requests sent again because the broker lost them."""
 
     async def __aenter__(self) -> InferenceClient:
@@ -286,6 +296,8 @@ class InferenceClient:
                 raise ack
             set_delivery(span, partition=ack.partition, offset=ack.offset)
         self._restarts.acked((ack.topic, ack.partition), ack.offset)
+        if envelope.request_id in self._pending:
+            self._sent_at[envelope.request_id] = time.monotonic()
         return envelope.request_id
 
     async def _registry_overrun(self) -> bool:
@@ -305,13 +317,19 @@ class InferenceClient:
         assert consumer is not None
         log.warning("event=broker_restart_detected reply_topic=%s", self.reply_to)
         self._restarts = RestartDetector()
+        self._restarted_at = time.monotonic()
         await consumer.seek_to_beginning(*consumer.assignment())
         self._resubmit_pending()
 
-    def _resubmit_pending(self) -> None:
+    def _resubmit_pending(self, older_than_s: float = 0.0) -> None:
         """The broker started over (it lost its log): requests awaiting a result may be gone
         with it. Send them again under the same ids; a repeat is dropped by id."""
-        again = list(self._pending.values())
+        now = time.monotonic()
+        again = [
+            wire
+            for request_id, wire in self._pending.items()
+            if now - self._sent_at.get(request_id, now) >= older_than_s
+        ]
         if not again:
             return
         log.warning("event=resubmitting count=%d", len(again))
@@ -336,6 +354,10 @@ class InferenceClient:
             await asyncio.sleep(every_s)
             if not self._pending or self._consumer is None:
                 continue
+            if time.monotonic() - self._restarted_at < RESTART_WATCH_S:
+                # A restarted broker can still lose records written in its first seconds
+                # (Tansu keeps some it cannot serve): what waits too long is sent again.
+                self._resubmit_pending(older_than_s=RESEND_AFTER_RESTART_S)
             if await self._registry_overrun():
                 await self._broker_restarted()
                 continue
@@ -376,6 +398,7 @@ class InferenceClient:
         finally:
             self._waiters.pop(request.request_id, None)
             self._pending.pop(request.request_id, None)
+            self._sent_at.pop(request.request_id, None)
 
     async def results(self) -> AsyncIterator[InferenceResult]:
         """Results as they arrive: this client's requests (or all, with see_all_results)."""

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,31 @@ CONTROL_TOPICS = (INSTANCES, DECISIONS, ROLLOUTS)
 WHOLE_CONTROL_TOPICS = (ROLLOUTS,)
 """Read from their start, not the recent window: one record per key is the state (rare,
 compacted), and a decision stays in force however old it is."""
+
+
+def records_behind(
+    at_rest: Mapping[TopicPartition, int],
+    ends: Mapping[TopicPartition, int],
+    positions: Mapping[TopicPartition, int],
+    delivered: Set[TopicPartition],
+) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """(where to seek, the ends now seen at rest).
+
+    A partition whose end moved past the end last seen at rest, none of whose records
+    came since, with our position past the new end, has records behind our position:
+    read on from the end seen at rest. An end is seen at rest when none of its records
+    came in the interval before it (an end can lag records a fetch already returned)."""
+    seeks: dict[TopicPartition, int] = {}
+    rest: dict[TopicPartition, int] = {}
+    for tp, end in ends.items():
+        if tp in delivered:
+            continue
+        before = at_rest.get(tp)
+        if before is not None and before < end < positions[tp]:
+            seeks[tp] = before
+        else:
+            rest[tp] = end
+    return seeks, rest
 
 
 class MissingTopic(InferbusError):
@@ -106,6 +131,8 @@ class OwnedConsumer:
         self._control: tuple[TopicPartition, ...] = ()
         self._last_position_check = time.monotonic()
         self._seen_restarts = 0
+        self._ends: dict[TopicPartition, int] = {}
+        self._delivered: set[TopicPartition] = set()
         self.standing_by = False
         """Serving but told to stand by (the scaler's word keeps it warm, not consuming)."""
         self._groups: list[_Group] = []
@@ -230,6 +257,7 @@ class OwnedConsumer:
             await self._rebuild()
             return []
         records: list[ConsumerRecord[bytes, bytes]] = []
+        self._delivered.update(batches)
         for tp, batch in batches.items():
             if tp.topic in CONTROL_TOPICS:
                 for record in batch:
@@ -248,6 +276,8 @@ class OwnedConsumer:
             self._last_position_check = now
             if await self._overrun():
                 self.membership.broker_restarts += 1
+            else:
+                await self._catch_up_behind_position()
         if self.membership.broker_restarts != self._seen_restarts:
             self._seen_restarts = self.membership.broker_restarts
             await self._read_all_again()
@@ -285,6 +315,41 @@ class OwnedConsumer:
         except (KafkaError, TimeoutError):
             return False  # the broker is away; asked again next round
         return False
+
+    async def _catch_up_behind_position(self) -> None:
+        """Records written behind our position: a log's end moved on since it was last seen
+        at rest, nothing of it came to us, and our position is past that end. A broker that
+        lost its logs can do this (Tansu keeps records produced to a topic it no longer
+        knows, then numbers the re-created topic's records from a lower offset); we would
+        never read them. Read on from the end seen at rest (a repeat at worst).
+
+        An end counts as seen at rest when nothing of its partition came in the whole
+        check interval before it: a log's end can lag the records a fetch already
+        returned, and a stale end would look like records behind us."""
+        tps = [
+            TopicPartition(g.topic, p)
+            for g in self._groups
+            for p in g.owned - g.releasing
+            if g.topic not in self._held
+        ]
+        delivered, self._delivered = self._delivered, set()
+        try:
+            ends = await self._consumer.end_offsets(tps) if tps else {}
+            positions = {tp: await asyncio.wait_for(self._consumer.position(tp), 1.0) for tp in tps}
+        except (KafkaError, TimeoutError):
+            return  # the broker is away; asked again next round
+        seeks, self._ends = records_behind(self._ends, ends, positions, delivered)
+        for tp, offset in seeks.items():
+            log.warning(
+                "event=records_behind_position topic=%s partition=%d position=%d end=%d "
+                "from=%d (reading them)",
+                tp.topic,
+                tp.partition,
+                positions[tp],
+                ends[tp],
+                offset,
+            )
+            self._consumer.seek(tp, offset)
 
     async def _read_all_again(self) -> None:
         """Every log is new: read every partition held from its beginning. What was read

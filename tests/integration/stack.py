@@ -14,6 +14,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from infra.kafka import make_consumer
 from infra.models.config import ModelConfig
+from schemas.frames import is_frame, split_frame
 from services.models.demo import build_mlp
 
 
@@ -51,13 +52,21 @@ async def reply_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
     return consumer
 
 
+def json_or_frame(value: bytes) -> Any:
+    """A record's JSON, or a binary frame's JSON envelope (results to frame requests)."""
+    if is_frame(value):
+        envelope, _ = split_frame(value)
+        return json.loads(bytes(envelope))
+    return json.loads(value)
+
+
 async def collect(
     consumer: AIOKafkaConsumer,
     wanted: Iterable[str],
     *,
     key: Callable[[Any], str | None],
     timeout_s: float = 60.0,
-    parse: Callable[[bytes], Any] = json.loads,
+    parse: Callable[[bytes], Any] | None = None,
     seen: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Read until every wanted key was seen (first one wins); raises TimeoutError naming the rest.
@@ -73,7 +82,8 @@ async def collect(
             batches = await consumer.getmany(timeout_ms=200)
             for records in batches.values():
                 for record in records:
-                    item = parse(record.value) if record.value is not None else None
+                    value = record.value
+                    item = None if value is None else (parse or json_or_frame)(value)
                     k = key((record, item))
                     if k is not None and k not in found:
                         found[k] = (record, item)
