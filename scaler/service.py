@@ -107,6 +107,8 @@ class ScalerService:
         )
         self.judge = RolloutJudge(self.models, self.rollouts, self.versions, self._publish_rollout)
         self._target_problem: str | None = None
+        self._no_share_since: dict[str, float] = {}
+        """Per model with canary groups: when the scaler first saw its canary share at 0."""
         self.state = ScalerState()
         self.views: dict[str, GroupView] = {}
         self.ticks = 0
@@ -153,12 +155,18 @@ class ScalerService:
         if added:
             log.info("event=groups_added groups=%s", ",".join(added))
 
-    def _canary_share(self, model: str) -> float:
+    def _canary_share(self, model: str, now: float) -> tuple[float, float]:
+        """The canary's share in force, and for how long it has been 0 (seconds)."""
         try:
             config = self.models.config(model)
         except InferbusError:
-            return 1.0  # unknown: never retire on it (the collector reports the model)
-        return effective(config.rollout, self.rollouts.get(model)).share
+            share = 1.0  # unknown: never retire on it (the collector reports the model)
+        else:
+            share = effective(config.rollout, self.rollouts.get(model)).share
+        if share > 0:
+            self._no_share_since.pop(model, None)
+            return share, 0.0
+        return share, now - self._no_share_since.setdefault(model, now)
 
     async def current(self) -> Mapping[str, int]:
         """Replicas per group, as the actuator sees them."""
@@ -177,8 +185,10 @@ class ScalerService:
             chosen = decisions.get(collection.group)
             target = self.collector.target(collection.group)
             if chosen is not None and target.lane == "canary":
-                share = self._canary_share(target.model)
-                chosen = settle_canary(chosen, collection.signals, target.lane, share)
+                share, no_share_for_s = self._canary_share(target.model, time.time())
+                chosen = settle_canary(
+                    chosen, collection.signals, target.lane, share, no_share_for_s=no_share_for_s
+                )
             applied, error = False, None
             processes = chosen.desired + chosen.standby if chosen is not None else 0
             if (

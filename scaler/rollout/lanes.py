@@ -8,6 +8,11 @@ from infra.models.config import ReplicaBounds
 from scaler.signals import GroupDecision, GroupSignals, Reason
 from schemas.topics import Lane
 
+RETIRE_GRACE_S = 15.0
+"""A canary group keeps a worker this long after its share went to 0: ingest reads a
+decision within a poll and a model.yaml edit within INFERBUS_INGEST_MODEL_REFRESH_S (5 s),
+and may route a last few requests to the canary until then."""
+
 
 def lane_bounds(replicas: ReplicaBounds, lane: Lane, share: float) -> tuple[int, int, int]:
     """(min, max, warm) replicas of a group. Stable: model.yaml's `replicas`. Canary: at
@@ -21,14 +26,37 @@ def lane_bounds(replicas: ReplicaBounds, lane: Lane, share: float) -> tuple[int,
 
 
 def settle_canary(
-    decision: GroupDecision, signals: GroupSignals | None, lane: Lane, share: float
+    decision: GroupDecision,
+    signals: GroupSignals | None,
+    lane: Lane,
+    share: float,
+    *,
+    no_share_for_s: float,
+    grace_s: float = RETIRE_GRACE_S,
 ) -> GroupDecision:
-    """A canary group whose share is gone (rolled back, promoted, removed): one worker until
-    its queue is empty (what was routed before is still answered), then none at once (the
-    scale-down window would keep idle workers for minutes)."""
+    """A canary group whose share is gone (rolled back, promoted, removed) for
+    `no_share_for_s`: one worker while ingest may still route to it (`grace_s`) and until its
+    queue is empty (what was routed is still answered), then none at once (the scale-down
+    window would keep idle workers for minutes)."""
     if lane != "canary" or share > 0:
         return decision
     drained = signals is not None and not signals.stale and signals.lag == 0
+    if drained and no_share_for_s < grace_s:
+        if decision.desired >= 1 or decision.current == 0:
+            return decision  # none running: ingest routes to none
+        return dataclasses.replace(
+            decision,
+            desired=1,
+            reasons=(
+                *decision.reasons,
+                Reason(
+                    "canary_grace",
+                    f"canary has no share since {no_share_for_s:.0f} s: one worker for "
+                    f"{grace_s:.0f} s while ingest may still route to it",
+                    {"no_share_for_s": no_share_for_s, "grace_s": grace_s},
+                ),
+            ),
+        )
     if drained:
         if decision.desired == 0 and decision.standby == 0:
             return decision

@@ -25,12 +25,12 @@ def test_lane_bounds(lane: str, share: float, expected: tuple[int, int, int]) ->
     assert lane_bounds(BOUNDS, lane, share) == expected  # type: ignore[arg-type]
 
 
-def decision(desired: int, standby: int = 0) -> GroupDecision:
+def decision(desired: int, standby: int = 0, current: int = 2) -> GroupDecision:
     return GroupDecision(
         group=GROUP,
         model="m",
         tier="interactive",
-        current=2,
+        current=current,
         desired=desired,
         diagnosis="steady",
         standby=standby,
@@ -52,6 +52,9 @@ def signals(lag: int | None, *, stale: bool = False) -> GroupSignals:
         min_replicas=0,
     )
 
+
+LATE = 60.0
+"""Seconds without a share: past the grace."""
 
 CASES = [
     pytest.param("canary", 0.1, signals(0), decision(2), (2, 0, None), id="has-share"),
@@ -77,6 +80,25 @@ def test_settle_canary(
     before: GroupDecision,
     expected: tuple[int, int, str | None],
 ) -> None:
-    after = settle_canary(before, signals_, lane, share)  # type: ignore[arg-type]
+    after = settle_canary(before, signals_, lane, share, no_share_for_s=LATE)  # type: ignore[arg-type]
     added = after.reasons[len(before.reasons) :]
     assert (after.desired, after.standby, added[0].code if added else None) == expected
+
+
+@pytest.mark.parametrize(
+    ("before", "no_share_for_s", "expected"),
+    [
+        pytest.param(decision(0), 3.0, (1, "canary_grace"), id="within-grace-keeps-one"),
+        pytest.param(decision(2), 3.0, (2, None), id="within-grace-as-decided"),
+        pytest.param(decision(0, current=0), 3.0, (0, None), id="none-running-stays-none"),
+        pytest.param(decision(0), 15.0, (0, None), id="grace-over"),
+    ],
+)
+def test_a_drained_canary_keeps_a_worker_while_ingest_may_still_route_to_it(
+    before: GroupDecision, no_share_for_s: float, expected: tuple[int, str | None]
+) -> None:
+    after = settle_canary(
+        before, signals(0), "canary", 0.0, no_share_for_s=no_share_for_s, grace_s=15.0
+    )
+    added = after.reasons[len(before.reasons) :]
+    assert (after.desired, added[0].code if added else None) == expected
