@@ -124,6 +124,10 @@ BROKER_EVENT_KEY = b"__broker__"
 every instance reads its partitions from the start again (`services.runtime`)."""
 
 
+AWAY_RETRY_S = 0.2
+"""How often the keeper asks for a broker that is away."""
+
+
 class TopicKeeper:
     """Keeps the topics an installation needs in existence: a broker that lost its state
     (the embedded one keeps none) gets them back within `every_s`, before clients give up.
@@ -169,7 +173,9 @@ class TopicKeeper:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.every_s)
+            # While the broker is away, ask again often: every moment between its return
+            # and the topics' re-creation is a moment producers write to topics it lacks.
+            await asyncio.sleep(AWAY_RETRY_S if self._away else self.every_s)
             try:
                 created = await self.round()
             except Exception as exc:  # the keeper must outlive any broker trouble: said once
@@ -191,14 +197,21 @@ class TopicKeeper:
         existing = set(await self._admin.list_topics())
         missing = [spec for spec in specs if spec.name not in existing]
         created: list[str] = []
-        for spec in missing:
+        if missing:
+            # One request for all: they come back together.
+            new = [NewTopic(s.name, s.partitions, 1, topic_configs=s.configs) for s in missing]
             try:
-                await self._admin.create_topics(
-                    [NewTopic(spec.name, spec.partitions, 1, topic_configs=spec.configs)]
-                )
+                await self._admin.create_topics(new)
+                created = [spec.name for spec in missing]
             except TopicAlreadyExistsError:
-                continue
-            created.append(spec.name)
+                for spec in missing:  # someone else made some: the rest one by one
+                    try:
+                        await self._admin.create_topics(
+                            [NewTopic(spec.name, spec.partitions, 1, topic_configs=spec.configs)]
+                        )
+                    except TopicAlreadyExistsError:
+                        continue
+                    created.append(spec.name)
         if created:
             self.recreated += len(created)
             log.warning(

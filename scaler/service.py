@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
@@ -205,19 +206,35 @@ class ScalerService:
                     error = repr(exc)
                     log.error("event=scale_failed group=%s error=%r", chosen.group, exc)
             if chosen is not None and self._producer is not None:
-                await publish_decision(
-                    self._producer,
-                    chosen,
-                    policy=self.policy_name,
-                    at=time.time(),
-                    signals=collection.signals,
-                    applied=applied,
-                    error=error,
-                    acting=self.act,
-                )
+                await self._publish(chosen, collection, applied=applied, error=error)
             self.views[collection.group] = GroupView(collection, chosen, applied, error)
             self._export(collection, chosen)
         await self._add_new_groups()
+
+    async def _publish(
+        self,
+        chosen: GroupDecision,
+        collection: GroupCollection,
+        *,
+        applied: bool,
+        error: str | None,
+    ) -> None:
+        """The decision record; one that cannot be written (broker away) is logged and
+        the next tick writes a fresh one."""
+        assert self._producer is not None
+        try:
+            await publish_decision(
+                self._producer,
+                chosen,
+                policy=self.policy_name,
+                at=time.time(),
+                signals=collection.signals,
+                applied=applied,
+                error=error,
+                acting=self.act,
+            )
+        except KafkaError as exc:
+            log.warning("event=decision_publish_failed group=%s error=%r", chosen.group, exc)
 
     @staticmethod
     def _export(collection: GroupCollection, decision: GroupDecision | None) -> None:

@@ -156,6 +156,8 @@ class Collector:
         self._targets = {t.group: t for t in targets}
         self._readers: dict[str, GroupOffsetReader] = {}
         self._memory: dict[str, _Memory] = {t.group: _Memory() for t in targets}
+        self.failed_ticks = 0
+        """Ticks whose collection or decision failed (the loop goes on)."""
 
     @property
     def groups(self) -> list[str]:
@@ -326,8 +328,16 @@ class Collector:
         """Collect every `interval_s` until `stop` is set, handing each tick to `on_tick`."""
         while not stop.is_set():
             started = self._monotonic()
-            counts = await current() if current else None
-            await on_tick(await self.collect_all(counts))
+            try:
+                counts = await current() if current else None
+                await on_tick(await self.collect_all(counts))
+            except Exception as exc:  # a tick that fails (broker away) must not end the loop
+                self.failed_ticks += 1
+                log.error(
+                    "event=scaler_tick_failed error=%r (next tick in %.1fs)",
+                    exc,
+                    self.config.interval_s,
+                )
             self._telemetry.prune(
                 datetime.fromtimestamp(self._clock(), UTC), 10 * self.config.heartbeat_max_age_s
             )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Coroutine
@@ -14,6 +13,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 from typer.core import TyperGroup
 
+from infra import eventloop
 from infra.lograte import limit_log_rate
 from schemas.errors import InferbusError, describe_validation_error
 
@@ -45,7 +45,7 @@ def setup_logging(level: str = "INFO", *, kafka_level: str = "WARNING") -> None:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion; Ctrl-C ends it quietly (exit 130)."""
     try:
-        return asyncio.run(coro)
+        return eventloop.run(coro)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from infra import eventloop
 from schemas.topics import TIERS, Tier
 from services.cli.common import OneLineErrors, load_settings, run, setup_logging
 
@@ -244,7 +244,7 @@ def up(
         worker_budget=scaler_settings.max_total_replicas,
     )
     try:
-        asyncio.run(Stack(options).run())
+        eventloop.run(Stack(options).run())
     except KeyboardInterrupt:
         typer.echo("stopped")
 
@@ -276,6 +276,7 @@ def scaler_run(
 
 def _mount_subcommands() -> None:
     from scaler.cli import scaler_app, sim_command
+    from services.chaos.cli import chaos_command
     from services.cli.bench import bench_app
     from services.cli.load import load_command
     from services.models.cli import models_app
@@ -289,6 +290,7 @@ def _mount_subcommands() -> None:
     app.command("load")(load_command)
     app.command("trace")(trace_command)
     app.command("traces")(traces_command)
+    app.command("chaos")(chaos_command)
 
 
 _mount_subcommands()

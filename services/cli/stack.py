@@ -309,6 +309,9 @@ class Stack:
                     f"--json '{{\"x\": [[{x}]]}}'"
                 )
             scaler_task = asyncio.create_task(scaler.run(self.stop), name="scaler")
+            # A scaler loop that ends on its own stops the stack with its error: a stack
+            # that goes on without its scaler would show a frozen view.
+            scaler_task.add_done_callback(lambda _: self.stop.set())
             await self._show(scaler, bootstrap)
             self.stop.set()
             with contextlib.suppress(asyncio.CancelledError):

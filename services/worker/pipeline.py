@@ -52,6 +52,9 @@ from tracing.setup import tracing_enabled
 
 log = logging.getLogger(__name__)
 
+EXPIRY_SWEEP_S = 0.25
+"""How often requests waiting in the batcher are checked against their deadlines."""
+
 ANSWERED_STAGES = (
     "queue",
     "batch_wait",
@@ -199,13 +202,19 @@ class Pipeline:
         the engine frees up.
         """
         batcher, depth = self.batcher, self.settings.engine_queue_depth
+        swept = time.monotonic()
         while True:
             now = time.monotonic()
+            if now - swept >= EXPIRY_SWEEP_S and len(batcher):
+                swept = now
+                self._answer_expired(batcher.remove(lambda item: item.expired))
             batch = None
             if self._engine_batches < depth:
                 batch = batcher.next_batch(now, full_only=self._engine_batches > 0)
             if batch is None:
                 wait = batcher.next_due_in(now) if self._engine_batches < depth else None
+                if len(batcher):  # what waits is swept for expired requests now and then
+                    wait = min(wait if wait is not None else EXPIRY_SWEEP_S, EXPIRY_SWEEP_S)
                 self.wakeup.clear()
                 with contextlib.suppress(TimeoutError):
                     # Idle, it sleeps until woken (a poll, an engine done): no busy ticking.
@@ -215,14 +224,19 @@ class Pipeline:
                 continue
             live = [entry.item for entry in batch.entries if not entry.item.expired]
             if len(live) < len(batch.entries):
-                expired = [entry.item for entry in batch.entries if entry.item.expired]
-                late = DeadlineExceeded("deadline passed while queued")
-                self._spawn(self.answer_errors([(item, late) for item in expired]))
+                self._answer_expired([e.item for e in batch.entries if e.item.expired])
             if not live:
                 continue
             await self._slots.acquire()
             self._engine_batches += 1
             self._spawn(self._run_and_answer(batch, live), slot_taken=True)
+
+    def _answer_expired(self, expired: list[InHand]) -> None:
+        """Requests whose deadline passed before they ran: answered now, not when a batch
+        would have reached them."""
+        if expired:
+            late = DeadlineExceeded("deadline passed while queued")
+            self._spawn(self.answer_errors([(item, late) for item in expired]))
 
     async def _run_and_answer(self, batch: Batch[InHand], live: list[InHand]) -> None:
         batch_id = uuid.uuid4().hex[:16]

@@ -1,0 +1,1 @@
+"""`inferbus chaos`: faults against the embedded stack, with every request id accounted for."""

@@ -1,0 +1,178 @@
+"""What every scenario shares: a stack with a producer and an observer, warm-up, settling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from schemas.topics import Tier, ingest_topic
+from services.chaos.events import valid
+from services.chaos.harness import ChaosError, ChaosStack, StackPlan
+from services.chaos.ledger import Fate, Sent, fates
+from services.chaos.observer import Observer
+from services.chaos.report import Check, ScenarioReport
+from services.chaos.traffic import ClientProducer, RawProducer, Traffic
+
+Progress = Callable[[str], None]
+PROBE = "probe"
+GRACE_S = 5.0
+"""After its deadline, how long an event may still take before it counts as lost."""
+WARM_TIMEOUT_S = 120.0
+S = TypeVar("S")
+
+
+@dataclass(frozen=True)
+class ScenarioSpec(Generic[S]):
+    """A scenario: its name, what it does, its sizes (default and `--short`), its run."""
+
+    name: str
+    summary: str
+    default: S
+    short: S
+    run: Callable[[S, Progress], Awaitable[ScenarioReport]]
+
+    def start(self, *, short: bool, progress: Progress) -> Awaitable[ScenarioReport]:
+        return self.run(self.short if short else self.default, progress)
+
+
+@dataclass
+class Run:
+    """One scenario's stack, producer and observer."""
+
+    name: str
+    stack: ChaosStack
+    traffic: Traffic
+    observer: Observer
+    progress: Progress
+    grace_s: float = GRACE_S
+
+    @property
+    def log_dir(self) -> str:
+        return str(self.stack.log_dir)
+
+    def say(self, text: str) -> None:
+        self.progress(f"{self.name}: {text}")
+
+    async def warm(self, tier: Tier, *, timeout_s: float = WARM_TIMEOUT_S) -> float:
+        """Send a probe a second until one is served `ok`; returns the seconds it took.
+
+        Probes are not part of any tally.
+        """
+        started = time.monotonic()
+        probes: set[str | None] = set()
+        while time.monotonic() - started < timeout_s:
+            event = valid(tier=tier, deadline_s=time.time() + 30, kind=PROBE)
+            probes.add(event.request_id)
+            self.traffic.send(event, ingest_topic(tier), phase=PROBE)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._served(probes), 1.0)
+                waited = time.monotonic() - started
+                self.say(f"stack serves {tier} ({waited:.1f}s after start)")
+                return waited
+        raise ChaosError(
+            f"no {tier} request was served within {timeout_s:.0f}s of start; see {self.log_dir}"
+        )
+
+    async def _served(self, request_ids: set[str | None]) -> None:
+        while not any(s.ref in request_ids and s.status == "ok" for s in self.observer.seen):
+            self.observer.changed.clear()
+            await self.observer.changed.wait()
+
+    def scenario_sent(self) -> list[Sent]:
+        return [s for s in self.traffic.sent if s.kind != PROBE]
+
+    def pending(self) -> int:
+        """Sent events (not probes) with no outcome yet, accepted or not yet acked."""
+        answered = {(s.channel, s.ref) for s in self.observer.seen}
+        return self.traffic.in_flight + sum(
+            1
+            for s in self.scenario_sent()
+            if s.accepted
+            and ("dlq", s.digest) not in answered
+            and ("result", s.request_id) not in answered
+        )
+
+    async def settle(self) -> None:
+        """Wait until every event has an outcome, or the last deadline plus the grace passed."""
+        await self.traffic.flush()
+        sent = self.scenario_sent()
+        if not sent:
+            return
+        until = max(s.deadline_s for s in sent) + self.grace_s
+        last_said = 0.0
+        while (left := self.pending()) and time.time() < until:
+            if time.monotonic() - last_said >= 2:
+                last_said = time.monotonic()
+                self.say(f"waiting for {left} outcome(s), at most {until - time.time():.0f}s more")
+            self.observer.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.observer.changed.wait(), 0.5)
+
+    def fates(self, sent: Iterable[Sent] | None = None) -> list[Fate]:
+        chosen = list(self.scenario_sent() if sent is None else sent)
+        return fates(chosen, self.observer.seen, grace_s=self.grace_s)
+
+    async def ticker(self, every_s: float = 3.0) -> None:
+        """Progress lines while a scenario runs (cancel it to stop)."""
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(every_s)
+            seen = self.observer.seen
+            ok = sum(1 for s in seen if s.channel == "result" and s.status == "ok")
+            errors = sum(1 for s in seen if s.channel == "result" and s.status != "ok")
+            dlq = sum(1 for s in seen if s.channel == "dlq")
+            self.say(
+                f"t={time.monotonic() - started:.0f}s sent {len(self.scenario_sent())} "
+                f"outcomes: ok {ok} errors {errors} dlq {dlq}; in flight {self.traffic.in_flight}"
+            )
+
+
+def stack_checks(run: Run) -> list[Check]:
+    """What every scenario checks of the stack itself, once it is closed."""
+    failure = run.stack.scaler_failure
+    return [
+        Check(
+            "the scaler's loop kept running",
+            failure is None,
+            failure or "ran until the stack was closed",
+        )
+    ]
+
+
+@asynccontextmanager
+async def running(
+    name: str, plan: StackPlan, progress: Progress, *, via_client: bool = False
+) -> AsyncIterator[Run]:
+    """Start a fresh embedded stack for one scenario; stop all of it on the way out.
+
+    Requests go through a plain producer, or with `via_client` through `InferenceClient`.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix=f"inferbus-chaos-{name}-"))
+    async with AsyncExitStack() as exits:
+        stack = ChaosStack(plan, workdir)
+        exits.push_async_callback(stack.close)
+        progress(f"{name}: starting the embedded stack (logs in {stack.log_dir})")
+        bootstrap = await stack.start()
+        observer = Observer(bootstrap)
+        await observer.start()
+        exits.push_async_callback(observer.stop)
+        traffic = Traffic(ClientProducer(bootstrap) if via_client else RawProducer(bootstrap))
+        await traffic.start()
+        exits.push_async_callback(traffic.stop)
+        run = Run(name, stack, traffic, observer, progress)
+        ticker = asyncio.create_task(run.ticker())
+        exits.push_async_callback(_cancel, ticker)
+        yield run
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

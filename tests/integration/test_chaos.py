@@ -1,0 +1,136 @@
+"""`inferbus chaos --short` on the embedded stack: every scenario meets issue 9's targets.
+
+Each scenario starts its own embedded broker, ingest, workers and scaler (the broker
+fixture is not used: a scenario restarts or kills parts of its stack). A scenario whose
+target the services do not meet yet is marked xfail (strict) with the reason; its
+assertion is the same as everyone's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+
+from infra.broker import EmbeddedBroker
+from infra.kafka import make_admin, make_producer
+from infra.topics import TopicSpec, ensure_topics
+from schemas.topics import DLQ, RESULTS
+from services.chaos.observer import Observer
+from services.chaos.report import lines
+from services.chaos.runner import run_scenarios
+from services.chaos.scenarios import SCENARIOS
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PLAIN_PRODUCER_LOSES = (
+    "Tansu (memory storage) acks records produced to a topic it lost in the restart, then "
+    "numbers the re-created topic's records from lower offsets: a producer without "
+    "inferbus's client (no resend after a restart) can lose some of what it sends in the "
+    "seconds after the broker's return (docs/reliability.md, scripts/tansu_phantom.py)"
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("poison", id="poison"),
+        pytest.param("malformed-storm", id="malformed-storm"),
+        pytest.param("overload", id="overload"),
+        pytest.param("rebalance", id="rebalance"),
+        pytest.param("worker-kill", id="worker-kill"),
+        pytest.param("ingest-kill", id="ingest-kill"),
+        pytest.param(
+            "broker-restart",
+            id="broker-restart",
+            marks=pytest.mark.xfail(reason=PLAIN_PRODUCER_LOSES, strict=True),
+        ),
+        pytest.param("broker-restart-client", id="broker-restart-client"),
+    ],
+)
+async def test_short_scenario_meets_its_targets(name: str) -> None:
+    said: list[str] = []
+    [report] = await run_scenarios([name], short=True, progress=said.append)
+    assert report.tally.sent > 0, "\n".join(lines(report) + said)
+    assert report.passed, "\n".join(lines(report) + said[-15:])
+
+
+def test_every_scenario_is_covered() -> None:
+    covered = {
+        "poison",
+        "malformed-storm",
+        "overload",
+        "rebalance",
+        "worker-kill",
+        "ingest-kill",
+        "broker-restart",
+        "broker-restart-client",
+    }
+    assert set(SCENARIOS) == covered
+
+
+def _result(request_id: str) -> bytes:
+    return orjson.dumps({"request_id": request_id, "status": "ok", "model": "m"})
+
+
+async def _produce(bootstrap: str, ids: list[str]) -> None:
+    producer = make_producer(bootstrap)
+    await producer.start()
+    try:
+        for request_id in ids:
+            await producer.send_and_wait(RESULTS, _result(request_id), key=request_id.encode())
+    finally:
+        await producer.stop()
+
+
+async def _seen(observer: Observer, count: int, timeout_s: float = 20) -> None:
+    async def enough() -> None:
+        while len(observer.seen) < count:
+            observer.changed.clear()
+            await observer.changed.wait()
+
+    await asyncio.wait_for(enough(), timeout_s)
+
+
+async def _topics(bootstrap: str) -> list[str]:
+    admin = make_admin(bootstrap)
+    await admin.start()
+    try:
+        return sorted(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+async def test_the_observer_counts_each_record_once_through_a_broker_restart() -> None:
+    topics = [TopicSpec(RESULTS, 6), TopicSpec(DLQ, 1)]
+    broker = EmbeddedBroker(port=0)
+    bootstrap = broker.start()
+    port = broker.port
+    assert port is not None
+    observer = Observer(bootstrap)
+    try:
+        await ensure_topics(bootstrap, topics)
+        await observer.start()
+        # One result twice (an at-least-once repeat): two records, both counted.
+        await _produce(bootstrap, [f"before-{i}" for i in range(20)] + ["before-0"])
+        await _seen(observer, 21)
+        broker.stop()
+        observer.broker_lost()
+        broker = EmbeddedBroker(port=port)
+        broker.start()
+        observer.broker_back()
+        # Nothing to wait on: that no topic appears takes a few of its 1 s refreshes.
+        await asyncio.sleep(3)
+        assert await _topics(bootstrap) == [], "the observer re-created no topic"
+        await ensure_topics(bootstrap, topics)
+        await _produce(bootstrap, [f"after-{i}" for i in range(10)])
+        await _seen(observer, 31)
+        await asyncio.sleep(1.5)  # a re-read would show by now
+        refs = [s.ref for s in observer.seen]
+        assert len(refs) == 31
+        assert refs.count("before-0") == 2
+        assert {f"after-{i}" for i in range(10)} <= set(refs)
+    finally:
+        await observer.stop()
+        broker.stop()

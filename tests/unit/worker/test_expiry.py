@@ -1,0 +1,92 @@
+"""Requests whose deadline passes while they wait in the worker are answered then, not when
+a batch would have reached them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from services.runtime.offsets import OffsetTracker
+from services.worker.batching import Batcher, BatchPolicy
+from services.worker.inhand import InHand
+from services.worker.pipeline import EXPIRY_SWEEP_S, Pipeline
+from services.worker.settings import WorkerSettings
+
+TOPIC = "inferbus.req.demo-mlp.batch"
+
+
+@dataclass
+class Version:
+    version: str = "1"
+
+
+class BusyHost:
+    """An engine that never gets to the queue."""
+
+    version = Version()
+    engine = None
+
+    async def run(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.Event().wait()
+
+
+class Capture:
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    async def send_all(self, records: list[Any]) -> list[Any]:
+        self.sent.extend(records)
+        return [object() for _ in records]
+
+
+def waiting(offset: int, deadline_in_s: float) -> InHand:
+    now = time.time()
+    return InHand(
+        topic=TOPIC,
+        partition=0,
+        offset=offset,
+        tier="batch",
+        request_id=f"r{offset}",
+        reply_to="inferbus.results",
+        model="demo-mlp",
+        tenant=None,
+        headers=[],
+        record_ts_ms=now * 1000,
+        polled_at_s=now,
+        polled_ns=time.time_ns(),
+        deadline_s=now + deadline_in_s,
+    )
+
+
+async def test_an_expired_request_in_a_full_batcher_is_answered_within_a_sweep() -> None:
+    # A batch that never fills and a delay far away: only the sweep can answer them.
+    batcher: Batcher[InHand] = Batcher(BatchPolicy(max_batch_size=64, max_queue_delay_s=60.0))
+    capture, offsets = Capture(), OffsetTracker()
+    pipeline = Pipeline(
+        settings=WorkerSettings(model="demo-mlp"),
+        instance_id="worker-test",
+        host=BusyHost(),  # type: ignore[arg-type]
+        batcher=batcher,
+        publisher=capture,  # type: ignore[arg-type]
+        offsets=offsets,
+        groups={"batch": "inferbus.workers.demo-mlp.batch"},
+    )
+    items = [waiting(0, 0.2), waiting(1, 0.2), waiting(2, 30.0)]
+    for item in items:
+        offsets.polled(TOPIC, 0, item.offset)
+        pipeline.in_hand += 1
+        batcher.add(item, tier="batch", samples=1, length=None, now=time.monotonic())
+    loop = asyncio.create_task(pipeline.engine_loop())
+    try:
+        await asyncio.sleep(0.2 + 2 * EXPIRY_SWEEP_S + 0.1)
+    finally:
+        loop.cancel()
+    answered = {orjson.loads(r.value)["request_id"]: orjson.loads(r.value) for r in capture.sent}
+    assert set(answered) == {"r0", "r1"}
+    assert all(a["status"] == "deadline_exceeded" for a in answered.values())
+    assert len(batcher) == 1 and pipeline.in_hand == 1  # the live one still waits
+    assert offsets.committable() == {(TOPIC, 0): 2}
