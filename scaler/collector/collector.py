@@ -232,6 +232,9 @@ class Collector:
         self, target: GroupTarget, memory: _Memory, current: int | None
     ) -> tuple[GroupSignals, dict[int, EndBranch]]:
         reader = self._readers.get(target.group)
+        if reader is None and self._started:
+            await self.start()  # a group added while its reader could not connect
+            reader = self._readers.get(target.group)
         if reader is None:
             raise CollectionError("collector is not started", group=target.group)
         config = self._models.config(target.model)

@@ -8,7 +8,9 @@ import yaml
 
 from infra.models.repository import ModelRepository
 from infra.topics import canary_models, repository_topics, standard_topics
-from scaler.collector.collector import targets_for
+from scaler.collector.collector import Collector, GroupTarget, targets_for
+from scaler.collector.feeds import TelemetryFeed
+from scaler.registry import Registry
 from schemas.topics import ROLLOUTS
 
 
@@ -55,3 +57,21 @@ def test_the_collector_targets_canary_groups_per_tier(tmp_path: Path) -> None:
         "inferbus.workers.canaried.interactive",
         "inferbus.workers.canaried.canary.interactive",
     }
+
+
+async def test_groups_of_a_canary_named_later_are_added_never_dropped(tmp_path: Path) -> None:
+    _model(tmp_path, "m", None, ["interactive"])
+    repository = ModelRepository(tmp_path)
+    collector = Collector(
+        "127.0.0.1:1",
+        targets_for(repository),
+        repository,
+        registry=Registry("127.0.0.1:1"),
+        telemetry=TelemetryFeed("127.0.0.1:1"),
+    )
+    assert collector.groups == ["inferbus.workers.m.interactive"]
+    canary = GroupTarget("m", "interactive", "canary")
+    assert await collector.add_targets([*targets_for(repository), canary]) == [canary.group]
+    assert await collector.add_targets(targets_for(repository)) == []
+    assert collector.groups == ["inferbus.workers.m.interactive", canary.group]
+    assert collector.target(canary.group) == canary
