@@ -13,6 +13,7 @@ from scaler.collector.collector import CollectorConfig
 from scaler.service import ScalerService
 from scaler.settings import ScalerSettings
 from scaler.signals import PolicyConfig
+from tracing.health import HEALTH
 from tracing.metrics import start_metrics_server
 from tracing.setup import init_tracing, shutdown_tracing
 
@@ -49,6 +50,8 @@ async def run_scaler(bootstrap: str, models_dir: Path, settings: ScalerSettings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    HEALTH.serve_readiness(service.readiness)
+    beat = asyncio.create_task(HEALTH.keep_beating(), name="health")
     await service.start()
     log.info(
         "event=scaler_started actuator=%s policy=%s groups=%s",
@@ -59,6 +62,7 @@ async def run_scaler(bootstrap: str, models_dir: Path, settings: ScalerSettings)
     try:
         await service.run(stop)
     finally:
+        beat.cancel()
         await service.close()
         await actuator.close()
         shutdown_tracing()

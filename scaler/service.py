@@ -169,6 +169,14 @@ class ScalerService:
             return share, 0.0
         return share, now - self._no_share_since.setdefault(model, now)
 
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why) for `/readyz`: connected and deciding."""
+        if self._producer is None:
+            return False, "starting"
+        if self.ticks == 0:
+            return False, "no decision yet"
+        return True, f"{self.ticks} ticks, {self.collector.failed_ticks} failed"
+
     async def current(self) -> Mapping[str, int]:
         """Replicas per group, as the actuator sees them."""
         return {group: await self.actuator.current(group) for group in self.collector.groups}

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tracing.health import HEALTH, Health
+
 log = logging.getLogger(__name__)
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 """Only inferbus metrics: no process/platform collectors from the default registry."""
@@ -276,13 +280,40 @@ def set_rollout(
 
 
 def start_metrics_server(port: int, *, addr: str = "0.0.0.0") -> WSGIServer | None:
-    """Serve `/metrics` from REGISTRY on `port` in a daemon thread; port 0 means off.
+    """Serve `/metrics` from REGISTRY, and `/healthz` and `/readyz` from HEALTH, on `port` in
+    a daemon thread; port 0 means off.
 
     Returns the server (call `.shutdown()` to stop) or None when off.
     """
     if port == 0:
         return None
-    server: WSGIServer
-    server, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
-    log.info("metrics.serving addr=%s port=%d", addr, port)
+    server = make_server(addr, port, metrics_app(), ThreadingWSGIServer, handler_class=_Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
+    log.info("metrics.serving addr=%s port=%d paths=/metrics,/healthz,/readyz", addr, port)
     return server
+
+
+def metrics_app(health: Health = HEALTH) -> WsgiApp:
+    """The WSGI app behind the metrics port."""
+    prometheus = make_wsgi_app(REGISTRY)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "/")
+        if path in ("/healthz", "/readyz"):
+            ok, why = health.live() if path == "/healthz" else health.ready()
+            status = "200 OK" if ok else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+            return [f"{'ok' if ok else 'not ok'}: {why}\n".encode()]
+        return prometheus(environ, start_response)  # type: ignore[no-any-return]
+
+    return app
+
+
+class ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Probes every few seconds must not fill the log."""

@@ -63,6 +63,7 @@ from services.runtime.membership import Identity, Membership, default_instance_i
 from services.runtime.offsets import OffsetTracker
 from tracing.attributes import RequestAttrs
 from tracing.breakdown import record_stages
+from tracing.health import HEALTH
 from tracing.metrics import count_request, start_metrics_server
 from tracing.sampling import TraceRef, new_trace, read_traceparent
 from tracing.setup import init_tracing, sampling_ratio, shutdown_tracing, tracing_enabled
@@ -145,6 +146,16 @@ class IngestService:
         )
 
     # ---- lifecycle ---------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why) for `/readyz`: started, not stopping, its lease fresh."""
+        if self._stopping:
+            return False, "stopping"
+        if not self.ready.is_set():
+            return False, "starting"
+        if self.membership.lease_lapsed():
+            return False, "registry lease lapsed (broker unreachable?)"
+        return True, "ready"
 
     async def start(self) -> None:
         """Connect, register ready, take partitions, start polling (idempotent)."""
@@ -450,9 +461,12 @@ async def run_ingest(bootstrap: str, settings: IngestSettings | None = None) -> 
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    HEALTH.serve_readiness(service.readiness)
+    beat = asyncio.create_task(HEALTH.keep_beating(), name="health")
     try:
         await service.start()
         await stop.wait()
     finally:
+        beat.cancel()
         await service.stop()
         shutdown_tracing()

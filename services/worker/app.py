@@ -39,6 +39,7 @@ from services.worker.inhand import InHand
 from services.worker.pipeline import Pipeline
 from services.worker.settings import WorkerSettings
 from services.worker.versions import LaneVersions
+from tracing.health import HEALTH
 from tracing.metrics import set_worker_version, start_metrics_server
 from tracing.setup import init_tracing, shutdown_tracing
 from tracing.telemetry import TelemetryPublisher
@@ -300,6 +301,16 @@ class Worker:
             stopping.cancel()
             await self.stop()
 
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why) for `/readyz`: engine loaded and warm, registered ready, lease fresh.
+        A warm standby is ready (it serves the moment the scaler says so)."""
+        state = self.membership.state
+        if state != "ready":
+            return False, f"state {state}"
+        if self.membership.lease_lapsed():
+            return False, "registry lease lapsed (broker unreachable?)"
+        return True, "ready"
+
     async def stop(self) -> None:
         """Stop polling, answer what is in hand, commit, release, deregister. Idempotent."""
         if self._draining or not self._started:
@@ -349,7 +360,10 @@ async def run_worker(bootstrap: str, settings: WorkerSettings | None = None) -> 
         },
     )
     start_metrics_server(worker.settings.metrics_port)
+    HEALTH.serve_readiness(worker.readiness)
+    beat = asyncio.create_task(HEALTH.keep_beating(), name="health")
     try:
         await worker.run()
     finally:
+        beat.cancel()
         shutdown_tracing()
