@@ -13,7 +13,9 @@ from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from infra.kafka import make_admin
+from infra.models.repository import ModelRepository
 from schemas import topics
+from schemas.errors import InferbusError
 from schemas.topics import TIERS, Tier
 
 log = logging.getLogger(__name__)
@@ -33,11 +35,13 @@ class TopicSpec:
 def standard_topics(
     models: Iterable[str],
     *,
+    canaries: Iterable[str] = (),
     tiers: Sequence[Tier] = TIERS,
     tier_partitions: int = DEFAULT_TIER_PARTITIONS,
     shared_partitions: int = 6,
 ) -> list[TopicSpec]:
-    """Every topic an inferbus installation serving `models` needs."""
+    """Every topic an inferbus installation serving `models` needs; `canaries` are the
+    models with a canary rollout (they get a second set of tier topics)."""
     specs = [
         *(TopicSpec(topic, shared_partitions) for topic in topics.INGEST_TOPICS),
         TopicSpec(topics.RESULTS, shared_partitions),
@@ -45,12 +49,36 @@ def standard_topics(
         TopicSpec(topics.TELEMETRY, 1),
         TopicSpec(topics.INSTANCES, 1, {"cleanup.policy": "compact"}),
         TopicSpec(topics.DECISIONS, 1),
+        TopicSpec(topics.ROLLOUTS, 1, {"cleanup.policy": "compact"}),
     ]
     for model in sorted(set(models)):
         specs.extend(
             TopicSpec(topics.request_topic(model, tier), tier_partitions) for tier in tiers
         )
+    for model in sorted(set(canaries)):
+        specs.extend(
+            TopicSpec(topics.request_topic(model, tier, "canary"), tier_partitions)
+            for tier in tiers
+        )
     return specs
+
+
+def canary_models(repository: ModelRepository) -> list[str]:
+    """Models whose model.yaml names a canary (an invalid model.yaml names none)."""
+    found = []
+    for name in repository.names():
+        try:
+            rollout = repository.config(name).rollout
+        except InferbusError:
+            continue  # reported where the model is used; its stable topics still exist
+        if rollout is not None and rollout.canary is not None:
+            found.append(name)
+    return found
+
+
+def repository_topics(repository: ModelRepository, **options: Any) -> list[TopicSpec]:
+    """`standard_topics` for every model in the repository, canary topics included."""
+    return standard_topics(repository.names(), canaries=canary_models(repository), **options)
 
 
 async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:

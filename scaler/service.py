@@ -1,4 +1,5 @@
-"""The scaler's loop: collect signals, decide with a policy, actuate, publish every decision."""
+"""The scaler's loop: collect signals, judge canaries, decide with a policy, actuate, publish
+every decision."""
 
 from __future__ import annotations
 
@@ -14,15 +15,29 @@ from aiokafka.errors import KafkaError
 
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
+from infra.rollout.feed import RolloutFeed
+from infra.rollout.publish import publish_rollout
+from infra.rollout.state import RolloutBook, effective
 from scaler.actuators.base import Actuator
 from scaler.actuators.decisions import publish_decision
-from scaler.collector.collector import Collector, CollectorConfig, GroupCollection, targets_for
+from scaler.collector.collector import (
+    Collector,
+    CollectorConfig,
+    GroupCollection,
+    GroupTarget,
+    targets_for,
+)
 from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.latency import WindowLatencies
 from scaler.policy import POLICIES
 from scaler.registry import Registry
+from scaler.rollout.judge import RolloutJudge
+from scaler.rollout.lanes import settle_canary
+from scaler.rollout.windows import VersionWindows
 from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerState
 from scaler.telemetry import TelemetryReader
+from schemas.errors import InferbusError
+from schemas.rollout import RolloutRecord
 from schemas.topics import Tier
 from tracing.metrics import (
     mark_scale_decision,
@@ -75,18 +90,26 @@ class ScalerService:
         # p99s over the same window as the rates (the simulator's metrics window): the reader's
         # 60 s default kept a drained spike's queue p99 in the signals for a minute.
         self.reader = TelemetryReader(window_s=collector_config.rate_window_s)
+        self.versions = VersionWindows()
         self.registry = Registry(bootstrap)
-        self.feed = TelemetryFeed(bootstrap, sinks=[self.reader.apply])
-        targets = [t for t in targets_for(self.models) if tiers is None or t.tier in tiers]
+        self.feed = TelemetryFeed(bootstrap, sinks=[self.reader.apply, self.versions.apply])
+        self.rollouts = RolloutBook()
+        self.rollout_feed = RolloutFeed(bootstrap, self.rollouts)
+        self.tiers = tiers
         self.collector = Collector(
             bootstrap,
-            targets,
+            self._targets(),
             self.models,
             registry=self.registry,
             telemetry=self.feed,
-            latencies=WindowLatencies(self.reader.windows),
+            latencies=WindowLatencies(self.reader.windows, self.reader.lanes),
+            rollouts=self.rollouts,
             config=collector_config,
         )
+        self.judge = RolloutJudge(self.models, self.rollouts, self.versions, self._publish_rollout)
+        self._target_problem: str | None = None
+        self._no_share_since: dict[str, float] = {}
+        """Per model with canary groups: when the scaler first saw its canary share at 0."""
         self.state = ScalerState()
         self.views: dict[str, GroupView] = {}
         self.ticks = 0
@@ -96,6 +119,7 @@ class ScalerService:
         """Connect the registry, telemetry, collector and decision producer."""
         await self.registry.start()
         await self.feed.start()
+        await self.rollout_feed.start()
         await self.collector.start()
         self._producer = make_producer(self.bootstrap, client_id="inferbus-scaler")
         await start_with_retry(self._producer.start, what="scaler-producer")
@@ -104,10 +128,46 @@ class ScalerService:
         """Disconnect (the actuator is closed by its owner)."""
         await self.collector.close()
         await self.feed.close()
+        await self.rollout_feed.close()
         await self.registry.close()
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+
+    def _targets(self) -> list[GroupTarget]:
+        return [t for t in targets_for(self.models) if self.tiers is None or t.tier in self.tiers]
+
+    async def _publish_rollout(self, record: RolloutRecord) -> None:
+        if self._producer is None:
+            raise RuntimeError("the scaler is not started")
+        await publish_rollout(self._producer, record)
+
+    async def _add_new_groups(self) -> None:
+        """A canary named in model.yaml since the last tick gets its groups collected."""
+        try:
+            targets = self._targets()
+        except InferbusError as exc:  # the collector reports the model's groups as failing
+            if str(exc) != self._target_problem:
+                log.warning("event=targets_unreadable error=%s", exc)
+            self._target_problem = str(exc)
+            return
+        self._target_problem = None
+        added = await self.collector.add_targets(targets)
+        if added:
+            log.info("event=groups_added groups=%s", ",".join(added))
+
+    def _canary_share(self, model: str, now: float) -> tuple[float, float]:
+        """The canary's share in force, and for how long it has been 0 (seconds)."""
+        try:
+            config = self.models.config(model)
+        except InferbusError:
+            share = 1.0  # unknown: never retire on it (the collector reports the model)
+        else:
+            share = effective(config.rollout, self.rollouts.get(model)).share
+        if share > 0:
+            self._no_share_since.pop(model, None)
+            return share, 0.0
+        return share, now - self._no_share_since.setdefault(model, now)
 
     def readiness(self) -> tuple[bool, str]:
         """(ready, why) for `/readyz`: connected and deciding."""
@@ -124,6 +184,7 @@ class ScalerService:
     async def on_tick(self, collections: list[GroupCollection]) -> None:
         """Decide and act on one collection of every group."""
         self.ticks += 1
+        await self.judge.tick()
         signals: list[GroupSignals] = [c.signals for c in collections if c.signals is not None]
         decisions: dict[str, GroupDecision] = {}
         if signals:
@@ -131,6 +192,12 @@ class ScalerService:
             decisions = {d.group: d for d in decision.groups}
         for collection in collections:
             chosen = decisions.get(collection.group)
+            target = self.collector.target(collection.group)
+            if chosen is not None and target.lane == "canary":
+                share, no_share_for_s = self._canary_share(target.model, time.time())
+                chosen = settle_canary(
+                    chosen, collection.signals, target.lane, share, no_share_for_s=no_share_for_s
+                )
             applied, error = False, None
             processes = chosen.desired + chosen.standby if chosen is not None else 0
             if (
@@ -150,6 +217,7 @@ class ScalerService:
                 await self._publish(chosen, collection, applied=applied, error=error)
             self.views[collection.group] = GroupView(collection, chosen, applied, error)
             self._export(collection, chosen)
+        await self._add_new_groups()
 
     async def _publish(
         self,

@@ -1,4 +1,5 @@
-"""Merges heartbeats from every instance into sliding per-(model, tier, stage) windows."""
+"""Merges heartbeats from every instance into sliding per-(model, tier, stage) windows, one
+set per rollout lane (a canary group's latencies are its own)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from schemas.telemetry import Heartbeat, WorkerLoad
+from schemas.topics import LANES, Lane
 from tracing.histogram import LatencyHistogram
 
 log = logging.getLogger(__name__)
@@ -137,21 +139,30 @@ class TelemetryReader:
         slot_s: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.windows = StageWindows(window_s=window_s, slot_s=slot_s, clock=clock)
+        self.lanes: dict[Lane, StageWindows] = {
+            lane: StageWindows(window_s=window_s, slot_s=slot_s, clock=clock) for lane in LANES
+        }
+        """Per lane: canary workers' heartbeats fold apart from everyone else's."""
         self._clock = clock
         self._loads: dict[str, InstanceLoad] = {}
         self.invalid = 0
         """Heartbeats or histograms that could not be read."""
 
+    @property
+    def windows(self) -> StageWindows:
+        """The stable lane's windows (every process that is not a canary worker)."""
+        return self.lanes["stable"]
+
     def apply(self, heartbeat: Heartbeat) -> None:
         """Fold one heartbeat in (pure: no I/O)."""
         at_s = heartbeat.at.timestamp()
+        windows = self.lanes[heartbeat.lane or "stable"]
         for entry in heartbeat.histograms:
             parsed = _entry(entry)
             if parsed is None:
                 self.invalid += 1
                 continue
-            self.windows.add(parsed[0], at_s, parsed[1])
+            windows.add(parsed[0], at_s, parsed[1])
         if heartbeat.load is not None:
             self._loads[heartbeat.instance_id] = InstanceLoad(
                 at_s, heartbeat.service, heartbeat.model, heartbeat.load

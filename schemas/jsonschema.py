@@ -9,11 +9,13 @@ from pydantic import BaseModel
 
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
+from schemas.rollout import RolloutRecord
 
 SCHEMA_DIR = Path(__file__).parent / "json"
 MODELS: dict[str, type[BaseModel]] = {
     "InferenceRequest.v1.json": InferenceRequest,
     "InferenceResult.v1.json": InferenceResult,
+    "RolloutRecord.v1.json": RolloutRecord,
 }
 
 

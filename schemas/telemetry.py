@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.topics import Tier
+from schemas.topics import Lane, Tier
 
 InstanceState = Literal["loading", "warming", "ready", "draining", "gone"]
 INSTANCE_STATES: tuple[InstanceState, ...] = ("loading", "warming", "ready", "draining", "gone")
@@ -78,6 +78,11 @@ class WorkerLoad(BaseModel):
         description="Seconds this load covers: the heartbeat interval, or less for the "
         "final heartbeat a stopping worker sends.",
     )
+    results: dict[str, int] = Field(
+        default_factory=dict,
+        description="Terminal results the worker sent over the window, by status (the "
+        "rollout verdict's error rates).",
+    )
 
 
 class Heartbeat(BaseModel):
@@ -90,6 +95,12 @@ class Heartbeat(BaseModel):
     service: str = Field(description="inferbus-ingest, inferbus-worker, ...")
     model: str | None = None
     tiers: list[Tier] = Field(default_factory=list)
+    lane: Lane | None = Field(
+        default=None, description="A worker's rollout lane; None: not a worker (or stable)."
+    )
+    model_version: str | None = Field(
+        default=None, description="The version a worker served when it sent this."
+    )
     at: datetime
     interval_s: float
     load: WorkerLoad | None = None

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Tier = Literal["critical", "interactive", "batch"]
 TIERS: tuple[Tier, ...] = ("critical", "interactive", "batch")
 """Tiers in priority order: critical first."""
+
+Lane = Literal["stable", "canary"]
+LANES: tuple[Lane, ...] = ("stable", "canary")
+"""The two sides of a model's rollout (model.yaml `rollout`): each has its own tier topics
+and worker groups, so the versions never share a queue or a consumer."""
 
 INGEST = "inferbus.ingest"
 RESULTS = "inferbus.results"
@@ -15,6 +20,8 @@ DLQ = "inferbus.dlq"
 TELEMETRY = "inferbus.telemetry"
 INSTANCES = "inferbus.instances"
 DECISIONS = "inferbus.scaler.decisions"
+ROLLOUTS = "inferbus.rollouts"
+"""Compacted, key = model: the rollout decision in force (rollback, promote, share)."""
 INGEST_GROUP = "inferbus.ingest"
 
 _LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -45,19 +52,55 @@ TIER_OF_INGEST_TOPIC: dict[str, Tier] = {ingest_topic(tier): tier for tier in TI
 """The tier a per-tier ingest topic stands for (the shared one stands for none)."""
 
 
-def request_topic(model: str, tier: Tier) -> str:
-    """The tier topic that a model's validated requests wait on."""
-    return f"inferbus.req.{model}.{tier}"
+def _lane_infix(lane: Lane) -> str:
+    # Model names have no dots (`is_legal_model_name`), so `<model>.canary.<tier>` can never
+    # be read as another model's `<model>.<tier>`.
+    return "" if lane == "stable" else f"{lane}."
 
 
-def worker_group(model: str, tier: Tier) -> str:
-    """The consumer group of the workers serving one model and tier."""
-    return f"inferbus.workers.{model}.{tier}"
+def request_topic(model: str, tier: Tier, lane: Lane = "stable") -> str:
+    """The tier topic that a model's validated requests wait on: `inferbus.req.<model>.<tier>`,
+    or `inferbus.req.<model>.canary.<tier>` for the canary side of a rollout."""
+    return f"inferbus.req.{model}.{_lane_infix(lane)}{tier}"
 
 
-def parse_request_topic(topic: str) -> tuple[str, Tier] | None:
-    """Inverse of `request_topic`, or None for any other topic."""
-    parts = topic.split(".")
-    if len(parts) != 4 or parts[:2] != ["inferbus", "req"] or parts[3] not in TIERS:
+def worker_group(model: str, tier: Tier, lane: Lane = "stable") -> str:
+    """The consumer group of the workers serving one model, tier and lane:
+    `inferbus.workers.<model>.<tier>` or `inferbus.workers.<model>.canary.<tier>`."""
+    return f"inferbus.workers.{model}.{_lane_infix(lane)}{tier}"
+
+
+class GroupRef(NamedTuple):
+    """What a tier topic or worker group name stands for."""
+
+    model: str
+    tier: Tier
+    lane: Lane = "stable"
+
+
+_TIER_NAMES: dict[str, Tier] = {tier: tier for tier in TIERS}
+
+
+def _parse(name: str, prefix: tuple[str, str]) -> GroupRef | None:
+    parts = name.split(".")
+    tier = _TIER_NAMES.get(parts[-1])
+    if parts[:2] != list(prefix) or len(parts) not in (4, 5) or tier is None:
         return None
-    return parts[2], parts[3]
+    model = parts[2]
+    if not is_legal_model_name(model):
+        return None
+    if len(parts) == 4:
+        return GroupRef(model, tier)
+    if parts[3] != "canary":
+        return None
+    return GroupRef(model, tier, "canary")
+
+
+def parse_request_topic(topic: str) -> GroupRef | None:
+    """Inverse of `request_topic`, or None for any other topic."""
+    return _parse(topic, ("inferbus", "req"))
+
+
+def parse_worker_group(group: str) -> GroupRef | None:
+    """Inverse of `worker_group`, or None for any other name."""
+    return _parse(group, ("inferbus", "workers"))

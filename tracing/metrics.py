@@ -151,6 +151,38 @@ SCALE_DECISION_TIME = Gauge(
     ("group", "direction", "diagnosis"),
     registry=REGISTRY,
 )
+WORKER_VERSION = Gauge(
+    "inferbus_worker_version_info",
+    "1 for the model version this worker serves now (join on `instance` to label its "
+    "requests and stage latencies with the version).",
+    ("model", "lane", "version"),
+    registry=REGISTRY,
+)
+ROLLOUT_SHARE = Gauge(
+    "inferbus_rollout_share",
+    "The canary's share of a model's requests in force (model.yaml, or a decision on "
+    "inferbus.rollouts).",
+    ("model", "canary"),
+    registry=REGISTRY,
+)
+ROLLOUT_ERROR_RATE = Gauge(
+    "inferbus_rollout_error_rate",
+    "internal_error share of a version's results over the verdict window.",
+    ("model", "lane", "version"),
+    registry=REGISTRY,
+)
+ROLLOUT_P99 = Gauge(
+    "inferbus_rollout_p99_seconds",
+    "p99 end-to-end latency of a version's ok results over the verdict window.",
+    ("model", "lane", "version"),
+    registry=REGISTRY,
+)
+ROLLOUT_REQUESTS = Gauge(
+    "inferbus_rollout_requests",
+    "Results a version's workers sent over the verdict window.",
+    ("model", "lane", "version"),
+    registry=REGISTRY,
+)
 NOT_MEASURED = float("nan")
 """What a gauge shows for a value the scaler has not measured (graphs show a gap)."""
 
@@ -217,6 +249,34 @@ def mark_scale_decision(
     if desired != current:
         direction = "up" if desired > current else "down"
         SCALE_DECISION_TIME.labels(group, direction, diagnosis).set(at_s)
+
+
+_served: dict[tuple[str, str], str] = {}
+
+
+def set_worker_version(model: str, lane: str, version: str) -> None:
+    """This worker serves `version` now (the version it served before is dropped)."""
+    before = _served.get((model, lane))
+    if before is not None and before != version:
+        WORKER_VERSION.remove(model, lane, before)
+    _served[(model, lane)] = version
+    WORKER_VERSION.labels(model, lane, version).set(1)
+
+
+def set_rollout(
+    model: str,
+    canary: str,
+    share: float,
+    versions: dict[str, tuple[str, int, float | None, float | None]],
+) -> None:
+    """A rollout's share in force and, per lane, (version, results, error rate, p99 ms)."""
+    ROLLOUT_SHARE.labels(model, canary).set(share)
+    for lane, (version, requests, error_rate, p99_ms) in versions.items():
+        ROLLOUT_REQUESTS.labels(model, lane, version).set(requests)
+        ROLLOUT_ERROR_RATE.labels(model, lane, version).set(
+            NOT_MEASURED if error_rate is None else error_rate
+        )
+        ROLLOUT_P99.labels(model, lane, version).set(_ms_to_s(p99_ms))
 
 
 def start_metrics_server(port: int, *, addr: str = "0.0.0.0") -> WSGIServer | None:

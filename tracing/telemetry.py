@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from schemas.telemetry import Heartbeat, WorkerLoad
-from schemas.topics import TELEMETRY, Tier
+from schemas.topics import TELEMETRY, Lane, Tier
 from tracing.breakdown import StageBreakdown, default_breakdown
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ class TelemetryPublisher:
         service: str,
         model: str | None = None,
         tiers: Sequence[Tier] = (),
+        lane: Lane | None = None,
+        model_version: Callable[[], str | None] | None = None,
         interval_s: float = 5.0,
         idle_interval_s: float = 10.0,
         load_provider: Callable[[], WorkerLoad | None] | None = None,
@@ -51,6 +53,9 @@ class TelemetryPublisher:
         self._service = service
         self._model = model
         self._tiers = list(tiers)
+        self._lane = lane
+        self._model_version = model_version
+        """() -> the version served now (a worker switches versions while it runs)."""
         self._interval_s = interval_s
         self._idle_interval_s = max(idle_interval_s, interval_s)
         self._quiet = False
@@ -92,6 +97,8 @@ class TelemetryPublisher:
             service=self._service,
             model=self._model,
             tiers=self._tiers,
+            lane=self._lane,
+            model_version=self._model_version() if self._model_version else None,
             at=self._clock(),
             interval_s=self._idle_interval_s if self._quiet else self._interval_s,
             load=load,

@@ -110,11 +110,18 @@ def _default_providers() -> list[Provider]:
 
 
 class SimConfig(_Frozen):
-    """Calibrated latency model of the `sim` engine: time = a + b·units."""
+    """Calibrated latency model of the `sim` engine: time = a + b·units.
+
+    A version folder may hold its own `sim.yaml` with these fields (a simulated version
+    that is slower, or fails), over model.yaml's `engine.sim`.
+    """
 
     a_ms: float = Field(default=1.0, ge=0)
     b_ms: float = Field(default=0.05, ge=0)
     per: Literal["token", "sample"] = "sample"
+    error_rate: float = Field(default=0.0, ge=0, le=1)
+    """Share of samples the simulated engine fails (the same samples every time), to
+    rehearse a bad version; 1 fails even the warm-up, so the version cannot load."""
 
 
 class EngineConfig(_Frozen):
@@ -180,6 +187,61 @@ class WarmupConfig(_Frozen):
     sequence_lengths: list[int] = Field(default_factory=list)
 
 
+RouteKey = Literal["request_id", "tenant"]
+_VERSION_NAME = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"
+
+
+class VerdictConfig(_Frozen):
+    """When the scaler rolls a canary back by itself: worse than stable by a margin."""
+
+    window_s: float = Field(default=300.0, gt=0, le=3600)
+    """Results of the last this many seconds are compared."""
+    min_requests: int = Field(default=100, ge=1)
+    """Canary results the window must hold before any verdict (fewer: wait)."""
+    max_error_rate_increase: float = Field(default=0.01, ge=0, le=1)
+    """Roll back when the canary's error rate exceeds stable's by more than this (0.01 = 1
+    percentage point); errors are `internal_error` results."""
+    max_p99_ratio: float = Field(default=1.5, ge=1)
+    """Roll back when the canary's p99 end-to-end exceeds stable's times this ..."""
+    min_p99_increase_ms: float = Field(default=10.0, ge=0)
+    """... and by more than this many ms (smaller differences are noise, never a verdict)."""
+
+
+class RolloutConfig(_Frozen):
+    """A canary rollout: the canary version takes `share` of the requests beside stable."""
+
+    stable: str = Field(pattern=_VERSION_NAME)
+    """The version stable workers serve (they never move to a newer folder by themselves)."""
+    canary: str | None = Field(default=None, pattern=_VERSION_NAME)
+    """The version canary workers serve, in their own groups; None: no canary."""
+    share: float = Field(default=0.0, ge=0, le=1)
+    """The canary's share of requests, 0..1 (a runtime decision on inferbus.rollouts
+    overrides it)."""
+    key: RouteKey = "request_id"
+    """What the split hashes: `request_id`, or `tenant` (a tenant's requests all land on
+    one side; requests without a tenant fall back to their id)."""
+    verdict: VerdictConfig = Field(default_factory=VerdictConfig)
+    """The automatic rollback's window and margins."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RolloutConfig:
+        if self.canary is not None and self.canary == self.stable:
+            raise ValueError(
+                f"rollout.canary {self.canary!r} is rollout.stable; a canary must be another "
+                "version"
+            )
+        if self.canary is None and self.share > 0:
+            raise ValueError(f"rollout.share {self.share:g} needs rollout.canary (a version)")
+        return self
+
+    def versions(self) -> dict[str, str]:
+        """Setting name (`rollout.stable`, `rollout.canary`) → version it names."""
+        named = {"rollout.stable": self.stable}
+        if self.canary is not None:
+            named["rollout.canary"] = self.canary
+        return named
+
+
 class ModelConfig(_Frozen):
     """Everything a worker, ingest and the scaler need to know about one model."""
 
@@ -196,6 +258,11 @@ class ModelConfig(_Frozen):
     tiers: list[Tier] = Field(default_factory=lambda: list(TIERS))
     allowed_tenants: list[str] | None = Field(
         default=None, description="Tenants allowed to call the model; null allows any."
+    )
+    rollout: RolloutConfig | None = Field(
+        default=None,
+        description="Stable and canary versions and the canary's share; null: every worker "
+        "serves the newest complete version.",
     )
 
     @model_validator(mode="after")
@@ -258,8 +325,25 @@ class ModelConfig(_Frozen):
                 f"{path}: name {config.name!r} differs from its folder {path.parent.name!r}",
                 path=str(path),
             )
+        if config.rollout is not None:
+            _check_rollout_folders(path, config.rollout)
         return config
 
     def dump(self, path: Path) -> None:
         """Write as YAML (used by `inferbus models init` and `calibrate`)."""
         path.write_text(yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False))
+
+
+def _check_rollout_folders(path: Path, rollout: RolloutConfig) -> None:
+    """Each version the rollout names must be a version folder beside model.yaml."""
+    for setting, version in rollout.versions().items():
+        if not (path.parent / version).is_dir():
+            have = sorted(
+                d.name for d in path.parent.iterdir() if d.is_dir() and not d.name.startswith(".")
+            )
+            raise ModelConfigError(
+                f"{path}: {setting}: version folder {version!r} does not exist in "
+                f"{path.parent} (have: {', '.join(have) or 'none'})",
+                path=str(path),
+                setting=setting,
+            )

@@ -6,22 +6,31 @@ import re
 from abc import ABC, abstractmethod
 
 from schemas.errors import InferbusError
-from schemas.topics import TIERS, Tier
-
-_GROUP_PREFIX = "inferbus.workers."
+from schemas.topics import GroupRef, parse_worker_group
 
 
 class ActuatorError(InferbusError):
     """The actuator could not read or change a group's replicas."""
 
 
-def parse_group(group: str) -> tuple[str, Tier]:
-    """`inferbus.workers.<model>.<tier>` to (model, tier); ActuatorError otherwise."""
-    rest = group.removeprefix(_GROUP_PREFIX)
-    model, _, tier = rest.rpartition(".")
-    if rest == group or not model or tier not in TIERS:
+def parse_group(group: str) -> GroupRef:
+    """`inferbus.workers.<model>[.canary].<tier>` to (model, tier, lane); ActuatorError
+    otherwise."""
+    parsed = parse_worker_group(group)
+    if parsed is None:
         raise ActuatorError(f"{group!r} is not a worker group", group=group)
-    return model, tier
+    return parsed
+
+
+def canary_hint(group: str, name: str, what: str) -> str:
+    """For a canary group the platform object is not made by inferbus: say which one it
+    needs (empty for a stable group)."""
+    if parse_group(group).lane == "stable":
+        return ""
+    return (
+        f"; a canary group needs its own {what} {name!r}: a copy of the stable one with "
+        "INFERBUS_WORKER_LANE=canary (docs/operations.md, Rolling out a model version)"
+    )
 
 
 def dns_label(*parts: str) -> str:

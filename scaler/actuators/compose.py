@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from scaler.actuators.base import Actuator, ActuatorError, dns_label, parse_group
+from scaler.actuators.base import Actuator, ActuatorError, canary_hint, dns_label, parse_group
 
 log = logging.getLogger(__name__)
 
@@ -17,9 +17,12 @@ Runner = Callable[[Sequence[str]], Awaitable[tuple[int, str, str]]]
 
 
 def service_name(group: str) -> str:
-    """`inferbus.workers.<model>.<tier>` to the compose service `worker-<model>-<tier>`."""
-    model, tier = parse_group(group)
-    return dns_label("worker", model, tier)
+    """`inferbus.workers.<model>.<tier>` to the compose service `worker-<model>-<tier>`; a
+    canary group's service is `worker-<model>-canary-<tier>` (INFERBUS_WORKER_LANE=canary)."""
+    model, tier, lane = parse_group(group)
+    if lane == "stable":
+        return dns_label("worker", model, tier)
+    return dns_label("worker", model, lane, tier)
 
 
 async def run_process(argv: Sequence[str]) -> tuple[int, str, str]:
@@ -87,8 +90,9 @@ class ComposeActuator(Actuator):
         except OSError as exc:
             raise ActuatorError(f"cannot run docker compose: {exc.strerror}", group=group) from exc
         if code != 0:
+            hint = canary_hint(group, self._service_for(group), "compose service")
             raise ActuatorError(
-                f"docker compose exited {code}: {err.strip()[-500:]}",
+                f"docker compose exited {code}: {err.strip()[-500:]}{hint}",
                 group=group,
                 argv=" ".join(argv),
             )

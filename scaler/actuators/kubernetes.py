@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from scaler.actuators.base import Actuator, ActuatorError, dns_label, parse_group
+from scaler.actuators.base import Actuator, ActuatorError, canary_hint, dns_label, parse_group
 
 log = logging.getLogger(__name__)
 
@@ -15,9 +15,13 @@ INSTALL_HINT = "pip install -e '.[k8s]'"
 
 
 def deployment_name(group: str) -> str:
-    """`inferbus.workers.<model>.<tier>` to `inferbus-worker-<model>-<tier>` (DNS-1123)."""
-    model, tier = parse_group(group)
-    return dns_label("inferbus-worker", model, tier)
+    """`inferbus.workers.<model>.<tier>` to `inferbus-worker-<model>-<tier>` (DNS-1123); a
+    canary group's Deployment is `inferbus-worker-<model>-canary-<tier>` (its workers set
+    INFERBUS_WORKER_LANE=canary)."""
+    model, tier, lane = parse_group(group)
+    if lane == "stable":
+        return dns_label("inferbus-worker", model, tier)
+    return dns_label("inferbus-worker", model, lane, tier)
 
 
 def load_apps_api() -> Any:
@@ -66,8 +70,9 @@ class KubernetesActuator(Actuator):
             # The client raises ApiException (status, reason) or urllib3 errors: all mean the
             # scale could not be read or set, which the scaler reports and retries next tick.
             status = getattr(exc, "status", None)
+            hint = canary_hint(group, name, "Deployment") if status == 404 else ""
             raise ActuatorError(
-                f"{what} deployment {name} failed: {getattr(exc, 'reason', None) or exc}",
+                f"{what} deployment {name} failed: {getattr(exc, 'reason', None) or exc}{hint}",
                 group=group,
                 namespace=self.namespace,
                 status=status,

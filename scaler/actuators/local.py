@@ -62,7 +62,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 class LocalActuator(Actuator):
-    """Starts `<command> --model M --tier T --bootstrap B --models DIR` per replica.
+    """Starts `<command> --model M --tier T --bootstrap B --models DIR` per replica (with
+    `--lane canary` for a canary group: the worker serves model.yaml's rollout.canary).
 
     Scale-down sends SIGTERM to the newest workers and waits for them to drain; a second
     SIGTERM after `grace_s`, SIGKILL after `kill_after_s` more (with `drain_in_background`,
@@ -107,8 +108,8 @@ class LocalActuator(Actuator):
 
     def argv(self, group: str) -> list[str]:
         """The command line of one worker of `group`."""
-        model, tier = parse_group(group)
-        return [
+        model, tier, lane = parse_group(group)
+        argv = [
             *self._command,
             "--model",
             model,
@@ -119,6 +120,7 @@ class LocalActuator(Actuator):
             "--models",
             str(self._models_dir),
         ]
+        return argv if lane == "stable" else [*argv, "--lane", lane]
 
     def groups(self) -> list[str]:
         """The groups this actuator has started workers for."""
@@ -234,9 +236,10 @@ class LocalActuator(Actuator):
             stamp = time.strftime("%Y%m%dT%H%M%S")
             log_file = (self._log_dir / f"{group}.{stamp}.{self._spawned + 1}.log").open("ab")
         self._spawned += 1
-        model, tier = parse_group(group)
+        model, tier, lane = parse_group(group)
+        side = "" if lane == "stable" else f"{lane}-"
         instance_id = (
-            f"worker-{model}-{tier}-{socket.gethostname()}-{self._spawned}-"
+            f"worker-{model}-{side}{tier}-{socket.gethostname()}-{self._spawned}-"
             + (uuid.uuid4().hex[:6])
         )
         env = {**(self._env or os.environ), "INFERBUS_WORKER_INSTANCE_ID": instance_id}

@@ -12,15 +12,17 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from infra.models.repository import ModelRepository
+from infra.rollout.state import RolloutBook, effective
 from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.lag import EndBranch, PartitionLag, group_lag, summarize
 from scaler.collector.load import group_load
 from scaler.collector.offsets import GroupOffsetReader
 from scaler.collector.rates import OffsetSample, oldest_age_s, rates, window
 from scaler.registry import Registry, ready_time, replicas_by_state, standby_replicas
+from scaler.rollout.lanes import lane_bounds
 from scaler.signals import GroupSignals
 from schemas.errors import InferbusError
-from schemas.topics import Tier, request_topic, worker_group
+from schemas.topics import Lane, Tier, request_topic, worker_group
 from tracing.metrics import set_group_rates
 
 log = logging.getLogger(__name__)
@@ -62,32 +64,39 @@ class StageP99:
 class StageLatencies(Protocol):
     """Merged stage histograms over a sliding window (scaler/telemetry.py provides one)."""
 
-    def p99s(self, model: str, tier: Tier) -> StageP99:
-        """Queue, engine and end-to-end p99 for one model and tier."""
+    def p99s(self, model: str, tier: Tier, lane: Lane = "stable") -> StageP99:
+        """Queue, engine and end-to-end p99 for one model, tier and lane."""
         ...
 
 
 @dataclass(frozen=True)
 class GroupTarget:
-    """A worker group to collect: one model and tier."""
+    """A worker group to collect: one model, tier and rollout lane."""
 
     model: str
     tier: Tier
+    lane: Lane = "stable"
 
     @property
     def group(self) -> str:
-        return worker_group(self.model, self.tier)
+        return worker_group(self.model, self.tier, self.lane)
 
     @property
     def topic(self) -> str:
-        return request_topic(self.model, self.tier)
+        return request_topic(self.model, self.tier, self.lane)
 
 
 def targets_for(models: ModelRepository) -> list[GroupTarget]:
-    """One target per model in the repository and tier its model.yaml serves."""
-    return [
-        GroupTarget(name, tier) for name in models.names() for tier in models.config(name).tiers
-    ]
+    """One target per model in the repository and tier its model.yaml serves, and one more
+    per tier for a model whose model.yaml names a canary."""
+    targets: list[GroupTarget] = []
+    for name in models.names():
+        config = models.config(name)
+        lanes: list[Lane] = ["stable"]
+        if config.rollout is not None and config.rollout.canary is not None:
+            lanes.append("canary")
+        targets.extend(GroupTarget(name, tier, lane) for lane in lanes for tier in config.tiers)
+    return targets
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,7 @@ class Collector:
         registry: Registry,
         telemetry: TelemetryFeed,
         latencies: StageLatencies | None = None,
+        rollouts: RolloutBook | None = None,
         config: CollectorConfig | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -139,6 +149,8 @@ class Collector:
         self._registry = registry
         self._telemetry = telemetry
         self._latencies = latencies
+        self._rollouts = rollouts or RolloutBook()
+        self._started = False
         self._clock = clock
         self._monotonic = monotonic
         self._targets = {t.group: t for t in targets}
@@ -155,8 +167,24 @@ class Collector:
         """Consecutive failed collections per group."""
         return {g: m.failures for g, m in self._memory.items()}
 
+    def target(self, group: str) -> GroupTarget:
+        return self._targets[group]
+
+    async def add_targets(self, targets: Sequence[GroupTarget]) -> list[str]:
+        """Collect these groups too from now on (a canary named in model.yaml while the
+        scaler runs); returns the groups added. Groups are never dropped: one whose model
+        no longer names it is still collected, so its workers can be drained and retired."""
+        added = [t for t in targets if t.group not in self._targets]
+        for target in added:
+            self._targets[target.group] = target
+            self._memory[target.group] = _Memory()
+        if added and self._started:
+            await self.start()
+        return [t.group for t in added]
+
     async def start(self) -> None:
         """Connect one offset reader per group (idempotent)."""
+        self._started = True
         for group, target in self._targets.items():
             if group not in self._readers:
                 reader = GroupOffsetReader(
@@ -204,6 +232,9 @@ class Collector:
         self, target: GroupTarget, memory: _Memory, current: int | None
     ) -> tuple[GroupSignals, dict[int, EndBranch]]:
         reader = self._readers.get(target.group)
+        if reader is None and self._started:
+            await self.start()  # a group added while its reader could not connect
+            reader = self._readers.get(target.group)
         if reader is None:
             raise CollectionError("collector is not started", group=target.group)
         config = self._models.config(target.model)
@@ -247,8 +278,13 @@ class Collector:
             now_dt,
             self.config.heartbeat_max_age_s,
         )
-        p99 = self._latencies.p99s(target.model, target.tier) if self._latencies else StageP99()
-        bounds = config.replicas
+        p99 = (
+            self._latencies.p99s(target.model, target.tier, target.lane)
+            if self._latencies
+            else StageP99()
+        )
+        share = effective(config.rollout, self._rollouts.get(target.model)).share
+        min_replicas, max_replicas, warm_replicas = lane_bounds(config.replicas, target.lane, share)
         signals = GroupSignals(
             group=target.group,
             model=target.model,
@@ -269,9 +305,9 @@ class Collector:
             e2e_p99_ms=p99.e2e_ms,
             utilization=load.utilization,
             time_to_ready_s=ready.median_s if ready else None,
-            min_replicas=bounds.min,
-            max_replicas=bounds.max,
-            warm_replicas=bounds.warm,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            warm_replicas=warm_replicas,
             stale=summary.stale > 0,
             standby_replicas=standby,
             standby_ready_replicas=standby,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from scaler.collector.collector import StageP99
 from scaler.telemetry import StageStats, StageWindows
-from schemas.topics import Tier
+from schemas.topics import Lane, Tier
 
 QUEUE_STAGES: tuple[str, ...] = ("queue", "batch_wait")
 """What scaling can shrink."""
@@ -34,10 +34,15 @@ def stage_p99s(stats_for: StatsFor) -> StageP99:
 
 
 class WindowLatencies:
-    """`StageLatencies` over `StageWindows` (fed by the telemetry feed's heartbeats)."""
+    """`StageLatencies` over `StageWindows` (fed by the telemetry feed's heartbeats); a lane
+    without windows of its own reads the stable ones."""
 
-    def __init__(self, windows: StageWindows) -> None:
+    def __init__(
+        self, windows: StageWindows, lanes: Mapping[Lane, StageWindows] | None = None
+    ) -> None:
         self._windows = windows
+        self._lanes = dict(lanes or {})
 
-    def p99s(self, model: str, tier: Tier) -> StageP99:
-        return stage_p99s(lambda stage: self._windows.stats(model, tier, stage))
+    def p99s(self, model: str, tier: Tier, lane: Lane = "stable") -> StageP99:
+        windows = self._lanes.get(lane, self._windows)
+        return stage_p99s(lambda stage: windows.stats(model, tier, stage))

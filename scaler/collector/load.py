@@ -27,10 +27,10 @@ class GroupLoad:
 
 
 def heartbeat_group(heartbeat: Heartbeat) -> str | None:
-    """The worker group a heartbeat counts for: its model's first (highest) tier."""
+    """The worker group a heartbeat counts for: its model's first (highest) tier, in its lane."""
     if heartbeat.model is None or not heartbeat.tiers:
         return None
-    return worker_group(heartbeat.model, heartbeat.tiers[0])
+    return worker_group(heartbeat.model, heartbeat.tiers[0], heartbeat.lane or "stable")
 
 
 def latest(book: Mapping[str, Heartbeat], heartbeat: Heartbeat) -> dict[str, Heartbeat]:

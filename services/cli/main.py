@@ -77,11 +77,11 @@ def topics_create(
 ) -> None:
     """Create every inferbus topic for the models in the repository (idempotent)."""
     from infra.models.repository import ModelRepository
-    from infra.topics import ensure_topics, standard_topics
+    from infra.topics import ensure_topics, repository_topics
 
     setup_logging("WARNING")
-    names = ModelRepository(models).names()
-    created = run(ensure_topics(bootstrap, standard_topics(names, tier_partitions=partitions)))
+    specs = repository_topics(ModelRepository(models), tier_partitions=partitions)
+    created = run(ensure_topics(bootstrap, specs))
     typer.echo(f"created {len(created)} topic(s): {', '.join(created) or 'none, all existed'}")
 
 
@@ -106,7 +106,11 @@ def ingest_settings(models: Path | None) -> IngestSettings:
 
 
 def worker_settings(
-    model: str | None, tier: str | None, models: Path | None, version: str | None
+    model: str | None,
+    tier: str | None,
+    models: Path | None,
+    version: str | None,
+    lane: str | None = None,
 ) -> WorkerSettings:
     """WorkerSettings from INFERBUS_WORKER_* with the given flags on top."""
     from services.worker.settings import WorkerSettings
@@ -116,6 +120,7 @@ def worker_settings(
         tiers=_tiers(tier) if tier is not None else None,
         models_dir=models,
         model_version=version,
+        lane=lane,
     )
     return load_settings(WorkerSettings, **flags)
 
@@ -151,13 +156,20 @@ def worker(
     version: Annotated[
         str | None, typer.Option(help="Pin a model version (INFERBUS_WORKER_MODEL_VERSION).")
     ] = None,
+    lane: Annotated[
+        str | None,
+        typer.Option(
+            help="Rollout lane: stable or canary (INFERBUS_WORKER_LANE; stable). A canary "
+            "worker serves model.yaml's rollout.canary from the canary topics."
+        ),
+    ] = None,
     log_level: LogLevel = "INFO",
 ) -> None:
     """Run one worker: one engine session, one consumer per tier."""
     from services.worker.app import run_worker
 
     setup_logging(log_level)
-    run(run_worker(bootstrap, worker_settings(model, tier, models, version)))
+    run(run_worker(bootstrap, worker_settings(model, tier, models, version, lane)))
 
 
 @app.command()

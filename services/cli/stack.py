@@ -25,7 +25,7 @@ from infra.broker import EmbeddedBroker
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
 from infra.processes import SupervisedGroup, inferbus_command
-from infra.topics import ensure_topics, standard_topics
+from infra.topics import ensure_topics, repository_topics
 from scaler.actuators.base import parse_group
 from scaler.actuators.local import LocalActuator
 from scaler.collector.collector import CollectorConfig
@@ -175,7 +175,7 @@ class Stack:
             written = write_demo_models(options.models_dir)
             self._say(f"wrote demo models to {options.models_dir} ({len(written)} files)")
         names = repository.names()
-        created = await ensure_topics(bootstrap, standard_topics(names))
+        created = await ensure_topics(bootstrap, repository_topics(repository))
         self._say(f"models: {', '.join(names)}; topics created: {len(created)}")
         options.log_dir.mkdir(parents=True, exist_ok=True)
         self._producer = make_producer(bootstrap, client_id="inferbus-up")
@@ -251,7 +251,7 @@ class Stack:
                     )
 
     async def _worker_gone(self, group: str, instance_id: str, returncode: int | None) -> None:
-        model, tier = parse_group(group)
+        model, tier, _ = parse_group(group)
         await self._announce_gone(
             gone_record(
                 instance_id, model=model, tiers=[tier], group=group, service="inferbus-worker"

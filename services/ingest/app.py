@@ -28,7 +28,7 @@ from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
-from infra.topics import BROKER_EVENT_KEY, TopicKeeper, standard_topics
+from infra.topics import BROKER_EVENT_KEY, TopicKeeper, repository_topics
 from schemas import headers as h
 from schemas.errors import EngineError
 from schemas.result import error_result
@@ -49,6 +49,7 @@ from services.ingest.handlers import (
     dead_letter_headers,
     handle_event,
 )
+from services.ingest.lanes import LaneRouter
 from services.ingest.settings import IngestSettings
 from services.ingest.spans import IngestSpans
 from services.runtime.answers import (
@@ -105,6 +106,9 @@ class IngestService:
             ),
             lease_s=self.settings.lease_s,
         )
+        self.router = LaneRouter(
+            self.membership.rollouts, lambda: (self.membership.version, self.membership.table)
+        )
         self.consumers = [
             self._consumer(HIGH_TOPICS, control=True),
             self._consumer(LOW_TOPICS, control=False),
@@ -117,7 +121,7 @@ class IngestService:
         self.topics = (
             TopicKeeper(
                 bootstrap,
-                lambda: standard_topics(repository.names()),
+                lambda: repository_topics(repository),
                 announce=self._topics_recreated,
             )
             if self.settings.keep_topics
@@ -276,6 +280,7 @@ class IngestService:
                 now=now,
                 limiter=self.limiter,
                 sent_to_tier=TIER_OF_INGEST_TOPIC.get(record.topic),
+                router=self.router,
             )
             if isinstance(outcome, Route):
                 # Counted at once, so this poll's later requests see it before its ack.

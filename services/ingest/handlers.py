@@ -31,7 +31,8 @@ from schemas.parse import (
 )
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult, Timings, error_result
-from schemas.topics import Tier, ingest_topic, request_topic
+from schemas.topics import Lane, Tier, ingest_topic, request_topic
+from services.ingest.lanes import LaneRouter
 from services.ingest.limits import TenantLimiter
 from services.ingest.settings import IngestSettings
 
@@ -139,10 +140,12 @@ def handle_event(
     now: datetime,
     limiter: TenantLimiter | None = None,
     sent_to_tier: Tier | None = None,
+    router: LaneRouter | None = None,
 ) -> Outcome:
     """Decide what happens to one event; never raises on bad input.
 
     `limiter` holds this ingest instance's per-tenant token buckets (None: no limits).
+    `router` splits models with a canary rollout (None: every request goes stable).
     `sent_to_tier`: the tier of the per-tier ingest topic the event came on (None: the
     shared topic); a request that names no tier takes it, one that names another is refused.
     """
@@ -177,6 +180,7 @@ def handle_event(
             settings=settings,
             now=now,
             limiter=limiter,
+            router=router,
         )
     except InferbusError as exc:
         return answer(_salvage_request(parsed), exc, elapsed_ms())
@@ -207,6 +211,7 @@ def _route(
     settings: IngestSettings,
     now: datetime,
     limiter: TenantLimiter | None = None,
+    router: LaneRouter | None = None,
 ) -> Route:
     request = parsed.request
     config = catalog.config(request.model)
@@ -252,7 +257,8 @@ def _route(
             tier=request.tier,
             behind_ms=round(waited_ms),
         )
-    topic = request_topic(request.model, request.tier)
+    lane: Lane = "stable" if router is None else router.lane(request, config, request.tier)
+    topic = request_topic(request.model, request.tier, lane)
     _check_queue(topic, request, config, catalog, deadline=deadline, now=now)
     # The producer's bytes travel on unchanged (no re-encoding on the hot path); what ingest
     # resolved (the absolute deadline, when the request arrived) travels in headers.

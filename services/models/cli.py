@@ -1,9 +1,10 @@
-"""`inferbus models ...`: write the demo models, list, calibrate the sim, add MiniLM."""
+"""`inferbus models ...`: write the demo models, list, calibrate the sim, add MiniLM, and
+decide a canary rollout by hand (promote, rollback, share)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,12 +14,24 @@ from rich.table import Table
 
 from schemas.errors import InferbusError
 
-models_app = typer.Typer(help="The model repository: demo models, listing, calibration.")
+if TYPE_CHECKING:
+    from services.models.rollout import Action
+
+models_app = typer.Typer(
+    help="The model repository: demo models, listing, calibration, canary rollouts."
+)
 add_app = typer.Typer(help="Add a real model to the repository.")
 models_app.add_typer(add_app, name="add")
 
 console = Console()
 DirOption = Annotated[Path, typer.Option("--dir", help="Model repository folder.")]
+BootstrapOption = Annotated[
+    str,
+    typer.Option("--bootstrap", "-b", envvar="INFERBUS_KAFKA_BOOTSTRAP", help="Kafka host:port."),
+]
+ReasonOption = Annotated[
+    str | None, typer.Option("--reason", help="Why, for the record (default: what was done).")
+]
 
 
 def _fail(exc: InferbusError) -> typer.Exit:
@@ -50,19 +63,26 @@ def list_models(directory: DirOption = Path("models")) -> None:
     from infra.models.repository import ModelRepository
 
     repo = ModelRepository(directory)
-    table = Table("model", "versions", "engine", "inputs", "outputs", "text")
+    table = Table("model", "versions", "rollout", "engine", "inputs", "outputs", "text")
     for name in repo.names():
         try:
             config = repo.config(name)
         except InferbusError as exc:
-            table.add_row(name, "-", "[red]invalid[/red]", escape(str(exc)), "", "")
+            table.add_row(name, "-", "-", "[red]invalid[/red]", escape(str(exc)), "", "")
             continue
         engine: str = config.engine.kind
         if engine == "onnxruntime":
             engine += " (" + ">".join(config.engine.providers) + ")"
+        rollout = config.rollout
+        plan = "-"
+        if rollout is not None:
+            plan = f"stable {rollout.stable}"
+            if rollout.canary is not None:
+                plan += f", canary {rollout.canary} at {rollout.share:.0%}"
         table.add_row(
             name,
             ", ".join(repo.versions(name)) or "[yellow]none complete[/yellow]",
+            plan,
             engine,
             escape(", ".join(f"{s.name}:{s.dtype}{s.shape}" for s in config.inputs)),
             escape(", ".join(f"{s.name}:{s.dtype}{s.shape}" for s in config.outputs)),
@@ -140,3 +160,67 @@ def add_minilm(
         f"added {version.directory}: max |ONNX - PyTorch| = {worst:.2e} "
         f"(tolerance {minilm.TOLERANCE:g})"
     )
+
+
+def _decide(
+    model: str,
+    directory: Path,
+    bootstrap: str,
+    action: Action,
+    *,
+    share: float | None = None,
+    reason: str | None = None,
+) -> None:
+    """Publish a decision by hand; errors end the command with one line (the root group)."""
+    from datetime import UTC, datetime
+
+    from infra.models.repository import ModelRepository
+    from services.cli.common import run, setup_logging
+    from services.models.rollout import manual_record, operator, publish_manual
+
+    setup_logging("WARNING", kafka_level="CRITICAL")
+    config = ModelRepository(directory).config(model)
+    record = manual_record(
+        config,
+        action,
+        at=datetime.now(UTC),
+        by=operator(),
+        share=share,
+        reason=reason,
+    )
+    run(publish_manual(bootstrap, record))
+    console.print(f"published to inferbus.rollouts: {escape(record.line())}")
+
+
+@models_app.command("promote")
+def promote(
+    model: Annotated[str, typer.Argument(help="Model whose canary becomes stable.")],
+    directory: DirOption = Path("models"),
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+    reason: ReasonOption = None,
+) -> None:
+    """The canary becomes stable: stable workers switch to its version; the canary lane empties."""
+    _decide(model, directory, bootstrap, "promote", reason=reason)
+
+
+@models_app.command("rollback")
+def rollback(
+    model: Annotated[str, typer.Argument(help="Model whose canary stops taking requests.")],
+    directory: DirOption = Path("models"),
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+    reason: ReasonOption = None,
+) -> None:
+    """The canary's share drops to 0 (after a promote: stable workers switch back)."""
+    _decide(model, directory, bootstrap, "rollback", reason=reason)
+
+
+@models_app.command("share")
+def set_share(
+    model: Annotated[str, typer.Argument(help="Model with a canary.")],
+    share: Annotated[float, typer.Argument(help="The canary's share of requests, 0..1.")],
+    directory: DirOption = Path("models"),
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+    reason: ReasonOption = None,
+) -> None:
+    """Set the canary's share at runtime, over model.yaml's (ramp up, or resume after a rollback)."""
+    _decide(model, directory, bootstrap, "share", share=share, reason=reason)

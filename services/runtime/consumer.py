@@ -26,7 +26,7 @@ from aiokafka.errors import KafkaError
 
 from infra.kafka import FetchPacer, make_consumer, start_with_retry
 from schemas.errors import InferbusError
-from schemas.topics import DECISIONS, INSTANCES
+from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS
 from services.runtime.committer import Committer
 from services.runtime.membership import Membership
 from services.runtime.offsets import OffsetTracker
@@ -39,7 +39,10 @@ Drain = Callable[[str, frozenset[int]], Awaitable[None]]
 LetGo = Callable[[str, frozenset[int]], int]
 """(topic, partitions) -> drops their records not yet started (the next owner reads them
 again; commits stop short of them); returns how many."""
-CONTROL_TOPICS = (INSTANCES, DECISIONS)
+CONTROL_TOPICS = (INSTANCES, DECISIONS, ROLLOUTS)
+WHOLE_CONTROL_TOPICS = (ROLLOUTS,)
+"""Read from their start, not the recent window: one record per key is the state (rare,
+compacted), and a decision stays in force however old it is."""
 
 
 def records_behind(
@@ -192,6 +195,12 @@ class OwnedConsumer:
         return counts
 
     async def _seek_recent(self, tps: list[TopicPartition]) -> None:
+        whole = [tp for tp in tps if tp.topic in WHOLE_CONTROL_TOPICS]
+        if whole:
+            await self._consumer.seek_to_beginning(*whole)
+        tps = [tp for tp in tps if tp.topic not in WHOLE_CONTROL_TOPICS]
+        if not tps:
+            return
         since_ms = int((time.time() - self.options.control_window_s) * 1000)
         found = await self._consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
         for tp in tps:

@@ -2,7 +2,8 @@
 
 The instance publishes its record on every change and refreshes it within its lease;
 it folds the registry and the scaler's decisions as its consumer reads them, and turns
-them into each group's live members (`ownership.Member`).
+them into each group's live members (`ownership.Member`). The rollout decisions come on
+the same consumer and are kept in `rollouts` for ingest's split and the workers' versions.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import orjson
 from pydantic import ValidationError
 
 from infra.registry import RegistryTable, decode, fold, is_live, tombstone
+from infra.rollout.state import RolloutBook
 from infra.topics import BROKER_EVENT_KEY
 from schemas.telemetry import InstanceRecord, InstanceState
-from schemas.topics import DECISIONS, INSTANCES, Tier
+from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS, Tier
 from services.runtime.ownership import Member
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,8 @@ class Membership:
         self.ready_at: datetime | None = None
         self.table = RegistryTable()
         self.consuming: dict[str, Consuming] = {}
+        self.rollouts = RolloutBook()
+        """The rollout decision in force per model, as read from `inferbus.rollouts`."""
         self._send = send
         self._details = details
         self._clock = clock
@@ -195,11 +199,13 @@ class Membership:
     # ---- the others --------------------------------------------------------------------
 
     def observe(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        """Fold one record read from the registry or the decisions topic."""
+        """Fold one record read from the registry, the decisions or the rollouts topic."""
         if topic == INSTANCES:
             self._observe_instance(key, value)
         elif topic == DECISIONS and value is not None:
             self._observe_decision(value)
+        elif topic == ROLLOUTS:
+            self.rollouts.observe(key, value)
 
     def _observe_instance(self, key: bytes | None, value: bytes | None) -> None:
         if key == BROKER_EVENT_KEY:

@@ -3,7 +3,8 @@
 One process, one engine session, one consumer per served tier (a batch backlog never sits
 in front of an interactive fetch). The hot path is `pipeline.Pipeline`; the engine and its
 version reloads are `engine_host.EngineHost`; partition ownership and the registry are the
-shared `services.runtime` machinery.
+shared `services.runtime` machinery. A worker serves one rollout lane: its topics, its
+groups, and the version the rollout in force names for it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +26,8 @@ from aiokafka.structs import RecordMetadata
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
 from schemas.errors import InferbusError
+from schemas.result import STATUSES
+from schemas.telemetry import WorkerLoad
 from schemas.topics import TIERS, Tier, request_topic, worker_group
 from services.runtime.answers import Publisher
 from services.runtime.consumer import OwnedConsumer
@@ -34,8 +38,9 @@ from services.worker.engine_host import EngineFactory, EngineHost, default_engin
 from services.worker.inhand import InHand
 from services.worker.pipeline import Pipeline
 from services.worker.settings import WorkerSettings
+from services.worker.versions import LaneVersions
 from tracing.health import HEALTH
-from tracing.metrics import start_metrics_server
+from tracing.metrics import set_worker_version, start_metrics_server
 from tracing.setup import init_tracing, shutdown_tracing
 from tracing.telemetry import TelemetryPublisher
 
@@ -60,18 +65,26 @@ class Worker:
         self.settings = settings or WorkerSettings()
         self.bootstrap = bootstrap
         self.tiers: list[Tier] = [t for t in TIERS if t in self.settings.tiers]
+        self.lane = self.settings.lane
         self.instance_id = self.settings.instance_id or default_instance_id(
             f"worker-{self.settings.model}"
         )
+        repository = ModelRepository(self.settings.models_dir)
         self.host = EngineHost(
-            ModelRepository(self.settings.models_dir),
+            repository,
             self.settings.model,
             pinned_version=self.settings.model_version,
+            wanted=lambda: self.versions.wanted(self._served()),
             engine_factory=engine_factory,
         )
         self.producer = make_producer(bootstrap, client_id=self.instance_id)
         self.offsets = OffsetTracker()
-        self.groups = {tier: worker_group(self.settings.model, tier) for tier in self.tiers}
+        self.groups = {
+            tier: worker_group(self.settings.model, tier, self.lane) for tier in self.tiers
+        }
+        self.topics = {
+            tier: request_topic(self.settings.model, tier, self.lane) for tier in self.tiers
+        }
         self.membership = Membership(
             self._send_and_wait,
             Identity(
@@ -85,6 +98,13 @@ class Worker:
             lease_s=self.settings.lease_s,
             details=self._details,
         )
+        self.versions = LaneVersions(
+            repository,
+            self.settings.model,
+            self.lane,
+            pinned=self.settings.model_version,
+            rollouts=self.membership.rollouts,
+        )
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self.pipeline: Pipeline | None = None
@@ -95,6 +115,7 @@ class Worker:
         self._stop_requested = asyncio.Event()
         self._started = False
         self._draining = False
+        self._reported: Counter[str] = Counter()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -110,10 +131,45 @@ class Worker:
             "warmup_s": self.host.warmup_s,
             "time_to_ready_s": self._time_to_ready_s,
             "standby": bool(self.consumers)
-            and not any(
-                self.consumers[t].owned(request_topic(self.settings.model, t)) for t in self.tiers
-            ),
+            and not any(self.consumers[t].owned(self.topics[t]) for t in self.tiers),
         }
+
+    # ---- the version this worker serves ------------------------------------------------
+
+    def _served(self) -> str | None:
+        return self.host.version.version if self.host.version else None
+
+    async def _load(self) -> None:
+        """Load and warm the version to serve; a version that cannot be served is refused
+        with the setting that named it."""
+        self.versions.require()
+        setting = self.versions.setting()
+        try:
+            await self.host.load(on_warming=lambda: self.membership.publish("warming"))
+        except InferbusError as exc:
+            if setting is None:
+                raise
+            raise WorkerFailed(
+                f"{setting} of model {self.settings.model!r}: version "
+                f"{self.host.target()!r} cannot be served: {exc}",
+                model=self.settings.model,
+                lane=self.lane,
+            ) from exc
+
+    async def _switched(self) -> None:
+        """After a version switch: the registry and /metrics say the new version."""
+        if self.host.version is not None:
+            set_worker_version(self.settings.model, self.lane, self.host.version.version)
+        await self.membership.publish()
+
+    def _load_with_results(self, snapshot: WorkerLoad) -> WorkerLoad:
+        """The load snapshot plus the results sent since the last one, by status."""
+        counts = self.pipeline.counts if self.pipeline else Counter[str]()
+        results = {
+            s: counts[s] - self._reported[s] for s in STATUSES if counts[s] > self._reported[s]
+        }
+        self._reported = Counter({s: counts[s] for s in STATUSES})
+        return snapshot.model_copy(update={"results": results})
 
     async def _send_and_wait(self, topic: str, key: bytes, value: bytes) -> RecordMetadata:
         return await self.producer.send_and_wait(topic, value, key=key)
@@ -128,12 +184,13 @@ class Worker:
         await start_with_retry(self.producer.start, what="producer")
         await self.membership.publish("loading")
         try:
-            await self.host.load(on_warming=lambda: self.membership.publish("warming"))
+            await self._load()
         except InferbusError:
             await self.membership.publish("gone")
             raise
         version = self.host.version
         assert version is not None
+        set_worker_version(self.settings.model, self.lane, version.version)
         batching = version.config.batching
         self.pipeline = Pipeline(
             settings=self.settings,
@@ -160,7 +217,7 @@ class Worker:
                 self.bootstrap,
                 client_id=self.instance_id,
                 membership=self.membership,
-                groups=[(self.groups[tier], request_topic(self.settings.model, tier))],
+                groups=[(self.groups[tier], self.topics[tier])],
                 offsets=self.offsets,
                 drain=self.pipeline.drain,
                 let_go=self.pipeline.let_go,
@@ -176,7 +233,7 @@ class Worker:
         self._tasks.append(asyncio.create_task(pipeline.engine_loop(), name="engine"))
         self._tasks.append(
             asyncio.create_task(
-                self.host.reload_loop(self.settings.reload_check_s, self.membership.publish),
+                self.host.reload_loop(self.settings.reload_check_s, self._switched),
                 name="reload",
             )
         )
@@ -186,15 +243,18 @@ class Worker:
             service="inferbus-worker",
             model=self.settings.model,
             tiers=self.tiers,
+            lane=self.lane,
+            model_version=self._served,
             interval_s=self.settings.heartbeat_interval_s,
-            load_provider=pipeline.load_snapshot,
+            load_provider=lambda: self._load_with_results(pipeline.load_snapshot()),
         )
         self._telemetry.start()
         self.ready.set()
         log.info(
-            "event=worker_ready instance=%s model=%s version=%s tiers=%s provider=%s",
+            "event=worker_ready instance=%s model=%s lane=%s version=%s tiers=%s provider=%s",
             self.instance_id,
             self.settings.model,
+            self.lane,
             version.version,
             ",".join(self.tiers),
             self.host.engine.info.label if self.host.engine else None,

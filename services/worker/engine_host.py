@@ -1,7 +1,8 @@
 """The worker's engine: loaded and warmed once, run in one thread, swapped on a new version.
 
 One thread runs the engine, so batches queue behind each other and never overlap; a new
-version folder is loaded and warmed beside the old one, then switched in between batches.
+version (a newer folder, or the one the rollout now names) is loaded and warmed beside the
+old one, then switched in between batches.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ log = logging.getLogger(__name__)
 ENGINE_THREAD = "inferbus-engine"
 """The engine thread's OS name: per-thread CPU counters tell it from the event loop."""
 EngineFactory = Callable[[ModelVersion], Engine]
+WantedVersion = Callable[[], str | None]
+"""() -> the version to serve now; None: the newest complete one."""
 
 
 def default_engine_factory(model: ModelVersion) -> Engine:
@@ -68,11 +71,14 @@ class EngineHost:
         model: str,
         *,
         pinned_version: str | None = None,
+        wanted: WantedVersion | None = None,
         engine_factory: EngineFactory = default_engine_factory,
     ) -> None:
         self.repository = repository
         self.model = model
         self.pinned_version = pinned_version
+        self.wanted = wanted
+        """Followed when not pinned (the rollout's version for this worker's lane)."""
         self.engine_factory = engine_factory
         self.engine: Engine | None = None
         self.version: ModelVersion | None = None
@@ -88,9 +94,15 @@ class EngineHost:
         self._lock = asyncio.Lock()
         self._runs: set[asyncio.Future[Any]] = set()
 
+    def target(self) -> str | None:
+        """The version to serve: pinned, else the wanted one; None: the newest complete."""
+        if self.pinned_version is not None:
+            return self.pinned_version
+        return self.wanted() if self.wanted is not None else None
+
     async def load(self, *, on_warming: Callable[[], Awaitable[None]]) -> None:
-        """Load the pinned or newest version, then warm it up on real shapes."""
-        version = self.repository.resolve(self.model, self.pinned_version)
+        """Load the target version, then warm it up on real shapes."""
+        version = self.repository.resolve(self.model, self.target())
         engine = self.engine_factory(version)
         started = time.perf_counter()
         await asyncio.to_thread(engine.load)
@@ -125,15 +137,18 @@ class EngineHost:
         return Ran(outcomes, start_ns, engine, version)
 
     async def reload_loop(self, every_s: float, on_switched: Callable[[], Awaitable[None]]) -> None:
-        """Switch to a newer complete version when one appears; a bad one is refused once."""
+        """Switch when the target changes (a newer complete version, or the rollout names
+        another); a version that fails to load is refused once, the old one keeps serving."""
         if self.pinned_version is not None or every_s <= 0:
             return
         refused: set[str] = set()
         while True:
             await asyncio.sleep(every_s)
-            versions = self.repository.versions(self.model)
+            newest = self.target()
+            if newest is None:
+                versions = self.repository.versions(self.model)
+                newest = versions[-1] if versions else None
             current = self.version.version if self.version else None
-            newest = versions[-1] if versions else None
             if newest is None or newest == current or newest in refused:
                 continue
             try:

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from schemas.topics import Tier
+from schemas.topics import Lane, Tier
 
 
 def _default_tiers() -> list[Tier]:
@@ -23,8 +23,13 @@ class WorkerSettings(BaseSettings):
     """Model to serve."""
     tiers: list[Tier] = Field(default_factory=_default_tiers)
     """Tiers served, strict priority critical > interactive > batch."""
+    lane: Lane = "stable"
+    """Rollout lane: `canary` workers serve model.yaml's `rollout.canary` from the canary
+    topics and groups; `stable` ones serve `rollout.stable` (the newest version without a
+    rollout block)."""
     model_version: str | None = None
-    """Pin a version; default: the latest complete one, hot-reloaded when a newer appears."""
+    """Pin a version (over the lane's); default: the lane's version, or without a rollout
+    block the latest complete one, hot-reloaded when a newer appears."""
     models_dir: Path = Path("models")
     """The model repository."""
     instance_id: str | None = None

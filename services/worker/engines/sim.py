@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
+from pydantic import ValidationError
 
 from infra.models.config import ModelConfig, SimConfig
 from infra.models.repository import ModelVersion
@@ -16,6 +19,31 @@ from services.worker.engines.base import Engine, EngineInfo
 from services.worker.engines.inputs import check_inputs
 
 SIM_INFO = EngineInfo(backend="sim", provider="sim", simulated=True)
+VERSION_SIM_FILE = "sim.yaml"
+"""A version folder's own latency model and error rate, over model.yaml's `engine.sim`."""
+_GOLDEN = 0.6180339887498949
+
+
+def version_sim(directory: Path, default: SimConfig) -> SimConfig:
+    """The version's `sim.yaml` when it has one, else `default`; EngineError naming the file
+    when it cannot be read."""
+    path = directory / VERSION_SIM_FILE
+    if not path.exists():
+        return default
+    try:
+        raw = yaml.safe_load(path.read_text())
+        return SimConfig.model_validate(raw if raw is not None else {})
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        raise EngineError(f"{path} is not a valid sim config: {exc}", path=str(path)) from exc
+
+
+def failing_samples(seeds: np.ndarray[Any, Any], error_rate: float) -> np.ndarray[Any, Any]:
+    """Which samples a simulated bad version fails: a fixed `error_rate` share of the
+    possible inputs, decided by each sample's seed (an all-zero sample fails only at 1)."""
+    if error_rate <= 0:
+        return np.zeros(seeds.shape, dtype=bool)
+    failing: np.ndarray[Any, Any] = np.mod(np.abs(seeds) * _GOLDEN, 1.0) >= 1.0 - error_rate
+    return failing
 
 
 def sequence_input_name(config: ModelConfig) -> str | None:
@@ -65,13 +93,25 @@ class SimEngine(Engine):
         self._sleep = sleep
         self._clock = clock
         self._loaded = False
+        self._warming = False
+        self.sim = model.config.engine.sim
+        """The latency model in use: the version's sim.yaml, else model.yaml's."""
 
     @property
     def info(self) -> EngineInfo:
         return SIM_INFO
 
     def load(self) -> None:
+        self.sim = version_sim(self.model.directory, self.model.config.engine.sim)
         self._loaded = True
+
+    def warmup(self, batches: list[Arrays]) -> None:
+        # Simulated failures are the serving kind: warm-up passes unless every sample fails.
+        self._warming = True
+        try:
+            super().warmup(batches)
+        finally:
+            self._warming = False
 
     def infer(self, inputs: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
         if not self._loaded:
@@ -98,10 +138,17 @@ class SimEngine(Engine):
             outputs[spec.name] = np.broadcast_to(
                 values.reshape([batch] + [1] * (len(shape) - 1)), shape
             ).copy()
-        remaining_s = latency_ms(config.engine.sim, work_units(config, feed)) / 1000
+        remaining_s = latency_ms(self.sim, work_units(config, feed)) / 1000
         remaining_s -= self._clock() - started
         if remaining_s > 0:
             self._sleep(remaining_s)
+        failing = int(failing_samples(seeds, self.sim.error_rate).sum())
+        if failing and (not self._warming or self.sim.error_rate >= 1):
+            raise EngineError(
+                f"simulated failure: {failing} of {batch} samples (sim error_rate "
+                f"{self.sim.error_rate:g})",
+                model=self.model.name,
+            )
         return outputs
 
     def unload(self) -> None:

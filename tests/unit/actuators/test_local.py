@@ -214,3 +214,11 @@ async def test_a_worker_that_keeps_dying_is_restarted_with_growing_backoff(tmp_p
         assert 1 <= local.restarts <= 3
     finally:
         await local.close()
+
+
+def test_a_canary_worker_is_started_on_its_lane(tmp_path: Path) -> None:
+    local = actuator(tmp_path)
+    stable = local.argv("inferbus.workers.demo-mlp.interactive")
+    canary = local.argv("inferbus.workers.demo-mlp.canary.interactive")
+    assert "--lane" not in stable
+    assert canary == [*stable, "--lane", "canary"]

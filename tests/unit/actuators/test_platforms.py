@@ -19,22 +19,38 @@ from scaler.actuators.local import LocalActuator
 from scaler.signals import GroupDecision, GroupSignals, Reason
 
 GROUP = "inferbus.workers.demo_mlp.interactive"
+CANARY = "inferbus.workers.demo_mlp.canary.interactive"
 
 
 @pytest.mark.parametrize(
     ("group", "expected"),
     [
-        pytest.param(GROUP, ("demo_mlp", "interactive"), id="plain"),
-        pytest.param("inferbus.workers.a.b.batch", ("a.b", "batch"), id="dots-in-model"),
+        pytest.param(GROUP, ("demo_mlp", "interactive", "stable"), id="plain"),
+        pytest.param(CANARY, ("demo_mlp", "interactive", "canary"), id="canary"),
     ],
 )
-def test_parse_group(group: str, expected: tuple[str, str]) -> None:
+def test_parse_group(group: str, expected: tuple[str, str, str]) -> None:
     assert parse_group(group) == expected
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        pytest.param("inferbus.workers.a.b.batch", id="dots-in-model"),
+        pytest.param("inferbus.workers.m.gold", id="unknown-tier"),
+        pytest.param("inferbus.ingest", id="not-a-worker-group"),
+    ],
+)
+def test_parse_group_refuses_other_names(group: str) -> None:
+    with pytest.raises(ActuatorError, match="is not a worker group"):
+        parse_group(group)
 
 
 def test_names() -> None:
     assert deployment_name(GROUP) == "inferbus-worker-demo-mlp-interactive"
     assert service_name(GROUP) == "worker-demo-mlp-interactive"
+    assert deployment_name(CANARY) == "inferbus-worker-demo-mlp-canary-interactive"
+    assert service_name(CANARY) == "worker-demo-mlp-canary-interactive"
     assert len(dns_label("x" * 100)) == 63
 
 

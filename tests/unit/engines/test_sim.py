@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from infra.models.repository import ModelVersion
+from schemas.errors import EngineError
 from services.models.demo import ENCODER, MLP
 from services.worker.engines import create_engine
 from services.worker.engines.shapes import sample_batch
-from services.worker.engines.sim import SimEngine, latency_ms, work_units
+from services.worker.engines.sim import SimEngine, failing_samples, latency_ms, work_units
 
 
 class Sleeps:
@@ -89,3 +90,68 @@ def test_sim_needs_no_model_file(edited_model: Callable[..., ModelVersion]) -> N
     engine = create_engine(model)
     engine.load()
     assert engine.infer(sample_batch(model.config, 2))["y"].shape == (2, 4)
+
+
+def test_a_version_folder_brings_its_own_latency_model(
+    edited_model: Callable[..., ModelVersion],
+) -> None:
+    model = edited_model(MLP, {"kind": "sim", "sim": {"a_ms": 1.0, "b_ms": 0.0}})
+    (model.directory / "sim.yaml").write_text("a_ms: 40\nb_ms: 0\n")
+    sleeps = Sleeps()
+    engine = SimEngine(model, sleep=sleeps)
+    engine.load()
+    engine.infer(sample_batch(model.config, 2))
+    assert sleeps.calls[0] == pytest.approx(0.040, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("a_ms: [", "not a valid sim config", id="bad-yaml"),
+        pytest.param("a_ms: -3\n", "a_ms", id="negative"),
+        pytest.param("error_rate: 2\n", "error_rate", id="rate-over-1"),
+        pytest.param("surprise: 1\n", "surprise", id="unknown-field"),
+    ],
+)
+def test_a_bad_version_sim_file_fails_the_load_naming_it(
+    edited_model: Callable[..., ModelVersion], text: str, message: str
+) -> None:
+    model = edited_model(MLP, {"kind": "sim"})
+    (model.directory / "sim.yaml").write_text(text)
+    with pytest.raises(EngineError, match=r"sim\.yaml") as caught:
+        SimEngine(model).load()
+    assert message in str(caught.value)
+
+
+def test_failing_samples_are_a_fixed_share_of_inputs() -> None:
+    seeds = np.random.default_rng(1).standard_normal(20_000) * 10
+    failing = failing_samples(seeds, 0.3)
+    assert abs(failing.mean() - 0.3) < 0.02
+    assert np.array_equal(failing, failing_samples(seeds, 0.3)), "the same samples every time"
+    assert not failing_samples(seeds, 0.0).any()
+    assert failing_samples(np.zeros(3), 1.0).all()
+    assert not failing_samples(np.zeros(3), 0.99).any()
+
+
+def test_an_error_rate_fails_batches_but_not_the_warm_up(
+    edited_model: Callable[..., ModelVersion],
+) -> None:
+    model = edited_model(MLP, {"kind": "sim", "sim": {"a_ms": 0, "b_ms": 0}})
+    (model.directory / "sim.yaml").write_text("a_ms: 0\nb_ms: 0\nerror_rate: 0.5\n")
+    engine = SimEngine(model)
+    engine.load()
+    batch = sample_batch(model.config, 32)
+    engine.warmup([batch])
+    with pytest.raises(EngineError, match="simulated failure"):
+        engine.infer(batch)
+
+
+def test_an_error_rate_of_one_fails_the_warm_up(
+    edited_model: Callable[..., ModelVersion],
+) -> None:
+    model = edited_model(MLP, {"kind": "sim", "sim": {"a_ms": 0, "b_ms": 0}})
+    (model.directory / "sim.yaml").write_text("error_rate: 1\n")
+    engine = SimEngine(model)
+    engine.load()
+    with pytest.raises(EngineError, match="simulated failure"):
+        engine.warmup([sample_batch(model.config, 1)])

@@ -26,6 +26,7 @@ from schemas.topics import (
     is_legal_model_name,
     is_legal_topic,
     parse_request_topic,
+    parse_worker_group,
     request_topic,
     worker_group,
 )
@@ -176,21 +177,45 @@ def test_is_legal_model_name(name: str, legal: bool) -> None:
 
 
 @pytest.mark.parametrize("tier", TIERS)
-def test_request_topic_round_trips(tier: Any) -> None:
-    topic = request_topic("demo-mlp", tier)
+@pytest.mark.parametrize(("lane", "infix"), [("stable", ""), ("canary", "canary.")])
+def test_request_topic_round_trips(tier: Any, lane: Any, infix: str) -> None:
+    topic = request_topic("demo-mlp", tier, lane)
+    group = worker_group("demo-mlp", tier, lane)
 
-    assert topic == f"inferbus.req.demo-mlp.{tier}"
-    assert is_legal_topic(topic)
-    assert parse_request_topic(topic) == ("demo-mlp", tier)
-    assert worker_group("demo-mlp", tier) == f"inferbus.workers.demo-mlp.{tier}"
+    assert topic == f"inferbus.req.demo-mlp.{infix}{tier}"
+    assert group == f"inferbus.workers.demo-mlp.{infix}{tier}"
+    assert is_legal_topic(topic) and is_legal_topic(group)
+    assert parse_request_topic(topic) == ("demo-mlp", tier, lane)
+    assert parse_worker_group(group) == ("demo-mlp", tier, lane)
+
+
+def test_lane_names_never_collide_with_another_models_names() -> None:
+    """A model cannot be called `m.canary`: every (model, tier, lane) has its own names."""
+    assert not is_legal_model_name("m.canary")
+    names = {
+        (request_topic(model, tier, lane), worker_group(model, tier, lane))
+        for model in ("m", "canary", "m-canary")
+        for tier in TIERS
+        for lane in ("stable", "canary")
+    }
+    assert len({topic for topic, _ in names}) == len({group for _, group in names}) == 18
 
 
 @pytest.mark.parametrize(
     "topic",
-    ["inferbus.results", "inferbus.req.m.gold", "inferbus.req.a.b.batch", "other.req.m.batch"],
+    [
+        "inferbus.results",
+        "inferbus.req.m.gold",
+        "inferbus.req.a.b.batch",
+        "other.req.m.batch",
+        "inferbus.req.m.canary.gold",
+        "inferbus.req.M.batch",
+        "inferbus.req.m.canary.x.batch",
+    ],
 )
 def test_parse_request_topic_refuses_other_topics(topic: str) -> None:
     assert parse_request_topic(topic) is None
+    assert parse_worker_group(topic.replace(".req.", ".workers.")) is None
 
 
 # ---- headers -------------------------------------------------------------------------------

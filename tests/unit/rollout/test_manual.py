@@ -1,0 +1,122 @@
+"""`inferbus models promote|rollback|share`: the record each one publishes, and one-line
+refusals for models that have no canary."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infra.models.config import ModelConfig
+from services.cli.main import app
+from services.models.demo import mlp_config
+from services.models.rollout import RolloutRefused, manual_record, operator
+
+AT = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def config(rollout: dict[str, Any] | None) -> ModelConfig:
+    raw = mlp_config().model_dump()
+    raw["rollout"] = rollout
+    return ModelConfig.model_validate(raw)
+
+
+CANARY = config({"stable": "1", "canary": "2", "share": 0.1})
+
+
+@pytest.mark.parametrize(
+    ("action", "share", "state", "expected_share"),
+    [
+        pytest.param("promote", None, "promoted", 0.0, id="promote"),
+        pytest.param("rollback", None, "rolled_back", 0.0, id="rollback"),
+        pytest.param("share", 0.25, "canary", 0.25, id="share"),
+    ],
+)
+def test_manual_records(
+    action: Any, share: float | None, state: str, expected_share: float
+) -> None:
+    record = manual_record(CANARY, action, at=AT, by="cli:me@here", share=share, reason=None)
+    assert (record.model, record.stable, record.canary) == ("demo-mlp", "1", "2")
+    assert (record.state, record.share, record.by, record.at) == (
+        state,
+        expected_share,
+        "cli:me@here",
+        AT,
+    )
+    assert record.reason  # a default story when none is given
+
+
+@pytest.mark.parametrize(
+    ("model", "action", "share", "message"),
+    [
+        pytest.param(config(None), "promote", None, "has no canary", id="no-rollout"),
+        pytest.param(
+            config({"stable": "1"}), "rollback", None, "has no canary", id="stable-pin-only"
+        ),
+        pytest.param(CANARY, "share", 1.5, "between 0 and 1", id="share-too-big"),
+        pytest.param(CANARY, "share", -0.1, "between 0 and 1", id="share-negative"),
+    ],
+)
+def test_refusals(model: ModelConfig, action: Any, share: float | None, message: str) -> None:
+    with pytest.raises(RolloutRefused, match=message):
+        manual_record(model, action, at=AT, by="x", share=share)
+
+
+def test_the_reason_given_is_kept() -> None:
+    record = manual_record(CANARY, "rollback", at=AT, by="x", reason="p99 doubled in EU")
+    assert record.reason == "p99 doubled in EU"
+
+
+def test_operator_names_user_and_host() -> None:
+    assert operator().startswith("cli:") and "@" in operator()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    folder = tmp_path / "models" / "demo-mlp"
+    (folder / "1").mkdir(parents=True)
+    mlp_config().dump(folder / "model.yaml")
+    return tmp_path / "models"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param(
+            ["promote", "demo-mlp"], "error: model 'demo-mlp' has no canary", id="promote"
+        ),
+        pytest.param(
+            ["rollback", "demo-mlp"], "error: model 'demo-mlp' has no canary", id="rollback"
+        ),
+        pytest.param(
+            ["share", "demo-mlp", "0.5"], "error: model 'demo-mlp' has no canary", id="share"
+        ),
+        pytest.param(
+            ["promote", "nope"], "error: model 'nope' is not in the repository", id="no-model"
+        ),
+    ],
+)
+def test_the_commands_refuse_in_one_line(repo: Path, args: list[str], expected: str) -> None:
+    result = CliRunner().invoke(
+        app, ["models", *args, "--dir", str(repo), "--bootstrap", "127.0.0.1:1"]
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(expected), result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_a_bad_canary_folder_is_refused_naming_the_setting(repo: Path) -> None:
+    path = repo / "demo-mlp" / "model.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["rollout"] = {"stable": "1", "canary": "2", "share": 0.1}
+    path.write_text(yaml.safe_dump(raw))
+    result = CliRunner().invoke(
+        app, ["models", "promote", "demo-mlp", "--dir", str(repo), "--bootstrap", "127.0.0.1:1"]
+    )
+    assert result.exit_code == 1
+    assert "rollout.canary: version folder '2' does not exist" in result.stderr
+    assert result.stderr.count("\n") == 1

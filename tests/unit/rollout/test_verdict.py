@@ -1,0 +1,77 @@
+"""The automatic verdict, case by case: wait for data, keep, or roll back by which rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.models.config import VerdictConfig
+from scaler.rollout.verdict import judge
+from scaler.rollout.windows import VersionStats
+
+CONFIG = VerdictConfig(
+    window_s=60,
+    min_requests=100,
+    max_error_rate_increase=0.02,
+    max_p99_ratio=1.5,
+    min_p99_increase_ms=10,
+)
+
+
+def stats(requests: int, errors: int = 0, p99_ms: float | None = 20.0) -> VersionStats:
+    return VersionStats(requests, errors, p99_ms)
+
+
+CASES = [
+    pytest.param(stats(1000), stats(99, errors=99), "wait", None, id="too-few-canary-results"),
+    pytest.param(stats(1000), stats(100), "keep", None, id="same-as-stable"),
+    pytest.param(stats(1000, 10), stats(100, 3), "keep", None, id="errors-within-margin"),
+    pytest.param(stats(1000, 10), stats(100, 4), "rollback", "error_rate", id="errors-over"),
+    pytest.param(stats(1000, 100), stats(100, 12), "keep", None, id="stable-bad-too"),
+    pytest.param(stats(10), stats(100, 3), "rollback", "error_rate", id="no-stable-baseline"),
+    pytest.param(stats(10), stats(100, 2), "keep", None, id="no-baseline-within-margin"),
+    pytest.param(stats(1000), stats(100, p99_ms=30), "keep", None, id="p99-at-ratio"),
+    pytest.param(
+        stats(1000), stats(100, p99_ms=30.5), "rollback", "p99", id="p99-over-ratio-and-slack"
+    ),
+    pytest.param(
+        stats(1000, p99_ms=4), stats(100, p99_ms=13), "keep", None, id="p99-ratio-but-noise"
+    ),
+    pytest.param(
+        stats(1000, p99_ms=4), stats(100, p99_ms=14.5), "rollback", "p99", id="p99-over-slack"
+    ),
+    pytest.param(stats(10, p99_ms=5), stats(100, p99_ms=500), "keep", None, id="p99-no-base"),
+    pytest.param(stats(1000), stats(100, p99_ms=None), "keep", None, id="canary-all-failed-p99"),
+    pytest.param(
+        stats(1000, p99_ms=20),
+        stats(100, 50, p99_ms=900),
+        "rollback",
+        "error_rate",
+        id="errors-decide-first",
+    ),
+]
+
+
+@pytest.mark.parametrize(("stable", "canary", "action", "rule"), CASES)
+def test_verdict(stable: VersionStats, canary: VersionStats, action: str, rule: str | None) -> None:
+    verdict = judge(stable, canary, CONFIG)
+    assert (verdict.action, verdict.rule) == (action, rule)
+
+
+def test_a_rollback_says_its_numbers() -> None:
+    verdict = judge(stats(1000, 10, p99_ms=20), stats(200, 30, p99_ms=25), CONFIG)
+    assert verdict.action == "rollback"
+    assert "15.00% (30/200)" in verdict.reason
+    assert "1.00%" in verdict.reason and "2.00%" in verdict.reason
+
+    verdict = judge(stats(1000, p99_ms=20), stats(200, p99_ms=80), CONFIG)
+    assert "80 ms is 4.00x stable's 20 ms" in verdict.reason
+    assert "limit 30 ms" in verdict.reason
+
+
+def test_waiting_says_how_many_results_are_missing() -> None:
+    verdict = judge(stats(1000), stats(42), CONFIG)
+    assert verdict.reason == "canary has 42 of 100 results needed"
+
+
+def test_error_rate_of_no_results_is_zero() -> None:
+    assert VersionStats(0, 0, None).error_rate == 0.0
