@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -16,6 +15,7 @@ from aiokafka.errors import KafkaConnectionError
 from infra.security import KafkaSecurity, KafkaSecuritySettings, broker_security, resolve
 from infra.security_probe import explain_refusal
 from infra.settings import KafkaSettings, kafka_settings
+from infra.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -250,8 +250,6 @@ async def start_with_retry(
 async def stop_consume_loop(task: asyncio.Task[None] | None, consumer: Any) -> None:
     """Cancel a consume loop and stop its consumer (either may be None; idempotent)."""
     if task is not None and not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
     if consumer is not None:
         await consumer.stop()

@@ -14,6 +14,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from infra.kafka import make_admin
 from infra.models.repository import ModelRepository
+from infra.tasks import cancel_and_wait
 from schemas import topics
 from schemas.errors import InferbusError
 from schemas.topics import TIERS, Tier
@@ -162,10 +163,7 @@ class TopicKeeper:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if self._admin is not None:
             with contextlib.suppress(KafkaError):
                 await self._admin.close()

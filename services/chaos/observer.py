@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -14,6 +13,7 @@ from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from infra.kafka import make_consumer, start_with_retry
+from infra.tasks import cancel_and_wait
 from schemas import headers as h
 from schemas.frames import FrameError
 from schemas.topics import DLQ, RESULTS
@@ -69,10 +69,7 @@ class Observer:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self._consumer.stop()
 
     def broker_lost(self) -> None:

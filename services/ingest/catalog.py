@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -13,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from infra.kafka import make_consumer
 from infra.models.config import ModelConfig
 from infra.models.repository import ModelRepository
+from infra.tasks import cancel_and_wait
 from schemas.topics import TIERS, parse_request_topic, request_topic, worker_group
 
 log = logging.getLogger(__name__)
@@ -148,10 +148,7 @@ class QueueDepths:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         for consumer in self._consumers.values():
             await consumer.stop()
         self._consumers.clear()

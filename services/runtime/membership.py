@@ -9,7 +9,6 @@ the same consumer and are kept in `rollouts` for ingest's split and the workers'
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -24,6 +23,7 @@ from pydantic import ValidationError
 
 from infra.registry import RegistryTable, decode, fold, is_live, tombstone
 from infra.rollout.state import RolloutBook
+from infra.tasks import cancel_and_wait
 from infra.topics import BROKER_EVENT_KEY
 from schemas.telemetry import InstanceRecord, InstanceState
 from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS, Tier
@@ -183,10 +183,7 @@ class Membership:
 
     async def stop_refresh(self) -> None:
         task, self._refresh = self._refresh, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def _refresh_loop(self) -> None:
         while True:
