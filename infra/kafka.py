@@ -232,8 +232,16 @@ class FetchPacer:
             fetcher._fetch_max_wait_ms = wait_ms
 
 
+START_ATTEMPTS = 20
+"""How often a client's start is tried while the broker is still coming up (0.25 s apart)."""
+
+
 async def start_with_retry(
-    start: Callable[[], Awaitable[T]], *, what: str, attempts: int = 20, delay_s: float = 0.25
+    start: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    attempts: int = START_ATTEMPTS,
+    delay_s: float = 0.25,
 ) -> T:
     """Start a Kafka client, retrying while the broker is still coming up."""
     for attempt in range(1, attempts + 1):

@@ -1,0 +1,88 @@
+"""A background reader of one topic without a consumer group: each record goes to a fold."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+from infra.kafka import make_consumer, start_with_retry, stop_consume_loop
+
+log = logging.getLogger(__name__)
+
+RecordFold = Callable[[bytes | None, bytes | None], None]
+"""Called with each record's key and value, in order per partition."""
+
+
+class TopicFeed:
+    """Folds every record of `topic` from `start_at` on, until closed.
+
+    No group: every process that runs a feed sees every record. The fetch wait is long
+    because feeds read topics that are written rarely (decisions, heartbeats): a short
+    one would have an idle consumer ask the broker every few ms.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        fold: RecordFold,
+        *,
+        name: str,
+        start_at: Literal["earliest", "latest"],
+        client_id: str = "inferbus",
+        poll_timeout_ms: int = 500,
+        start_attempts: int = 1,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._fold = fold
+        self._name = name
+        self._start_at = start_at
+        self._client_id = client_id
+        self._poll_timeout_ms = poll_timeout_ms
+        self._start_attempts = start_attempts
+        self._consumer: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+        """Set when the consume loop died (logged)."""
+
+    async def start(self) -> None:
+        """Start consuming (idempotent); retries a refused connection `start_attempts` times."""
+        if self._task is not None:
+            return
+        consumer = make_consumer(
+            self._topic,
+            bootstrap=self._bootstrap,
+            group_id=None,
+            client_id=self._client_id,
+            auto_offset_reset=self._start_at,
+            fetch_max_wait_ms=self._poll_timeout_ms,
+        )
+        await start_with_retry(
+            consumer.start, what=f"{self._name}-feed", attempts=self._start_attempts
+        )
+        self._consumer = consumer
+        self._task = asyncio.create_task(self._run(), name=f"inferbus-{self._name}-feed")
+        self._task.add_done_callback(self._on_done)
+
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.error = task.exception()
+            log.error(
+                "event=%s_feed_stopped topic=%s error=%r", self._name, self._topic, self.error
+            )
+
+    async def _run(self) -> None:
+        while True:
+            batches = await self._consumer.getmany(timeout_ms=self._poll_timeout_ms)
+            for records in batches.values():
+                for record in records:
+                    self._fold(record.key, record.value)
+
+    async def close(self) -> None:
+        """Stop consuming (idempotent)."""
+        task, self._task = self._task, None
+        consumer, self._consumer = self._consumer, None
+        await stop_consume_loop(task, consumer)
