@@ -6,16 +6,17 @@ import asyncio
 import contextlib
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from infra.tasks import cancel_and_wait
 from schemas.topics import Tier, ingest_topic
 from services.chaos.events import valid
 from services.chaos.harness import ChaosError, ChaosStack, StackPlan
-from services.chaos.ledger import Fate, Sent, fates
+from services.chaos.ledger import Fate, Sent, Tally, fates
 from services.chaos.observer import Observer
 from services.chaos.report import Check, ScenarioReport
 from services.chaos.traffic import ClientProducer, RawProducer, Traffic
@@ -51,6 +52,8 @@ class Run:
     traffic: Traffic
     observer: Observer
     progress: Progress
+    started_s: float
+    """`time.monotonic()` when the scenario began starting its stack."""
     grace_s: float = GRACE_S
 
     @property
@@ -84,6 +87,27 @@ class Run:
         while not any(s.ref in request_ids and s.status == "ok" for s in self.observer.seen):
             self.observer.changed.clear()
             await self.observer.changed.wait()
+
+    def paced_valid(
+        self,
+        tier: Tier,
+        *,
+        rate_rps: float,
+        duration_s: float,
+        timeout_s: float,
+        phase: Callable[[], str] = lambda: "main",
+    ) -> asyncio.Task[int]:
+        """Send valid `tier` requests at `rate_rps` for `duration_s` in the background, each
+        due `timeout_s` after it is sent; the task returns how many were sent."""
+        return asyncio.create_task(
+            self.traffic.paced(
+                lambda: valid(tier=tier, deadline_s=time.time() + timeout_s),
+                ingest_topic(tier),
+                rate_rps=rate_rps,
+                duration_s=duration_s,
+                phase=phase,
+            )
+        )
 
     def scenario_sent(self) -> list[Sent]:
         return [s for s in self.traffic.sent if s.kind != PROBE]
@@ -133,6 +157,29 @@ class Run:
                 f"outcomes: ok {ok} errors {errors} dlq {dlq}; in flight {self.traffic.in_flight}"
             )
 
+    def report(
+        self,
+        *,
+        summary: str,
+        tally: Tally,
+        recover_s: float | None,
+        checks: Sequence[Check],
+        phases: dict[str, Tally] | None = None,
+        extras: dict[str, Any] | None = None,
+    ) -> ScenarioReport:
+        """The scenario's report: its own checks, then the stack's (once the stack is closed)."""
+        return ScenarioReport(
+            name=self.name,
+            summary=summary,
+            tally=tally,
+            recover_s=recover_s,
+            checks=[*checks, *stack_checks(self)],
+            duration_s=time.monotonic() - self.started_s,
+            log_dir=self.log_dir,
+            phases=phases or {},
+            extras=extras or {},
+        )
+
 
 def stack_checks(run: Run) -> list[Check]:
     """What every scenario checks of the stack itself, once it is closed."""
@@ -154,6 +201,7 @@ async def running(
 
     Requests go through a plain producer, or with `via_client` through `InferenceClient`.
     """
+    started_s = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix=f"inferbus-chaos-{name}-"))
     async with AsyncExitStack() as exits:
         stack = ChaosStack(plan, workdir)
@@ -166,13 +214,7 @@ async def running(
         traffic = Traffic(ClientProducer(bootstrap) if via_client else RawProducer(bootstrap))
         await traffic.start()
         exits.push_async_callback(traffic.stop)
-        run = Run(name, stack, traffic, observer, progress)
+        run = Run(name, stack, traffic, observer, progress, started_s)
         ticker = asyncio.create_task(run.ticker())
-        exits.push_async_callback(_cancel, ticker)
+        exits.push_async_callback(cancel_and_wait, ticker)
         yield run
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

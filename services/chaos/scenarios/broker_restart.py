@@ -6,14 +6,14 @@ import asyncio
 import time
 from dataclasses import dataclass, replace
 
-from schemas.topics import Tier, ingest_topic
-from services.chaos.events import valid
+from schemas.topics import Tier
 from services.chaos.harness import StackPlan
 from services.chaos.ledger import tally, tally_by
 from services.chaos.measures import first_ok_sent_after
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running
+from services.chaos.scenarios.checks import first_ok_after
 
 NAME = "broker-restart"
 SUMMARY = "broker down ~10 s, back on the same port with no state (a plain producer)"
@@ -41,19 +41,16 @@ PLAN = StackPlan(SimModel(), tiers=(TIER,), with_scaler=True)
 
 
 async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
-    started = time.monotonic()
     name = CLIENT_NAME if sizes.via_client else NAME
     async with running(name, PLAN, progress, via_client=sizes.via_client) as r:
         await r.warm(TIER)
         phase = "before"
-        load = asyncio.create_task(
-            r.traffic.paced(
-                lambda: valid(tier=TIER, deadline_s=time.time() + sizes.timeout_s),
-                ingest_topic(TIER),
-                rate_rps=sizes.rate_rps,
-                duration_s=sizes.duration_s,
-                phase=lambda: phase,
-            )
+        load = r.paced_valid(
+            TIER,
+            rate_rps=sizes.rate_rps,
+            duration_s=sizes.duration_s,
+            timeout_s=sizes.timeout_s,
+            phase=lambda: phase,
         )
         await asyncio.sleep(sizes.stop_at_s)
         phase = "down"
@@ -72,8 +69,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
     phases = tally_by(fates, lambda f: f.sent.phase)
     after = phases.get("after", tally([]))
     recover = first_ok_sent_after(fates, back_at)
-    return ScenarioReport(
-        name=name,
+    return r.report(
         summary=CLIENT_SUMMARY if sizes.via_client else SUMMARY,
         tally=tally(fates),
         recover_s=recover,
@@ -81,18 +77,14 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
             Check(
                 f"resumes within {RESUME_BOUND_S:.0f} s of the broker's return",
                 recover is not None and recover <= RESUME_BOUND_S,
-                "first ok for a request sent after the return: "
-                + ("never" if recover is None else f"{recover:.1f}s after it"),
+                first_ok_after("return", recover),
             ),
             Check(
                 "0 lost among requests accepted after the restart",
                 after.accepted > 0 and after.lost == 0,
                 f"{after.lost} of {after.accepted} lost",
             ),
-            *stack_checks(r),
         ],
-        duration_s=time.monotonic() - started,
-        log_dir=r.log_dir,
         phases=phases,
         extras={
             "down_s": sizes.down_s,

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from dataclasses import dataclass
 
+from infra.tasks import cancel_and_wait
 from schemas.topics import INGEST, Tier
 from services.chaos.harness import ChaosError, ChaosStack, StackPlan
 from services.chaos.ledger import outcomes_by, tally, tally_by
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running
 from services.chaos.storm import make, plan
 
 NAME = "malformed-storm"
@@ -59,7 +59,6 @@ async def _rss_back(stack: ChaosStack, bound_mb: float, wait_s: float) -> float 
 
 
 async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
-    started = time.monotonic()
     async with running(NAME, PLAN, progress) as r:
         await r.warm(TIER)
         baseline = r.stack.ingest_rss_mb()
@@ -77,17 +76,14 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                     await asyncio.sleep(10 / sizes.rate_rps)
             await r.settle()
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+            await cancel_and_wait(sampler)
         after = await _rss_back(r.stack, RSS_FACTOR * baseline, sizes.rss_wait_s)
         fates = r.fates()
     total = tally(fates)
     controls = [f for f in fates if f.sent.kind == "control"]
     served = sum(1 for f in controls if f.outcome == "ok")
     bound = RSS_FACTOR * baseline
-    return ScenarioReport(
-        name=NAME,
+    return r.report(
         summary=SUMMARY,
         tally=total,
         recover_s=None,
@@ -110,10 +106,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 + ("ingest gone" if after is None else f"{after:.0f} MB")
                 + f" (bound {bound:.0f} MB)",
             ),
-            *stack_checks(r),
         ],
-        duration_s=time.monotonic() - started,
-        log_dir=r.log_dir,
         phases=tally_by(fates, lambda f: f.sent.kind),
         extras={
             "outcomes_by_kind": outcomes_by(fates, lambda f: f.sent.kind),

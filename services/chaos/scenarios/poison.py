@@ -11,7 +11,7 @@ from services.chaos.harness import StackPlan
 from services.chaos.ledger import Fate, outcomes_by, tally, tally_by
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running
 
 NAME = "poison"
 SUMMARY = "a 10,000-deep event, then valid requests on its key: all served, poison dead-lettered"
@@ -52,7 +52,6 @@ def _poisons(sizes: Sizes) -> list[tuple[str, Event]]:
 
 
 async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
-    started = time.monotonic()
     async with running(NAME, PLAN, progress) as r:
         await r.warm(TIER)
         first_sent = time.time()
@@ -70,8 +69,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
     bad_ones = [f for f in fates if f.sent.kind == "poison"]
     served = sum(1 for f in followers if f.outcome == "ok")
     last = _last_outcome(followers)
-    return ScenarioReport(
-        name=NAME,
+    return r.report(
         summary=SUMMARY,
         tally=tally(fates),
         recover_s=last - first_sent if last is not None and served == len(followers) else None,
@@ -86,10 +84,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 all(f.first is not None and not f.late and f.conflicts == 0 for f in bad_ones),
                 ", ".join(f"{f.sent.phase}: {f.outcome}" for f in bad_ones),
             ),
-            *stack_checks(r),
         ],
-        duration_s=time.monotonic() - started,
-        log_dir=r.log_dir,
         phases=tally_by(fates, lambda f: f.sent.phase),
         extras={"poison_outcomes": outcomes_by(bad_ones, lambda f: f.sent.phase)},
     )

@@ -7,14 +7,14 @@ import itertools
 import time
 from dataclasses import dataclass
 
-from schemas.topics import Tier, ingest_topic
-from services.chaos.events import valid
+from schemas.topics import Tier
 from services.chaos.harness import StackPlan
 from services.chaos.ledger import tally
 from services.chaos.measures import max_gap_s
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running
+from services.chaos.scenarios.checks import none_lost
 
 NAME = "rebalance"
 SUMMARY = "workers join and leave every few seconds under load"
@@ -38,17 +38,11 @@ SHORT = Sizes(rate_rps=20, duration_s=14, every_s=4, replicas=(3, 1), timeout_s=
 
 
 async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
-    started = time.monotonic()
     async with running(NAME, PLAN, progress) as r:
         await r.warm(TIER)
         load_from = time.time()
-        load = asyncio.create_task(
-            r.traffic.paced(
-                lambda: valid(tier=TIER, deadline_s=time.time() + sizes.timeout_s),
-                ingest_topic(TIER),
-                rate_rps=sizes.rate_rps,
-                duration_s=sizes.duration_s,
-            )
+        load = r.paced_valid(
+            TIER, rate_rps=sizes.rate_rps, duration_s=sizes.duration_s, timeout_s=sizes.timeout_s
         )
         changes = 0
         for replicas in itertools.cycle(sizes.replicas):
@@ -64,22 +58,18 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
         fates = r.fates()
         stall = max_gap_s(r.observer.seen, load_from, load_until)
     total = tally(fates)
-    return ScenarioReport(
-        name=NAME,
+    return r.report(
         summary=SUMMARY,
         tally=total,
         recover_s=None,
         checks=[
-            Check("0 lost", total.lost == 0, f"{total.lost} of {total.accepted} accepted lost"),
+            none_lost(total),
             Check(
                 "every request served ok",
                 total.ok == total.accepted,
                 f"{total.ok}/{total.accepted} ok; errors {total.errors or 'none'}",
             ),
-            *stack_checks(r),
         ],
-        duration_s=time.monotonic() - started,
-        log_dir=r.log_dir,
         extras={"membership_changes": changes, "longest_stall_s": stall},
     )
 

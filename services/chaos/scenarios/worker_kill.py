@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from dataclasses import dataclass
-
-from schemas.topics import Tier, ingest_topic
-from services.chaos.events import valid
-from services.chaos.harness import ChaosError, StackPlan, started_at
+from schemas.topics import Tier
+from services.chaos.harness import StackPlan, started_at
 from services.chaos.ledger import tally
 from services.chaos.measures import first_ok
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
-from services.chaos.scenarios.base import Progress, ScenarioSpec, running, stack_checks
+from services.chaos.scenarios.base import Progress, ScenarioSpec, running
+from services.chaos.scenarios.checks import none_lost
+from services.chaos.scenarios.kill import KillSizes, kill_under_load
 
 NAME = "worker-kill"
 SUMMARY = "kill -9 the worker under load, scaler on, no hand help"
@@ -21,51 +18,31 @@ TIER: Tier = "interactive"
 SLACK_S = 5.0
 """The target: a replacement serves within the measured time-to-ready plus this."""
 
-
-@dataclass(frozen=True)
-class Sizes:
-    rate_rps: float
-    duration_s: float
-    kill_at_s: float
-    timeout_s: float
-    """Each request's deadline, seconds after it is sent."""
-
-
-DEFAULT = Sizes(rate_rps=40, duration_s=60, kill_at_s=10, timeout_s=30)
-SHORT = Sizes(rate_rps=20, duration_s=12, kill_at_s=3, timeout_s=25)
+DEFAULT = KillSizes(rate_rps=40, duration_s=60, kill_at_s=10, timeout_s=30)
+SHORT = KillSizes(rate_rps=20, duration_s=12, kill_at_s=3, timeout_s=25)
 PLAN = StackPlan(SimModel(max_replicas=1), tiers=(TIER,), with_scaler=True)
 """One worker at most: the scaler can only replace the killed one, not add another."""
 
 
-async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
-    started = time.monotonic()
+async def run(sizes: KillSizes, progress: Progress) -> ScenarioReport:
     async with running(NAME, PLAN, progress) as r:
         warm_s = await r.warm(TIER)
-        killed_at: float | None = None
-        load = asyncio.create_task(
-            r.traffic.paced(
-                lambda: valid(tier=TIER, deadline_s=time.time() + sizes.timeout_s),
-                ingest_topic(TIER),
-                rate_rps=sizes.rate_rps,
-                duration_s=sizes.duration_s,
-                phase=lambda: "before" if killed_at is None else "after",
-            )
+        kill = await kill_under_load(
+            r,
+            TIER,
+            sizes,
+            what="worker",
+            pids=lambda: r.stack.worker_pids(TIER),
+            missing=f"no {TIER} worker is running to kill",
         )
-        await asyncio.sleep(sizes.kill_at_s)
-        pids = r.stack.worker_pids(TIER)
-        if not pids:
-            load.cancel()
-            raise ChaosError(f"no {TIER} worker is running to kill; see {r.log_dir}")
-        before = {s.worker_id for s in r.observer.seen if s.worker_id is not None}
-        killed_at = time.time()
-        r.stack.kill(pids[0])
-        r.say(f"killed worker pid {pids[0]} with SIGKILL")
-        await load
+        killed_at = kill.at_s
         await r.settle()
         fates = r.fates()
-        first = first_ok(r.observer.seen, killed_at, where=lambda s: s.worker_id not in before)
+        first = first_ok(
+            r.observer.seen, killed_at, where=lambda s: s.worker_id not in kill.workers_before
+        )
         # One worker at most: whatever runs now, other than the killed one, replaced it.
-        replacements = [pid for pid in r.stack.worker_pids(TIER) if pid != pids[0]]
+        replacements = [pid for pid in r.stack.worker_pids(TIER) if pid != kill.pid]
         replacement = started_at(replacements[0]) if replacements else None
         registry_ready_s = r.stack.time_to_ready_s(TIER)
         workers_now = r.stack.worker_pids(TIER)
@@ -80,8 +57,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
         ready_source = "the stack's start to its first result (no replacement served)"
     total = tally(fates)
     bound = ready_s + SLACK_S
-    return ScenarioReport(
-        name=NAME,
+    return r.report(
         summary=SUMMARY,
         tally=total,
         recover_s=recover,
@@ -92,16 +68,13 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 f"first ok from a new worker {_seconds(recover)} after the kill; "
                 f"bound {bound:.1f}s from {ready_source}",
             ),
-            Check("0 lost", total.lost == 0, f"{total.lost} of {total.accepted} accepted lost"),
-            *stack_checks(r),
+            none_lost(total),
         ],
-        duration_s=time.monotonic() - started,
-        log_dir=r.log_dir,
         phases={
             phase: tally(f for f in fates if f.sent.phase == phase) for phase in ("before", "after")
         },
         extras={
-            "killed_pid": pids[0],
+            "killed_pid": kill.pid,
             "replacement_spawned_after_kill_s": (
                 replacement - killed_at if replacement is not None else None
             ),
