@@ -17,6 +17,8 @@ from scaler.sim.workload import FloatArray, Phase, TierArrivals, Workload, Workl
 from schemas.topics import Tier
 
 _BIN_S = 0.1  # poisson_arrivals samples its rate every 0.1 s
+_DURATION_S = 90.0
+"""Every live scenario's length, seconds."""
 
 
 def lengths(
@@ -57,14 +59,25 @@ def _arrivals(rate: FloatArray, rng: np.random.Generator) -> FloatArray:
     return poisson_arrivals(rate, rng)
 
 
+def _live(
+    name: str, scale: float, *, tiers: dict[Tier, TierArrivals], phases: tuple[Phase, ...]
+) -> Workload:
+    """A live scenario's workload; its `source` names the scenario and the rate scale."""
+    return Workload(
+        name=name,
+        source=f"scenario {name} x{scale:g}",
+        duration_s=_DURATION_S,
+        tiers=tiers,
+        phases=phases,
+    )
+
+
 def burst(rng: np.random.Generator, scale: float) -> Workload:
     """Short interactive requests, 40/s with a 30 s burst at 240/s (x6)."""
-    duration = 90.0
-    times = _arrivals(steps(duration, (0, 90, 40 * scale), (20, 50, 240 * scale)), rng)
-    return Workload(
-        name="burst",
-        source=f"scenario burst x{scale:g}",
-        duration_s=duration,
+    times = _arrivals(steps(_DURATION_S, (0, 90, 40 * scale), (20, 50, 240 * scale)), rng)
+    return _live(
+        "burst",
+        scale,
         tiers={"interactive": TierArrivals(times, lengths(times.size, 128, 0.3, (32, 256), rng))},
         phases=(Phase("before", 0, 20), Phase("burst", 20, 50), Phase("after", 50, 90)),
     )
@@ -72,18 +85,16 @@ def burst(rng: np.random.Generator, scale: float) -> Workload:
 
 def long_context(rng: np.random.Generator, scale: float) -> Workload:
     """15/s throughout; the inputs turn long (median 64 -> 450 tokens) for a minute."""
-    duration = 90.0
-    times = _arrivals(steps(duration, (0, 90, 15 * scale)), rng)
+    times = _arrivals(steps(_DURATION_S, (0, 90, 15 * scale)), rng)
     long = (times >= 15) & (times < 75)
     tokens = np.where(
         long,
         lengths(times.size, 450, 0.1, (256, 512), rng),
         lengths(times.size, 64, 0.4, (8, 256), rng),
     )
-    return Workload(
-        name="long-context",
-        source=f"scenario long-context x{scale:g}",
-        duration_s=duration,
+    return _live(
+        "long-context",
+        scale,
         tiers={"interactive": TierArrivals(times, tokens)},
         phases=(Phase("short", 0, 15), Phase("long", 15, 75), Phase("short-again", 75, 90)),
     )
@@ -91,13 +102,11 @@ def long_context(rng: np.random.Generator, scale: float) -> Workload:
 
 def mixed(rng: np.random.Generator, scale: float) -> Workload:
     """Interactive 30/s (short) beside batch 10/s (longer) that doubles to 20/s for 30 s."""
-    duration = 90.0
-    ti = _arrivals(steps(duration, (0, 90, 30 * scale)), rng)
-    tb = _arrivals(steps(duration, (0, 90, 10 * scale), (30, 60, 20 * scale)), rng)
-    return Workload(
-        name="mixed",
-        source=f"scenario mixed x{scale:g}",
-        duration_s=duration,
+    ti = _arrivals(steps(_DURATION_S, (0, 90, 30 * scale)), rng)
+    tb = _arrivals(steps(_DURATION_S, (0, 90, 10 * scale), (30, 60, 20 * scale)), rng)
+    return _live(
+        "mixed",
+        scale,
         tiers={
             "interactive": TierArrivals(ti, lengths(ti.size, 64, 0.4, (8, 256), rng)),
             "batch": TierArrivals(tb, lengths(tb.size, 192, 0.3, (64, 512), rng)),
@@ -108,14 +117,12 @@ def mixed(rng: np.random.Generator, scale: float) -> Workload:
 
 def warmup(rng: np.random.Generator, scale: float) -> Workload:
     """20/s, a 10 s ramp to 200/s held 35 s (faster than a worker starts), then 20/s."""
-    duration = 90.0
-    rate = ramp(duration, 15, 25, 20 * scale, 200 * scale)
-    rate[np.arange(0.0, duration, _BIN_S) >= 60] = 20 * scale
+    rate = ramp(_DURATION_S, 15, 25, 20 * scale, 200 * scale)
+    rate[np.arange(0.0, _DURATION_S, _BIN_S) >= 60] = 20 * scale
     times = _arrivals(rate, rng)
-    return Workload(
-        name="warmup",
-        source=f"scenario warmup x{scale:g}",
-        duration_s=duration,
+    return _live(
+        "warmup",
+        scale,
         tiers={"interactive": TierArrivals(times, lengths(times.size, 128, 0.3, (32, 256), rng))},
         phases=(Phase("low", 0, 15), Phase("ramp", 15, 60), Phase("low-again", 60, 90)),
     )
