@@ -9,24 +9,9 @@ import pytest
 import yaml
 
 from infra.models.config import ModelConfig, ModelConfigError
+from tests.model_yaml import write_sim_model
 
 GOOD = {"stable": "1", "canary": "2", "share": 0.1}
-
-
-def _model(tmp_path: Path, rollout: Any, versions: tuple[str, ...] = ("1", "2")) -> Path:
-    folder = tmp_path / "m"
-    folder.mkdir()
-    for version in versions:
-        (folder / version).mkdir()
-    raw = {
-        "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
-        "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 2]}],
-        "engine": {"kind": "sim"},
-        "rollout": rollout,
-    }
-    path = folder / "model.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 CASES = [
@@ -62,7 +47,7 @@ CASES = [
 def test_a_bad_rollout_is_refused_naming_the_setting(
     tmp_path: Path, rollout: Any, message: str
 ) -> None:
-    path = _model(tmp_path, rollout)
+    path = write_sim_model(tmp_path, rollout=rollout)
     with pytest.raises(ModelConfigError) as caught:
         ModelConfig.load(path)
     assert message in str(caught.value)
@@ -70,7 +55,9 @@ def test_a_bad_rollout_is_refused_naming_the_setting(
 
 
 def test_a_missing_version_folder_lists_the_ones_there(tmp_path: Path) -> None:
-    path = _model(tmp_path, {**GOOD, "canary": "7"}, versions=("1", "2", ".staging"))
+    path = write_sim_model(
+        tmp_path, rollout={**GOOD, "canary": "7"}, versions=("1", "2", ".staging")
+    )
     with pytest.raises(ModelConfigError, match=r"\(have: 1, 2\)"):
         ModelConfig.load(path)
 
@@ -87,7 +74,7 @@ def test_a_missing_version_folder_lists_the_ones_there(tmp_path: Path) -> None:
 def test_a_good_rollout_loads(
     tmp_path: Path, rollout: Any, canary: str | None, share: float | None
 ) -> None:
-    config = ModelConfig.load(_model(tmp_path, rollout))
+    config = ModelConfig.load(write_sim_model(tmp_path, rollout=rollout))
     if rollout is None:
         assert config.rollout is None
         return
@@ -97,7 +84,7 @@ def test_a_good_rollout_loads(
 
 
 def test_the_verdict_defaults_are_documented_numbers(tmp_path: Path) -> None:
-    config = ModelConfig.load(_model(tmp_path, GOOD))
+    config = ModelConfig.load(write_sim_model(tmp_path, rollout=GOOD))
     assert config.rollout is not None
     verdict = config.rollout.verdict
     assert (

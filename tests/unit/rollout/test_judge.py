@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from infra.models.repository import ModelRepository
 from infra.rollout.state import RolloutBook
@@ -16,22 +15,14 @@ from scaler.rollout.judge import RolloutJudge
 from scaler.rollout.windows import VersionWindows
 from schemas.rollout import RolloutRecord
 from schemas.telemetry import Heartbeat, WorkerLoad
+from tests.model_yaml import write_sim_model
 from tracing.histogram import LatencyHistogram
 
 NOW = 10_000.0
 
 
 def repository(tmp_path: Path, rollout: dict[str, Any] | None) -> ModelRepository:
-    folder = tmp_path / "m"
-    for version in ("1", "2"):
-        (folder / version).mkdir(parents=True)
-    raw = {
-        "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
-        "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 2]}],
-        "engine": {"kind": "sim"},
-        "rollout": rollout,
-    }
-    (folder / "model.yaml").write_text(yaml.safe_dump(raw))
+    write_sim_model(tmp_path, rollout=rollout)
     return ModelRepository(tmp_path)
 
 

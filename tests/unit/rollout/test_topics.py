@@ -4,28 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from infra.models.repository import ModelRepository
 from infra.topics import canary_models, repository_topics, standard_topics
 from scaler.collector.collector import Collector, GroupTarget, targets_for
 from scaler.collector.feeds import TelemetryFeed
 from scaler.registry import Registry
 from schemas.topics import ROLLOUTS
-
-
-def _model(root: Path, name: str, rollout: object, tiers: list[str] | None = None) -> None:
-    folder = root / name
-    for version in ("1", "2"):
-        (folder / version).mkdir(parents=True)
-    raw = {
-        "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
-        "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 2]}],
-        "engine": {"kind": "sim"},
-        "rollout": rollout,
-        "tiers": tiers or ["critical", "interactive", "batch"],
-    }
-    (folder / "model.yaml").write_text(yaml.safe_dump(raw))
+from tests.model_yaml import write_sim_model
 
 
 def test_the_rollouts_topic_is_standard_and_compacted() -> None:
@@ -35,9 +20,9 @@ def test_the_rollouts_topic_is_standard_and_compacted() -> None:
 
 
 def test_canary_tier_topics_only_for_models_with_a_canary(tmp_path: Path) -> None:
-    _model(tmp_path, "plain", None)
-    _model(tmp_path, "pinned", {"stable": "1"})
-    _model(tmp_path, "canaried", {"stable": "1", "canary": "2", "share": 0.1})
+    write_sim_model(tmp_path, "plain")
+    write_sim_model(tmp_path, "pinned", rollout={"stable": "1"})
+    write_sim_model(tmp_path, "canaried", rollout={"stable": "1", "canary": "2", "share": 0.1})
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "model.yaml").write_text("inputs: [")
     repository = ModelRepository(tmp_path)
@@ -51,7 +36,12 @@ def test_canary_tier_topics_only_for_models_with_a_canary(tmp_path: Path) -> Non
 
 
 def test_the_collector_targets_canary_groups_per_tier(tmp_path: Path) -> None:
-    _model(tmp_path, "canaried", {"stable": "1", "canary": "2", "share": 0.1}, ["interactive"])
+    write_sim_model(
+        tmp_path,
+        "canaried",
+        rollout={"stable": "1", "canary": "2", "share": 0.1},
+        tiers=["interactive"],
+    )
     groups = {target.group for target in targets_for(ModelRepository(tmp_path))}
     assert groups == {
         "inferbus.workers.canaried.interactive",
@@ -60,7 +50,7 @@ def test_the_collector_targets_canary_groups_per_tier(tmp_path: Path) -> None:
 
 
 async def test_groups_of_a_canary_named_later_are_added_never_dropped(tmp_path: Path) -> None:
-    _model(tmp_path, "m", None, ["interactive"])
+    write_sim_model(tmp_path, tiers=["interactive"])
     repository = ModelRepository(tmp_path)
     collector = Collector(
         "127.0.0.1:1",

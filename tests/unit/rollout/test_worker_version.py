@@ -22,6 +22,7 @@ from schemas.tensors import Arrays
 from services.worker.engine_host import EngineHost
 from services.worker.engines.base import Engine, EngineInfo
 from services.worker.versions import LaneVersions, NoCanary
+from tests.model_yaml import write_sim_model
 
 CANARY = {"stable": "1", "canary": "2", "share": 0.1}
 
@@ -51,15 +52,7 @@ class FakeEngine(Engine):
 
 @pytest.fixture
 def repository(tmp_path: Path) -> ModelRepository:
-    folder = tmp_path / "m"
-    for version in ("1", "2", "3"):
-        (folder / version).mkdir(parents=True)
-    raw = {
-        "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 4]}],
-        "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 2]}],
-        "engine": {"kind": "sim"},
-    }
-    (folder / "model.yaml").write_text(yaml.safe_dump(raw))
+    write_sim_model(tmp_path, versions=("1", "2", "3"))
     FakeEngine.loads = []
     FakeEngine.broken = set()
     return ModelRepository(tmp_path)
