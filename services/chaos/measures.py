@@ -6,7 +6,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
 
-from services.chaos.ledger import Fate, Seen
+from services.chaos.ledger import LOST, Fate, Seen
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -71,6 +71,15 @@ def first_ok_sent_after(items: Iterable[Fate], sent_after_s: float) -> float | N
         if f.first is not None and f.sent.sent_s >= sent_after_s and f.outcome == "ok"
     ]
     return min(times) - sent_after_s if times else None
+
+
+def last_loss_sent_after(items: Iterable[Fate], sent_after_s: float) -> float | None:
+    """Seconds from `sent_after_s` to the send of the latest lost event sent after it.
+
+    None when nothing sent after `sent_after_s` was lost.
+    """
+    times = [f.sent.sent_s for f in items if f.sent.sent_s >= sent_after_s and f.outcome == LOST]
+    return max(times) - sent_after_s if times else None
 
 
 def max_gap_s(seen: Iterable[Seen], start_s: float, end_s: float) -> float:

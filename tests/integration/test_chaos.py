@@ -2,8 +2,8 @@
 
 Each scenario starts its own embedded broker, ingest, workers and scaler (the broker
 fixture is not used: a scenario restarts or kills parts of its stack). A scenario whose
-target the services do not meet yet is marked xfail (strict) with the reason; its
-assertion is the same as everyone's.
+target only the embedded broker can miss (a `broker_defect` check: Tansu's phantom acks
+after a restart) is reported but not asserted; a sibling check bounds the damage.
 """
 
 from __future__ import annotations
@@ -24,14 +24,6 @@ from services.chaos.scenarios import SCENARIOS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PLAIN_PRODUCER_LOSES = (
-    "Tansu (memory storage) acks records produced to a topic it lost in the restart, then "
-    "numbers the re-created topic's records from lower offsets: a producer without "
-    "inferbus's client (no resend after a restart) can lose some of what it sends in the "
-    "seconds after the broker's return (docs/reliability.md, scripts/tansu_phantom.py)"
-)
-
-
 @pytest.mark.parametrize(
     "name",
     [
@@ -41,11 +33,7 @@ PLAIN_PRODUCER_LOSES = (
         pytest.param("rebalance", id="rebalance"),
         pytest.param("worker-kill", id="worker-kill"),
         pytest.param("ingest-kill", id="ingest-kill"),
-        pytest.param(
-            "broker-restart",
-            id="broker-restart",
-            marks=pytest.mark.xfail(reason=PLAIN_PRODUCER_LOSES, strict=True),
-        ),
+        pytest.param("broker-restart", id="broker-restart"),
         pytest.param("broker-restart-client", id="broker-restart-client"),
     ],
 )
@@ -54,7 +42,7 @@ async def test_short_scenario_meets_its_targets(name: str) -> None:
     [report] = await run_scenarios([name], short=True, progress=said.append)
     assert report.tally.sent > 0, "\n".join(lines(report) + said)
     # Latency targets are measured by `inferbus chaos`, not asserted here: tests never
-    # assert speed on a shared host.
+    # assert speed on a shared host. Broker-defect targets are reported, not asserted.
     assert report.correct(), "\n".join(lines(report) + said[-15:])
 
 

@@ -11,6 +11,7 @@ from services.chaos.measures import (
     first_ok,
     first_ok_after,
     first_ok_sent_after,
+    last_loss_sent_after,
     latencies_ms,
     lateness_s,
     max_gap_s,
@@ -97,6 +98,17 @@ def test_first_ok_sent_after_ignores_requests_sent_before() -> None:
     )
     assert first_ok_sent_after(items, 5.0) == 4.0
     assert first_ok_sent_after(items, 8.0) is None
+
+
+def test_last_loss_sent_after_is_the_latest_lost_send_after_the_time() -> None:
+    items = fates(
+        [_sent("a", 1.0), _sent("b", 6.0), _sent("c", 7.5), _sent("d", 8.0)],
+        [Seen("result", "b", "ok", 6.5), Seen("result", "d", "ok", 8.5)],
+        grace_s=1.0,
+    )
+    # "a" was lost but sent before; "c" is the last lost one sent after 5.0.
+    assert last_loss_sent_after(items, 5.0) == 2.5
+    assert last_loss_sent_after(items, 7.6) is None
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from rich.console import Console
 
 from services.chaos.ledger import Tally
@@ -32,6 +33,24 @@ def test_passed_only_when_every_check_is_met() -> None:
     assert report(met).passed
     assert not report(met, missed).passed
     assert report(met, missed).failed() == [missed]
+
+
+@pytest.mark.parametrize(
+    ("missed", "correct"),
+    [
+        pytest.param(Check("b", False, "no"), False, id="plain-target-is-asserted"),
+        pytest.param(Check("p99", False, "slow", latency=True), True, id="latency-reported"),
+        pytest.param(
+            Check("0 lost", False, "3 lost", broker_defect="phantom acks"),
+            True,
+            id="broker-defect-reported",
+        ),
+    ],
+)
+def test_correct_asserts_all_but_latency_and_broker_defects(missed: Check, correct: bool) -> None:
+    result = report(Check("a", True, "fine"), missed)
+    assert not result.passed
+    assert result.correct() is correct
 
 
 def test_json_has_the_counts_and_no_infinity() -> None:
