@@ -24,6 +24,7 @@ from services.chaos.scenarios import SCENARIOS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+
 @pytest.mark.parametrize(
     "name",
     [
