@@ -47,6 +47,8 @@ from services.bench.step_report import (
     Landed,
     Reply,
     cpu_by_phase,
+    latency_breakdown,
+    others_by_phase,
     owner_records,
     served_records,
     targets,
@@ -647,6 +649,7 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
             "kills": [asdict(k) for k in kills],
             "workers": samples.workers,
             "first_seen": {str(k): v for k, v in samples.first_seen.items()},
+            "others": samples.others,
             "cpu": samples.cpu,
             "worker_cpu": {str(k): v for k, v in samples.worker_cpu.items()},
         }
@@ -729,6 +732,14 @@ def build_report(raw: dict[str, Any], options: ScaleStepOptions) -> dict[str, An
             {int(k): v for k, v in raw.get("first_seen", {}).items()},
         ),
         "cpu_cores_busy": cpu_by_phase(raw["cpu"], bounds_list, start_wall),
+        "other_processes_cores": others_by_phase(raw.get("others", []), bounds_list, start_wall),
+        "latency_breakdown": latency_breakdown(
+            raw["sent"],
+            {k: (v[1], v[4]) for k, v in replies_raw.items()},
+            landed,
+            start_wall,
+            bounds_list,
+        ),
         "worker_cores_in_high_load": worker_cores(
             {int(k): v for k, v in raw["worker_cpu"].items()},
             start_wall + high[0][0],

@@ -166,6 +166,68 @@ def worker_cores(
     return out
 
 
+def latency_breakdown(
+    sent: Sequence[tuple[str, float]],
+    e2e_and_queue: Mapping[str, tuple[float | None, float | None]],
+    landed: Mapping[str, Landed],
+    origin_s: float,
+    phases: Sequence[tuple[str, float, float]],
+) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Per phase (by send time), p50/p99 ms of where each answered request's time went:
+    `ingest` (sent to on the tier topic: the ingest topic, ingest, the produce),
+    `queue` (on the tier topic until a worker read it: what a handover pauses) and
+    `worker` (the rest of e2e: batching, engine, publishing)."""
+    parts: dict[str, dict[str, list[float]]] = {
+        name: {"ingest": [], "queue": [], "worker": []} for name, _, _ in phases
+    }
+    for request_id, sent_t in sent:
+        e2e, queue = e2e_and_queue.get(request_id, (None, None))
+        where = landed.get(request_id)
+        if e2e is None or queue is None or where is None:
+            continue
+        name = next((n for n, lo, hi in phases if lo <= sent_t < hi), None)
+        if name is None:
+            continue
+        ingest = (where.timestamp_s - origin_s - sent_t) * 1000
+        parts[name]["ingest"].append(ingest)
+        parts[name]["queue"].append(queue)
+        parts[name]["worker"].append(e2e - ingest - queue)
+    return {
+        name: {part: _quantiles(values) for part, values in by_part.items()}
+        for name, by_part in parts.items()
+    }
+
+
+def _quantiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50_ms": None, "p99_ms": None}
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {"p50_ms": pick(0.5), "p99_ms": pick(0.99)}
+
+
+def others_by_phase(
+    others: Sequence[tuple[float, float, Sequence[tuple[str, float]]]],
+    phases: Sequence[tuple[str, float, float]],
+    origin_s: float,
+    top: int = 5,
+) -> dict[str, list[tuple[str, float]]]:
+    """Per phase: the host's other busiest commands and the cores they used on average."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for name, start, end in phases:
+        used: dict[str, float] = {}
+        for t, _span, busiest in others:
+            if start < t - origin_s <= end:
+                for command, cpu_s in busiest:
+                    used[command] = used.get(command, 0.0) + cpu_s
+        ranked = sorted(used.items(), key=lambda x: -x[1])[:top]
+        out[name] = [(command, round(cpu_s / (end - start), 3)) for command, cpu_s in ranked]
+    return out
+
+
 def _met(value: float | None, target: float, *, at_most: bool) -> bool | None:
     if value is None:
         return None
@@ -255,6 +317,14 @@ def handover_lines(report: Mapping[str, Any]) -> list[str]:
             f"answers: lost {answers['lost']}, answered more than once "
             f"{answers['answered_more_than_once']} ({answers['repeat_records']} repeat records, "
             f"dropped by id), answered twice after dedupe {answers['answered_twice_after_dedupe']}"
+        )
+    for name, parts in (report.get("latency_breakdown") or {}).items():
+        cpu = (report.get("cpu_cores_busy") or {}).get(name, {})
+        cores = " ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+        lines.append(
+            f"{name}: p50/p99 ms "
+            + ", ".join(f"{k} {v['p50_ms']}/{v['p99_ms']}" for k, v in parts.items())
+            + (f" | cores busy: {cores}" if cores else "")
         )
     sim = report.get("sim")
     if sim:

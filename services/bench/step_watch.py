@@ -11,6 +11,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiokafka import TopicPartition
 from pydantic import ValidationError
@@ -19,7 +20,7 @@ from infra.kafka import make_consumer, start_with_retry
 from infra.registry import decode
 from schemas.telemetry import InstanceRecord
 from schemas.topics import INSTANCES
-from services.bench.cpu import machine_busy_s, process_cpu
+from services.bench.cpu import machine_busy_s, process_cpu, process_cpu_total
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,9 @@ class ProcessSamples:
     """(epoch s, machine busy s, role -> CPU s of its processes so far)."""
     worker_cpu: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     """Worker pid -> (epoch s, CPU s so far)."""
+    others: list[tuple[float, float, list[tuple[str, float]]]] = field(default_factory=list)
+    """(epoch s, seconds covered, [(command, CPU s in them)]): the busiest processes that
+    are not this run's, every `others_every_s` (what else the host ran)."""
 
 
 async def sample_processes(
@@ -151,9 +155,14 @@ async def sample_processes(
     *,
     every_s: float = 0.25,
     cpu_every_s: float = 1.0,
+    others_every_s: float = 5.0,
 ) -> None:
-    """Sample worker counts every `every_s` and CPU every `cpu_every_s` until `stop`."""
+    """Sample worker counts every `every_s`, CPU every `cpu_every_s` and the host's other
+    busy processes every `others_every_s`, until `stop`."""
     last_cpu: dict[int, float] = {}
+    others_before: dict[int, float] = {}
+    others_at = time.time()
+    next_others = others_at + others_every_s
     known: dict[str, set[int]] = {}
     """Every pid a role ever had: an exited process keeps its last CPU reading."""
     next_cpu = 0.0
@@ -178,5 +187,44 @@ async def sample_processes(
                         samples.worker_cpu.setdefault(pid, []).append((now, last_cpu[pid]))
                 per_role[role] = total
             samples.cpu.append((now, machine_busy_s(), per_role))
+        if now >= next_others:
+            ours = set().union(*known.values()) if known else set()
+            now_cpu = _all_cpu(ours)
+            busiest = sorted(
+                (
+                    (pid, used - others_before[pid])
+                    for pid, used in now_cpu.items()
+                    if pid in others_before and used > others_before[pid]
+                ),
+                key=lambda x: -x[1],
+            )[:5]
+            samples.others.append(
+                (now, now - others_at, [(_command(pid), round(used, 2)) for pid, used in busiest])
+            )
+            others_before, others_at, next_others = now_cpu, now, now + others_every_s
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), every_s)
+
+
+def _all_cpu(exclude: set[int]) -> dict[int, float]:
+    """CPU s so far of every process on the host but `exclude` and this one."""
+    out: dict[int, float] = {}
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid in exclude or pid == me:
+            continue
+        cpu = process_cpu_total(pid)
+        if cpu is not None:
+            out[pid] = cpu
+    return out
+
+
+def _command(pid: int, width: int = 100) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return f"pid {pid} (gone)"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:width] or f"pid {pid}"

@@ -17,6 +17,8 @@ from services.bench.step_report import (
     Reply,
     cpu_by_phase,
     handover_lines,
+    latency_breakdown,
+    others_by_phase,
     owner_records,
     served_records,
     targets,
@@ -229,3 +231,27 @@ def test_written_inputs_replay_the_same_arrivals_with_inferbus_sim(tmp_path: Pat
     for flag in ("--handover-pause-s 0.3", "--slo-ms 1000", "--interval-s 2", "--partitions 12"):
         assert flag in command
     assert '"scale_down_window_s": 30.0' in paths["policy"].read_text()
+
+
+def test_latency_breakdown_splits_e2e_into_ingest_queue_and_worker() -> None:
+    sent = [("a", 1.0), ("b", 6.0), ("c", 7.0), ("late", 99.0)]
+    # "a": on the topic 20 ms after it was sent, read 30 ms later, e2e 100 ms.
+    landed = {"a": Landed(0, 0, ORIGIN + 1.02), "b": Landed(0, 1, ORIGIN + 6.5)}
+    times = {"a": (100.0, 30.0), "b": (900.0, 100.0), "c": (None, None)}
+    out = latency_breakdown(sent, times, landed, ORIGIN, [("before", 0, 5), ("step", 5, 10)])
+    assert out["before"]["ingest"]["p50_ms"] == pytest.approx(20.0)
+    assert out["before"]["queue"] == {"p50_ms": 30.0, "p99_ms": 30.0}
+    assert out["before"]["worker"]["p99_ms"] == pytest.approx(50.0)
+    assert out["step"]["ingest"]["p50_ms"] == pytest.approx(500.0)
+    assert out["step"]["worker"]["p50_ms"] == pytest.approx(300.0)
+
+
+def test_other_processes_are_ranked_by_the_cores_they_took_per_phase() -> None:
+    others = [
+        (ORIGIN + 5, 5.0, [("pytest", 4.0), ("make", 1.0)]),
+        (ORIGIN + 10, 5.0, [("pytest", 2.0)]),
+        (ORIGIN + 15, 5.0, [("cc", 5.0)]),
+    ]
+    out = others_by_phase(others, [("step", 0, 10), ("after", 10, 20)], ORIGIN)
+    assert out["step"] == [("pytest", 0.6), ("make", 0.1)]
+    assert out["after"] == [("cc", 0.5)]
