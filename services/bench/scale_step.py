@@ -38,7 +38,7 @@ from scaler.collector.collector import CollectorConfig, GroupCollection
 from scaler.service import ScalerService
 from scaler.signals import PolicyConfig
 from schemas.telemetry import InstanceRecord
-from schemas.topics import request_topic, worker_group
+from schemas.topics import RESULTS, request_topic, worker_group
 from services.bench import step_sim
 from services.bench.handover import Kill, duplicates, handover_report, stalls
 from services.bench.loadgen import Completed, EncoderEvents, LoadGenerator
@@ -59,6 +59,7 @@ from services.bench.step_sim import StepSimInputs
 from services.bench.step_watch import (
     ProcessSamples,
     TopicWatch,
+    find_in_log,
     kill,
     pick_victim,
     sample_processes,
@@ -451,6 +452,10 @@ class StepLoad(LoadGenerator):
     def outstanding(self) -> int:
         return len(self._sent)
 
+    def unanswered(self) -> list[str]:
+        """Request ids sent and not answered yet."""
+        return list(self._sent)
+
     def completed(self) -> dict[str, Completed]:
         """Request id -> its first result as read."""
         return {c.request_id: c for c in self._report.completed}
@@ -536,6 +541,7 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
     samples = ProcessSamples()
     stop = asyncio.Event()
     watch: TopicWatch | None = None
+    in_results: dict[str, list[tuple[int, int]]] = {}
     try:
         bootstrap = await stack.start()
         service, actuator = stack.scaler, stack.actuator
@@ -609,6 +615,12 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
                     await asyncio.sleep(0.5)  # answers arrive on the generator's own task
                 # A few more ticks, to see the scaler settle after the last answer.
                 await asyncio.sleep(2 * options.interval_s)
+                if gen.outstanding():
+                    # Unanswered: is a result in the reply log that the client missed, or
+                    # none at all (and is the request on the tier topic)?
+                    missing = set(gen.unanswered())
+                    progress(f"{len(missing)} unanswered: looking for them in {RESULTS}")
+                    in_results = await find_in_log(bootstrap, RESULTS, missing)
             finally:
                 reporter.cancel()
                 if killer is not None:
@@ -650,6 +662,7 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
             "workers": samples.workers,
             "first_seen": {str(k): v for k, v in samples.first_seen.items()},
             "others": samples.others,
+            "unanswered_in_results_log": in_results,
             "cpu": samples.cpu,
             "worker_cpu": {str(k): v for k, v in samples.worker_cpu.items()},
         }
@@ -705,6 +718,7 @@ def build_report(raw: dict[str, Any], options: ScaleStepOptions) -> dict[str, An
     )
     handover["unseen_on_tier_topic"] = unseen
     handover["tier_topic_repeats"] = raw["tier_topic_repeats"]
+    unanswered: dict[str, list[list[int]]] = raw.get("unanswered_in_results_log", {})
     found = stalls(served, end_t)
     repeats: dict[str, list[str]] = raw["repeats"]
     statuses = {i: [replies[i].status, *repeats.get(i, [])] for i in ids if i in replies}
@@ -725,6 +739,14 @@ def build_report(raw: dict[str, Any], options: ScaleStepOptions) -> dict[str, An
         "worker_lease_s": raw["lease_s"],
         **analyze(ticks, answers, options),
         "duplicates": duplicates(statuses, ids),
+        "unanswered": {
+            "count": len(unanswered),
+            "result_in_log_client_missed_it": sorted(i for i, at in unanswered.items() if at),
+            "no_result_in_log": sorted(i for i, at in unanswered.items() if not at),
+            "where": {
+                i: {"results": at, "tier": raw["landed"].get(i)} for i, at in unanswered.items()
+            },
+        },
         "handover": handover,
         "time_to_ready": time_to_ready(
             registry,

@@ -318,6 +318,13 @@ def handover_lines(report: Mapping[str, Any]) -> list[str]:
             f"{answers['answered_more_than_once']} ({answers['repeat_records']} repeat records, "
             f"dropped by id), answered twice after dedupe {answers['answered_twice_after_dedupe']}"
         )
+    unanswered = report.get("unanswered") or {}
+    if unanswered.get("count"):
+        lines.append(
+            f"unanswered: {unanswered['count']}: a result in the reply log that the client "
+            f"did not read for {len(unanswered['result_in_log_client_missed_it'])}, no result "
+            f"in the log for {len(unanswered['no_result_in_log'])}"
+        )
     for name, parts in (report.get("latency_breakdown") or {}).items():
         cpu = (report.get("cpu_cores_busy") or {}).get(name, {})
         cores = " ".join(f"{k} {v:.2f}" for k, v in cpu.items())
