@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+MERGE_S = 1.0
+"""Membership triggers closer than this are one change."""
 SETTLE_S = 1.0
 """A change's window runs this long past its last move: a stall right after it counts."""
 
@@ -83,6 +85,8 @@ class Change:
     moves: tuple[Move, ...] = ()
     end_t: float = 0.0
     """The last move's release or acquisition (start_t when nothing moved)."""
+    triggers: tuple[str, ...] = ()
+    """Every trigger merged into it, `kind instance`, in order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,16 +158,22 @@ def _trigger(previous: OwnerRecord | None, record: OwnerRecord) -> str | None:
 
 
 def changes(
-    records: Sequence[OwnerRecord], kills: Sequence[Kill] = (), tolerance_s: float = 0.05
+    records: Sequence[OwnerRecord],
+    kills: Sequence[Kill] = (),
+    *,
+    merge_s: float = MERGE_S,
+    tolerance_s: float = 0.05,
 ) -> list[Change]:
     """Membership changes in time order, each with the partitions that moved after it.
 
-    Every ownership change (a record whose owned set differs from the instance's last one)
-    belongs to the latest change started at or before it. A move pairs a release with the
-    next acquisition of the same partition (a partition released at a kill's `gone`
-    record, or never released because its owner died, pairs with its acquisition alone).
+    Triggers less than `merge_s` apart are one change (a scale-up by several replicas, a
+    kill and the views settling after it), named by its first trigger. Every ownership
+    change (a record whose owned set differs from the instance's last one) belongs to the
+    latest change started at or before it. A move pairs a release with the next
+    acquisition of the same partition (a partition released at a kill's `gone` record, or
+    never released because its owner died, pairs with its acquisition alone).
     """
-    starts: list[Change] = [Change(k.t, "kill", k.instance) for k in kills]
+    triggers: list[tuple[float, str, str]] = [(k.t, "kill", k.instance) for k in kills]
     events: list[tuple[float, str, frozenset[int], frozenset[int]]] = []
     last: dict[str, OwnerRecord] = {}
     for record in sorted(records, key=lambda r: r.t):
@@ -172,31 +182,40 @@ def changes(
         if how is not None and not (
             how == "gone" and any(k.instance == record.instance for k in kills)
         ):
-            starts.append(Change(record.t, how, record.instance))
+            triggers.append((record.t, how, record.instance))
         before = previous.owned if previous is not None else frozenset()
         if record.owned != before:
             events.append((record.t, record.instance, before - record.owned, record.owned - before))
         last[record.instance] = record
-    starts.sort(key=lambda c: c.start_t)
-    if not starts:
+    triggers.sort()
+    clusters: list[list[tuple[float, str, str]]] = []
+    for trigger in triggers:
+        if clusters and trigger[0] - clusters[-1][-1][0] <= merge_s:
+            clusters[-1].append(trigger)
+        else:
+            clusters.append([trigger])
+    if not clusters:
         return []
-    times = [c.start_t for c in starts]
+    times = [cluster[0][0] for cluster in clusters]
     grouped: dict[int, list[tuple[float, str, frozenset[int], frozenset[int]]]] = defaultdict(list)
     for event in events:
         index = bisect.bisect_right(times, event[0] + tolerance_s) - 1
         if index >= 0:
             grouped[index].append(event)
     out = []
-    for index, change in enumerate(starts):
+    for index, cluster in enumerate(clusters):
+        start_t, how, instance = cluster[0]
+        change = Change(start_t, how, instance, triggers=tuple(f"{k} {i}" for _, k, i in cluster))
         moves = _moves(grouped.get(index, []), change)
         ends = [t for m in moves for t in (m.released_t, m.acquired_t) if t is not None]
         out.append(
             Change(
-                change.start_t,
-                change.trigger,
-                change.instance,
+                start_t,
+                how,
+                instance,
                 tuple(moves),
-                max(ends, default=change.start_t),
+                max(ends, default=start_t),
+                change.triggers,
             )
         )
     return out
@@ -207,13 +226,14 @@ def _moves(
 ) -> list[Move]:
     released: dict[int, tuple[str, float]] = {}
     moves: list[Move] = []
+    killed = [t.split(" ", 1)[1] for t in change.triggers if t.startswith("kill ")]
     for t, instance, gave, took in events:
         for partition in sorted(gave):
             released[partition] = (instance, t)
         for partition in sorted(took):
             source, at = released.pop(partition, (None, None))
-            if source is None and change.trigger == "kill":
-                source = change.instance
+            if source is None and len(killed) == 1:
+                source = killed[0]
             moves.append(Move(partition, source, instance, at, t))
     moves.extend(Move(p, source, None, at, None) for p, (source, at) in sorted(released.items()))
     return sorted(moves, key=lambda m: m.partition)
@@ -267,6 +287,7 @@ class ChangeGaps:
     still: dict[int, float]
     """Partitions owned by one member all through the window -> longest stall, s."""
     moved: list[dict[str, Any]] = field(default_factory=list)
+    triggers: tuple[str, ...] = ()
 
     def longest_still(self) -> tuple[int | None, float]:
         if not self.still:
@@ -285,6 +306,7 @@ class ChangeGaps:
             "end_t": _r(self.end_t),
             "trigger": self.trigger,
             "instance": self.instance,
+            "triggers": list(self.triggers),
             "moved_count": len(self.moved),
             "still_count": len(self.still),
             "longest_still_gap_s": _r(gap),
@@ -349,7 +371,7 @@ def change_gaps(
                 "longest_gap_s": _r(stall.duration_s) if stall else 0.0,
             }
         )
-    return ChangeGaps(w0, w1, change.trigger, change.instance, still, moved)
+    return ChangeGaps(w0, w1, change.trigger, change.instance, still, moved, change.triggers)
 
 
 def _owner_changed(records: Sequence[OwnerRecord], partition: int, w0: float, w1: float) -> bool:
@@ -511,8 +533,29 @@ def handover_report(
             "median_acquired_s": _r(statistics.median(acquired)) if acquired else None,
             "never_acquired": sum(1 for m in moved if m["to"] is None),
         },
+        "outside_changes": _longest_outside(found, gaps, from_t),
         "kills": [kill_gaps(k, records, found, reads, lease_s=lease_s) for k in kills],
         "per_partition": per_partition(found, partitions, phases),
+    }
+
+
+def _longest_outside(
+    found: Mapping[int, Sequence[Stall]], gaps: Sequence[ChangeGaps], from_t: float
+) -> dict[str, Any]:
+    """The longest stall from `from_t` on that overlaps no change's window: what a
+    partition goes through with nobody joining or leaving (the background to compare with)."""
+    windows = [(g.start_t, g.end_t) for g in gaps]
+    outside = [
+        x
+        for found_p in found.values()
+        for x in found_p
+        if x.end_t > from_t and not any(x.end_t > lo and x.start_t < hi for lo, hi in windows)
+    ]
+    worst = max(outside, key=lambda x: x.duration_s, default=None)
+    return {
+        "longest_gap_s": _r(worst.duration_s) if worst else None,
+        "partition": worst.partition if worst else None,
+        "at_t": _r(worst.start_t) if worst else None,
     }
 
 

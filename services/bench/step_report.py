@@ -304,6 +304,13 @@ def handover_lines(report: Mapping[str, Any]) -> list[str]:
             f"{_s(moved['median_gap_s'])}, acquired after the change's start (median) "
             f"{_s(moved['median_acquired_s'])}"
         )
+        outside = handover.get("outside_changes") or {}
+        if outside.get("longest_gap_s") is not None:
+            lines.append(
+                f"for comparison, with no membership change under way: longest gap "
+                f"{_s(outside['longest_gap_s'])} (partition {outside['partition']}, "
+                f"t={outside['at_t']})"
+            )
         for k in handover["kills"]:
             lines.append(
                 f"kill: {k['instance']} (pid {k['pid']}, partitions {k['partitions']}) at "

@@ -111,13 +111,13 @@ def test_a_join_moves_partitions_from_the_old_member_to_the_new() -> None:
                 rec(5.2, "b", "ready", 0, 1),
             ],
             [],
-            [("join", "a", 0.0), ("join", "b", 0.5), ("leave", "a", 5.0)],
+            [("join", "a", 0.0), ("leave", "a", 5.0)],
             id="leave",
         ),
         pytest.param(
-            [rec(0, "a", "ready", 0), rec(2, "a", "gone"), rec(2.1, "b", "ready", 0)],
+            [rec(0, "a", "ready", 0), rec(2, "a", "gone"), rec(3.1, "b", "ready", 0)],
             [Kill(1.5, "a", 42)],
-            [("join", "a", 0.0), ("kill", "a", 1.5), ("join", "b", 2.1)],
+            [("join", "a", 0.0), ("kill", "a", 1.5), ("join", "b", 3.1)],
             id="kill-replaces-the-gone",
         ),
         pytest.param(
@@ -138,6 +138,29 @@ def test_change_triggers(
     records: list[OwnerRecord], kills: list[Kill], expected: list[tuple[str, str, float]]
 ) -> None:
     assert [(c.trigger, c.instance, c.start_t) for c in changes(records, kills)] == expected
+
+
+def test_triggers_within_a_second_are_one_change() -> None:
+    records = [
+        rec(0, "a", "ready", 0, 1, 2, 3),
+        rec(10.0, "b", "ready"),  # a scale-up by two: b and c ready 0.4 s apart
+        rec(10.1, "a", "ready", 0, 1, 2),
+        rec(10.2, "b", "ready", 3),
+        rec(10.4, "c", "ready"),
+        rec(10.5, "a", "ready", 0, 1),
+        rec(10.6, "c", "ready", 2),
+        rec(20.0, "c", "draining", 2),
+    ]
+    found = changes(records)
+    assert [(c.trigger, c.instance, c.start_t) for c in found] == [
+        ("join", "a", 0.0), ("join", "b", 10.0), ("leave", "c", 20.0),
+    ]  # fmt: skip
+    assert found[1].triggers == ("join b", "join c")
+    assert [(m.partition, m.source, m.target) for m in found[1].moves] == [
+        (2, "a", "c"), (3, "a", "b"),
+    ]  # fmt: skip
+    assert found[1].end_t == 10.6
+    assert changes(records, merge_s=0.1)[2].triggers == ("join c",)
 
 
 def test_a_killed_members_partitions_pair_with_their_next_owner() -> None:
@@ -256,3 +279,5 @@ def test_handover_report_takes_changes_from_the_start_and_sums_up() -> None:
     assert report["per_partition"]["step"]["2"] == pytest.approx(0.2)
     assert report["per_partition"]["before"]["0"] == pytest.approx(0.1)
     assert report["kills"] == []
+    # The join's window is [1.0, 2.3]: partition 0's stall at 0.5-0.6 s is outside it.
+    assert report["outside_changes"] == {"longest_gap_s": 0.1, "partition": 0, "at_t": 0.5}
