@@ -87,6 +87,7 @@ class Change:
     """The last move's release or acquisition (start_t when nothing moved)."""
     triggers: tuple[str, ...] = ()
     """Every trigger merged into it, `kind instance`, in order."""
+    trigger_times: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +206,13 @@ def changes(
     out = []
     for index, cluster in enumerate(clusters):
         start_t, how, instance = cluster[0]
-        change = Change(start_t, how, instance, triggers=tuple(f"{k} {i}" for _, k, i in cluster))
+        change = Change(
+            start_t,
+            how,
+            instance,
+            triggers=tuple(f"{k} {i}" for _, k, i in cluster),
+            trigger_times=tuple(t for t, _, _ in cluster),
+        )
         moves = _moves(grouped.get(index, []), change)
         ends = [t for m in moves for t in (m.released_t, m.acquired_t) if t is not None]
         out.append(
@@ -216,6 +223,7 @@ def changes(
                 tuple(moves),
                 max(ends, default=start_t),
                 change.triggers,
+                change.trigger_times,
             )
         )
     return out
@@ -363,6 +371,7 @@ def change_gaps(
                 "to": move.target,
                 "released_s": _r(None if move.released_t is None else move.released_t - w0),
                 "acquired_s": _r(None if move.acquired_t is None else move.acquired_t - w0),
+                "acquired_after_trigger_s": _r(_after_trigger(change, move.acquired_t)),
                 "last_read_by_old_s": _r(None if last_old is None else last_old - w0),
                 "first_read_by_new_s": _r(None if first_new is None else first_new - w0),
                 "handover_s": _r(
@@ -372,6 +381,14 @@ def change_gaps(
             }
         )
     return ChangeGaps(w0, w1, change.trigger, change.instance, still, moved, change.triggers)
+
+
+def _after_trigger(change: Change, t: float | None) -> float | None:
+    """Seconds from the latest of the change's triggers at or before `t` to `t`."""
+    if t is None:
+        return None
+    before = [x for x in change.trigger_times or (change.start_t,) if x <= t]
+    return t - max(before) if before else None
 
 
 def _owner_changed(records: Sequence[OwnerRecord], partition: int, w0: float, w1: float) -> bool:
@@ -511,7 +528,9 @@ def handover_report(
     moved = [m for g in gaps for m in g.moved]
     moved_gaps = [m["longest_gap_s"] for m in moved if m["longest_gap_s"] is not None]
     handovers = [m["handover_s"] for m in moved if m["handover_s"] is not None]
-    acquired = [m["acquired_s"] for m in moved if m["acquired_s"] is not None]
+    acquired = [
+        m["acquired_after_trigger_s"] for m in moved if m["acquired_after_trigger_s"] is not None
+    ]
     return {
         "method": (
             "per record: tier-topic timestamp and the answering worker's poll time "
@@ -531,6 +550,7 @@ def handover_report(
             "median_gap_s": _r(statistics.median(moved_gaps)) if moved_gaps else None,
             "median_handover_s": _r(statistics.median(handovers)) if handovers else None,
             "median_acquired_s": _r(statistics.median(acquired)) if acquired else None,
+            "max_acquired_s": _r(max(acquired, default=None)),
             "never_acquired": sum(1 for m in moved if m["to"] is None),
         },
         "outside_changes": _longest_outside(found, gaps, from_t),

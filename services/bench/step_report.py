@@ -301,8 +301,8 @@ def handover_lines(report: Mapping[str, Any]) -> list[str]:
             f"partitions that stayed: longest gap {_s(still['longest_gap_s'])} (partition "
             f"{still['partition']}, {still['trigger']} at t={still['at_change_t']}); moved: "
             f"{moved['count']}, longest gap {_s(moved['longest_gap_s'])}, median "
-            f"{_s(moved['median_gap_s'])}, acquired after the change's start (median) "
-            f"{_s(moved['median_acquired_s'])}"
+            f"{_s(moved['median_gap_s'])}; acquired by the new owner after its trigger: "
+            f"median {_s(moved['median_acquired_s'])}, most {_s(moved.get('max_acquired_s'))}"
         )
         outside = handover.get("outside_changes") or {}
         if outside.get("longest_gap_s") is not None:

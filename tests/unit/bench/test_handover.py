@@ -160,6 +160,9 @@ def test_triggers_within_a_second_are_one_change() -> None:
         (2, "a", "c"), (3, "a", "b"),
     ]  # fmt: skip
     assert found[1].end_t == 10.6
+    gaps = change_gaps(found[1], records, {}, {}, partitions=4)
+    after = {m["partition"]: m["acquired_after_trigger_s"] for m in gaps.moved}
+    assert after == {2: pytest.approx(0.2), 3: pytest.approx(0.2)}  # from c's and b's ready
     assert changes(records, merge_s=0.1)[2].triggers == ("join c",)
 
 
