@@ -27,6 +27,20 @@ def die_with_parent() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+def process_started_at(stat: str | None = None, since_boot_s: float | None = None) -> float:
+    """When this process started (epoch s): its start time in /proc, which counts the
+    interpreter's start-up and imports; now where /proc is not there."""
+    try:
+        text = stat if stat is not None else Path("/proc/self/stat").read_text()
+        ticks = int(text[text.rfind(")") + 2 :].split()[19])
+        uptime = (
+            since_boot_s if since_boot_s is not None else time.clock_gettime(time.CLOCK_BOOTTIME)
+        )
+    except (OSError, ValueError, IndexError, AttributeError):
+        return time.time()
+    return time.time() - max(uptime - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+
+
 def inferbus_command(*args: str) -> list[str]:
     """The command line that runs `inferbus ARGS...` with this interpreter."""
     return [sys.executable, "-m", "services.cli.main", *args]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated
@@ -163,6 +164,18 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     ] = True,
     partitions: Annotated[int | None, typer.Option("--partitions")] = None,
     max_total_replicas: Annotated[int | None, typer.Option("--max-total-replicas")] = None,
+    slo_ms: Annotated[
+        float | None, typer.Option("--slo-ms", help="p99 e2e SLO of the traced tiers, ms.")
+    ] = None,
+    interval_s: Annotated[
+        float | None, typer.Option("--interval-s", help="Seconds between policy ticks.")
+    ] = None,
+    min_replicas: Annotated[int | None, typer.Option("--min-replicas")] = None,
+    max_replicas: Annotated[int | None, typer.Option("--max-replicas")] = None,
+    initial_replicas: Annotated[
+        int | None,
+        typer.Option("--initial-replicas", help="Replicas at t=0 (default: the oracle's start)."),
+    ] = None,
     config: Annotated[Path | None, typer.Option("--config", help="PolicyConfig JSON.")] = None,
 ) -> None:
     """Simulate policies on a trace or a named scenario and compare them with the oracle."""
@@ -192,8 +205,16 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             "rebalance_pause_s": rebalance_pause_s,
             "partitions": partitions,
             "max_total_replicas": max_total_replicas,
+            "collection_interval_s": interval_s,
+            "min_replicas": min_replicas,
+            "warm_replicas": min_replicas,
+            "max_replicas": max_replicas,
+            "initial_replicas": initial_replicas,
         }
         params = params.with_overrides({k: v for k, v in given.items() if v is not None})
+        if slo_ms is not None:
+            traced = {tier: slo_ms for tier in workload.tiers}
+            params = dataclasses.replace(params, slo_p99_e2e_ms={**params.slo_p99_e2e_ms, **traced})
     except (SignalsError, WorkloadError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(code=2) from exc

@@ -133,6 +133,10 @@ class LocalActuator(Actuator):
     async def current(self, group: str) -> int:
         return len(self._reap(group))
 
+    def stopping(self) -> list[int]:
+        """Workers told to stop (scale-down) that have not exited yet, any group."""
+        return [c.pid for c in self._draining.values() if c.running]
+
     async def scale(self, group: str, replicas: int, reason: str) -> None:
         if self._closed:
             raise ActuatorError("local actuator is closed", group=group)

@@ -128,7 +128,9 @@ def from_trace(
     """A workload replaying a trace CSV; context tokens become input lengths (truncated)."""
     rng = np.random.default_rng(seed)
     times, tokens = read_trace(path)
-    times, tokens = scale_rate(times, tokens, rate_scale, rng)
+    if rate_scale != 1.0:
+        # At x1 the trace is replayed as it is (a recorded run's very arrivals).
+        times, tokens = scale_rate(times, tokens, rate_scale, rng)
     tokens = np.clip(tokens, 1, max_input_tokens)
     return Workload(
         name=path.stem,

@@ -52,6 +52,11 @@ class ProcessCpu:
         )
 
 
+def process_cpu_total(pid: int) -> float | None:
+    """The process's CPU seconds so far (all threads); None when it is gone."""
+    return _cpu_s(Path(f"/proc/{pid}/stat"))
+
+
 def process_cpu(pid: int) -> ProcessCpu | None:
     """The process's CPU so far, split by thread; None when it is gone.
 

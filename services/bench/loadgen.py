@@ -34,6 +34,9 @@ class Completed:
     batch_size: int | None
     seq_len: int
     timings: dict[str, float | None] = field(default_factory=dict)
+    worker_id: str | None = None
+    completed_at: str | None = None
+    """The worker's clock when it answered (ISO 8601)."""
 
 
 @dataclass
@@ -154,6 +157,9 @@ class LoadGenerator:
         self._reader: asyncio.Task[None] | None = None
         self._expected = 0
         self.in_flight_changed = asyncio.Event()
+        self._answered: set[str] = set()
+        self.repeats: dict[str, list[str]] = {}
+        """Request id -> the status of every result after its first (at-least-once repeats)."""
 
     async def start(self) -> None:
         await start_with_retry(self._producer.start, what="bench-producer")
@@ -180,9 +186,13 @@ class LoadGenerator:
             for records in batches.values():
                 for record in records:
                     result = read_result(record.value)
-                    sent = self._sent.pop(result["request_id"], None)
+                    request_id = result["request_id"]
+                    sent = self._sent.pop(request_id, None)
                     if sent is None:
+                        if request_id in self._answered:
+                            self.repeats.setdefault(request_id, []).append(result["status"])
                         continue
+                    self._answered.add(request_id)
                     t = result.get("timings") or {}
                     engine = sum(
                         t.get(k) or 0.0 for k in ("preprocess_ms", "infer_ms", "postprocess_ms")
@@ -198,6 +208,8 @@ class LoadGenerator:
                             result.get("batch_size"),
                             sent[1],
                             t,
+                            result.get("worker_id"),
+                            result.get("completed_at"),
                         )
                     )
                     self.in_flight_changed.set()

@@ -37,14 +37,42 @@ from infra.models.config import (
 from scaler.collector.collector import CollectorConfig, GroupCollection
 from scaler.service import ScalerService
 from scaler.signals import PolicyConfig
-from schemas.topics import worker_group
-from services.bench.loadgen import EncoderEvents, LoadGenerator
+from schemas.telemetry import InstanceRecord
+from schemas.topics import RESULTS, request_topic, worker_group
+from services.bench import step_sim
+from services.bench.handover import Kill, duplicates, handover_report, stalls
+from services.bench.loadgen import Completed, EncoderEvents, LoadGenerator
 from services.bench.stats import percentiles
+from services.bench.step_report import (
+    Landed,
+    Reply,
+    cpu_by_phase,
+    latency_breakdown,
+    others_by_phase,
+    owner_records,
+    served_records,
+    targets,
+    time_to_ready,
+    worker_cores,
+)
+from services.bench.step_sim import StepSimInputs
+from services.bench.step_watch import (
+    ProcessSamples,
+    TopicWatch,
+    find_in_log,
+    kill,
+    pick_victim,
+    sample_processes,
+)
 from services.models.demo import encoder_config
+from services.worker.settings import WorkerSettings
 
 Progress = Callable[[str], None]
 
-PHASES = ("before", "step", "after")
+PHASES = ("before", "step", "kill", "after")
+
+STALL_KEPT_S = 0.1
+"""Stalls at least this long are kept in the report (for the plot)."""
 
 
 @dataclass(frozen=True)
@@ -83,26 +111,43 @@ class ScaleStepOptions:
     """Lag at or below this counts as drained (near zero)."""
     answer_timeout_s: float = 60.0
     """After the last send, wait this long for the remaining answers."""
+    kill_s: float = 30.0
+    """Seconds more at the step rate after the step, in which one worker is SIGKILLed
+    (0: no kill phase)."""
+    kill_at_s: float = 5.0
+    """When, into the kill phase, the worker holding the most partitions is killed."""
     bootstrap: str | None = None
     keep_logs: bool = False
+    sim_dir: str | None = None
+    """Write the arrivals, model.yaml and policy JSON that `inferbus sim` replays here."""
 
     def schedule(self) -> list[Phase]:
-        return step_schedule(self.low_rps, self.high_rps, self.before_s, self.step_s, self.after_s)
+        return step_schedule(
+            self.low_rps, self.high_rps, self.before_s, self.step_s, self.after_s, self.kill_s
+        )
 
     def capacity_rps(self, batch: int) -> float:
         """Requests/s one replica serves when every batch holds `batch` (engine time only)."""
         return 1000.0 * batch / (self.a_ms + self.b_ms * batch)
 
 
-def step_schedule(
-    low_rps: float, high_rps: float, before_s: float, step_s: float, after_s: float
+def step_schedule(  # noqa: PLR0917 - the schedule's six numbers, in order
+    low_rps: float,
+    high_rps: float,
+    before_s: float,
+    step_s: float,
+    after_s: float,
+    kill_s: float = 0.0,
 ) -> list[Phase]:
-    """Low, high, low: the load step."""
-    if min(low_rps, high_rps) <= 0 or min(before_s, step_s, after_s) <= 0:
-        raise ValueError("rates and durations must be > 0")
+    """Low, high, low: the load step; with `kill_s`, the high rate goes on that long as the
+    `kill` phase (a worker is killed in it) before the low rate comes back."""
+    if min(low_rps, high_rps) <= 0 or min(before_s, step_s, after_s) <= 0 or kill_s < 0:
+        raise ValueError("rates and durations must be > 0 (kill_s >= 0)")
+    kill = [Phase("kill", high_rps, kill_s)] if kill_s > 0 else []
     return [
         Phase("before", low_rps, before_s),
         Phase("step", high_rps, step_s),
+        *kill,
         Phase("after", low_rps, after_s),
     ]
 
@@ -299,10 +344,11 @@ def analyze(
     """The report's numbers from what was recorded."""
     phases = options.schedule()
     bounds = {name: (start, end) for name, start, end in phase_bounds(phases)}
-    step_at, step_end = bounds["step"]
+    step_at = bounds["step"][0]
+    high_end = bounds.get("kill", bounds["step"])[1]
     needed = math.ceil(options.high_rps / options.capacity_rps(options.max_batch_size))
     return {
-        "reaction": reaction(ticks, step_at, step_end, options.drain_lag),
+        "reaction": reaction(ticks, step_at, high_end, options.drain_lag),
         "needed_replicas": {
             "step_at_full_batches": needed,
             "step_at_batch_1": math.ceil(options.high_rps / options.capacity_rps(1)),
@@ -331,9 +377,8 @@ def summary_line(report: dict[str, Any]) -> str:
         f"ready +{sec(r['ready_s'])}, lag {r['peak_lag']} drained +{sec(r['lag_drained_s'])}; "
         f"peak replicas {r['peak_replicas']} (need ~{need}), "
         f"final {r['final_replicas']} | answered ok {a['ok']}/{a['sent']}, rejected {rejected}, "
-        f"missing {a['missing']} | SLO {report['options']['slo_p99_ms']:.0f} ms met: before "
-        f"{pct(s['before']['attainment'])}, step {pct(s['step']['attainment'])}, after "
-        f"{pct(s['after']['attainment'])}"
+        f"missing {a['missing']} | SLO {report['options']['slo_p99_ms']:.0f} ms met: "
+        + ", ".join(f"{name} {pct(row['attainment'])}" for name, row in s.items())
     )
 
 
@@ -407,9 +452,13 @@ class StepLoad(LoadGenerator):
     def outstanding(self) -> int:
         return len(self._sent)
 
-    def completed(self) -> dict[str, tuple[str, float | None, float]]:
-        """Request id -> (status, e2e ms, received_s)."""
-        return {c.request_id: (c.status, c.e2e_ms, c.received_s) for c in self._report.completed}
+    def unanswered(self) -> list[str]:
+        """Request ids sent and not answered yet."""
+        return list(self._sent)
+
+    def completed(self) -> dict[str, Completed]:
+        """Request id -> its first result as read."""
+        return {c.request_id: c for c in self._report.completed}
 
 
 async def _wait_serving(gen: LoadGenerator, seq_len: int, progress: Progress) -> None:
@@ -463,8 +512,10 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
     phases = options.schedule()
     models_dir = Path(tempfile.mkdtemp(prefix="inferbus-scale-step-models-"))
     log_dir = Path(tempfile.mkdtemp(prefix="inferbus-scale-step-logs-"))
-    write_sim_model(models_dir, options)
+    model_yaml_text = write_sim_model(models_dir, options).read_text()
     group = worker_group(options.model, "interactive")
+    topic = request_topic(options.model, "interactive")
+    lease_s = WorkerSettings().lease_s
     stack = Stack(
         StackOptions(
             bootstrap=options.bootstrap,
@@ -479,16 +530,43 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
             policy_config=PolicyConfig(scale_down_window_s=options.scale_down_window_s),
             collector_config=CollectorConfig(interval_s=options.interval_s),
             worker_env={"INFERBUS_WORKER_HEARTBEAT_INTERVAL_S": "1"},
+            # Sim workers sleep instead of computing: the group's bound, not the cores.
+            worker_budget=options.max_replicas,
         )
     )
     stack.console = Console(stderr=True)
     ticks: list[Tick] = []
     origin: list[float] = [math.inf]  # perf_counter of the schedule's start, once known
+    kills: list[Kill] = []
+    samples = ProcessSamples()
     stop = asyncio.Event()
+    watch: TopicWatch | None = None
+    in_results: dict[str, list[tuple[int, int]]] = {}
     try:
         bootstrap = await stack.start()
-        service = stack.scaler
-        assert service is not None
+        service, actuator = stack.scaler, stack.actuator
+        assert service is not None and actuator is not None
+        watch = TopicWatch(bootstrap, topic=topic, group=group)
+        await watch.start()
+        registry = watch
+
+        def workers() -> list[int]:
+            return actuator.pids(group) + actuator.stopping()
+
+        def roles() -> dict[str, list[int]]:
+            broker = stack.broker.pid if stack.broker is not None else None
+            ingest = [c.pid for c in (stack.ingest.children if stack.ingest else []) if c.pid]
+            known = {r.pid for r in registry.registry if r.pid is not None}
+            return {
+                "broker": [broker] if broker else [],
+                "ingest": ingest,
+                "workers": sorted(known | set(workers())),
+                "bench_scaler": [os.getpid()],
+            }
+
+        sampler = asyncio.create_task(
+            sample_processes(samples, workers, roles, stop), name="process-samples"
+        )
 
         async def on_tick(collections: list[GroupCollection]) -> None:
             await service.on_tick(collections)
@@ -511,16 +589,24 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
             progress("waiting for ingest and the first worker to answer")
             await _wait_serving(gen, options.seq_len, progress)
             offsets = send_times(phases)
-            total = phases[-1]
             progress(
-                f"load step: {options.low_rps:g} req/s for {options.before_s:g}s, "
-                f"{options.high_rps:g} req/s for {options.step_s:g}s, {total.rate_rps:g} req/s "
-                f"for {total.duration_s:g}s ({len(offsets)} requests); scaler every "
-                f"{options.interval_s:g}s, scale-down window {options.scale_down_window_s:g}s"
+                "load: "
+                + ", ".join(f"{p.name} {p.rate_rps:g} req/s for {p.duration_s:g}s" for p in phases)
+                + f" ({len(offsets)} requests); scaler every {options.interval_s:g}s, "
+                f"scale-down window {options.scale_down_window_s:g}s"
             )
-            start = time.perf_counter() + 0.5
+            now_perf, now_wall = time.perf_counter(), time.time()
+            start = now_perf + 0.5
+            start_wall = now_wall + 0.5
             origin[0] = start
             reporter = asyncio.create_task(_report_progress(ticks, gen, progress))
+            killer = None
+            bounds = {name: (lo, hi) for name, lo, hi in phase_bounds(phases)}
+            if "kill" in bounds:
+                at = start + bounds["kill"][0] + options.kill_at_s
+                killer = asyncio.create_task(
+                    _kill_at(at, start, watch, topic, kills, progress), name="killer"
+                )
             try:
                 sent = await gen.paced(offsets, start, options.seq_len, stop)
                 progress(f"all {len(sent)} sent; waiting for {gen.outstanding()} answers")
@@ -529,31 +615,114 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
                     await asyncio.sleep(0.5)  # answers arrive on the generator's own task
                 # A few more ticks, to see the scaler settle after the last answer.
                 await asyncio.sleep(2 * options.interval_s)
+                if gen.outstanding():
+                    # Unanswered: is a result in the reply log that the client missed, or
+                    # none at all (and is the request on the tier topic)?
+                    missing = set(gen.unanswered())
+                    progress(f"{len(missing)} unanswered: looking for them in {RESULTS}")
+                    in_results = await find_in_log(bootstrap, RESULTS, missing)
             finally:
                 reporter.cancel()
+                if killer is not None:
+                    killer.cancel()
         finally:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await scaler_task
+            await sampler
             await gen.stop()
         completed = gen.completed()
-        answers = []
-        for request_id, sent_s in sent:
-            got = completed.get(request_id)
-            answers.append(
-                Answer(
-                    sent_t=round(sent_s - start, 4),
-                    status=got[0] if got else None,
-                    e2e_ms=_round(got[1], 2) if got else None,
-                    roundtrip_ms=round((got[2] - sent_s) * 1000, 2) if got else None,
-                )
-            )
+        raw = {
+            "start_wall": start_wall,
+            "lease_s": lease_s,
+            "topic": topic,
+            "partitions": watch.partitions,
+            "tier_topic_repeats": watch.tier_repeats,
+            "model_yaml": model_yaml_text,
+            "log_dir": str(log_dir) if options.keep_logs else None,
+            "ticks": [asdict(t) for t in ticks],
+            "sent": [[i, round(s - start, 4)] for i, s in sent],
+            "replies": {
+                k: [
+                    c.status,
+                    _round(c.e2e_ms, 2),
+                    round((c.received_s - start), 4),
+                    c.worker_id,
+                    (c.timings or {}).get("queue_ms"),
+                ]
+                for k, c in completed.items()
+            },
+            "replies_columns": ["status", "e2e_ms", "received_t", "worker", "queue_ms"],
+            "repeats": dict(gen.repeats),
+            "landed": {
+                k: [v.partition, v.offset, v.timestamp_s] for k, v in watch.requests.items()
+            },
+            "registry": [r.model_dump(mode="json") for r in watch.registry],
+            "kills": [asdict(k) for k in kills],
+            "workers": samples.workers,
+            "first_seen": {str(k): v for k, v in samples.first_seen.items()},
+            "others": samples.others,
+            "unanswered_in_results_log": in_results,
+            "cpu": samples.cpu,
+            "worker_cpu": {str(k): v for k, v in samples.worker_cpu.items()},
+        }
     finally:
         stop.set()
+        if watch is not None:
+            await watch.stop()
         await stack.close()
         if not options.keep_logs:
             shutil.rmtree(log_dir, ignore_errors=True)
         shutil.rmtree(models_dir, ignore_errors=True)
+    return build_report(raw, options)
+
+
+def build_report(raw: dict[str, Any], options: ScaleStepOptions) -> dict[str, Any]:
+    """The report from what a run recorded (`raw`, kept in the report: a saved report can
+    be analysed again with `--from-json`)."""
+    phases = options.schedule()
+    bounds_list = phase_bounds(phases)
+    start_wall = raw["start_wall"]
+    ticks = [Tick(**t) for t in raw["ticks"]]
+    replies_raw: dict[str, list[Any]] = raw["replies"]
+    answers = []
+    for request_id, sent_t in raw["sent"]:
+        got = replies_raw.get(request_id)
+        answers.append(
+            Answer(
+                sent_t=sent_t,
+                status=got[0] if got else None,
+                e2e_ms=got[1] if got else None,
+                roundtrip_ms=round((got[2] - sent_t) * 1000, 2) if got else None,
+            )
+        )
+    ids = [request_id for request_id, _ in raw["sent"]]
+    replies = {k: Reply(v[0], v[3], v[4]) for k, v in replies_raw.items()}
+    landed = {k: Landed(*v) for k, v in raw["landed"].items()}
+    registry = [InstanceRecord.model_validate(r) for r in raw["registry"]]
+    kills = [Kill(**k) for k in raw["kills"]]
+    served, unseen = served_records(ids, replies, landed, start_wall)
+    owners = owner_records(registry, raw["topic"], start_wall)
+    end_t = max(
+        (a.sent_t + (a.roundtrip_ms or 0) / 1000 for a in answers), default=bounds_list[-1][2]
+    )
+    handover = handover_report(
+        served,
+        owners,
+        partitions=raw["partitions"],
+        end_t=end_t,
+        kills=kills,
+        lease_s=raw["lease_s"],
+        phases=bounds_list,
+        from_t=0.0,
+    )
+    handover["unseen_on_tier_topic"] = unseen
+    handover["tier_topic_repeats"] = raw["tier_topic_repeats"]
+    unanswered: dict[str, list[list[int]]] = raw.get("unanswered_in_results_log", {})
+    found = stalls(served, end_t)
+    repeats: dict[str, list[str]] = raw["repeats"]
+    statuses = {i: [replies[i].status, *repeats.get(i, [])] for i in ids if i in replies}
+    high = [(lo, hi) for name, lo, hi in bounds_list if name in ("step", "kill")]
     report: dict[str, Any] = {
         "benchmark": "scale-step",
         "cores": os.cpu_count(),
@@ -566,13 +735,144 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
             ),
         },
         "policy": "slo",
+        "partitions": raw["partitions"],
+        "worker_lease_s": raw["lease_s"],
         **analyze(ticks, answers, options),
-        "logs": str(log_dir) if options.keep_logs else None,
-        "ticks": [asdict(t) for t in ticks],
+        "duplicates": duplicates(statuses, ids),
+        "unanswered": {
+            "count": len(unanswered),
+            "result_in_log_client_missed_it": sorted(i for i, at in unanswered.items() if at),
+            "no_result_in_log": sorted(i for i, at in unanswered.items() if not at),
+            "where": {
+                i: {"results": at, "tier": raw["landed"].get(i)} for i, at in unanswered.items()
+            },
+        },
+        "handover": handover,
+        "time_to_ready": time_to_ready(
+            registry,
+            start_wall - options.before_s,
+            {int(k): v for k, v in raw.get("first_seen", {}).items()},
+        ),
+        "cpu_cores_busy": cpu_by_phase(raw["cpu"], bounds_list, start_wall),
+        "other_processes_cores": others_by_phase(raw.get("others", []), bounds_list, start_wall),
+        "latency_breakdown": latency_breakdown(
+            raw["sent"],
+            {k: (v[1], v[4]) for k, v in replies_raw.items()},
+            landed,
+            start_wall,
+            bounds_list,
+        ),
+        "worker_cores_in_high_load": worker_cores(
+            {int(k): v for k, v in raw["worker_cpu"].items()},
+            start_wall + high[0][0],
+            start_wall + high[-1][1],
+        ),
+        "logs": raw["log_dir"],
+        "ticks": raw["ticks"],
+        "workers_over_time": [[round(t - start_wall, 2), n] for t, n in raw["workers"]],
+        "stalls": [
+            [p, round(x.start_t, 3), round(x.end_t, 3)]
+            for p, found_p in found.items()
+            for x in found_p
+            if x.duration_s >= STALL_KEPT_S
+        ],
+        "stalls_columns": ["partition", "start_t", "end_t"],
         "requests": [[a.sent_t, a.status, a.e2e_ms, a.roundtrip_ms] for a in answers],
         "requests_columns": ["sent_t", "status", "e2e_ms", "roundtrip_ms"],
     }
+    offsets = [t for _, t in raw["sent"]]
+    report["sim"] = compare_with_sim(report, options, offsets, raw["model_yaml"])
+    report["targets"] = targets(report)
+    report["raw"] = raw
     return report
+
+
+async def _kill_at(  # noqa: PLR0917 - one task's inputs
+    at: float,
+    start: float,
+    watch: TopicWatch,
+    topic: str,
+    kills: list[Kill],
+    progress: Progress,
+) -> None:
+    """At perf_counter `at`, SIGKILL the worker that owns the most partitions."""
+    await asyncio.sleep(max(at - time.perf_counter(), 0.0))
+    victim = pick_victim(watch.latest(), topic)
+    if victim is None or victim.pid is None:
+        progress("kill: no worker owns partitions; nothing killed")
+        return
+    t = time.perf_counter() - start
+    kill(victim.pid)
+    kills.append(Kill(round(t, 3), victim.instance_id, victim.pid))
+    progress(
+        f"t={t:6.1f}s killed {victim.instance_id} (pid {victim.pid}, partitions "
+        f"{victim.owned.get(topic)}) with SIGKILL"
+    )
+
+
+def compare_with_sim(
+    report: dict[str, Any], options: ScaleStepOptions, offsets: Sequence[float], model_yaml: str
+) -> dict[str, Any]:
+    """The simulator on the same arrivals and settings; live and sim side by side."""
+    moved = report["handover"]["moved"]
+    ready = (
+        report["time_to_ready"]["spawn_to_ready_median_s"] or report["time_to_ready"]["median_s"]
+    )
+    workers = report["workers_over_time"]
+    initial = next((n for t, n in reversed(workers) if t <= 0), options.min_replicas)
+    inputs = StepSimInputs(
+        a_ms=options.a_ms,
+        b_ms=options.b_ms,
+        max_batch_size=options.max_batch_size,
+        max_queue_delay_ms=sim_model_config(options).batching.max_queue_delay_ms,
+        slo_ms=options.slo_p99_ms,
+        partitions=report["partitions"],
+        time_to_ready_s=ready if ready is not None else 3.0,
+        # From the change to the new owner's acquisition: traffic-independent (the stall
+        # measure sees only pauses that records waited through).
+        handover_pause_s=moved["median_acquired_s"]
+        if moved["median_acquired_s"] is not None
+        else 1.0,
+        interval_s=options.interval_s,
+        min_replicas=options.min_replicas,
+        max_replicas=options.max_replicas,
+        initial_replicas=max(initial, options.min_replicas),
+        scale_down_window_s=options.scale_down_window_s,
+        seq_len=options.seq_len,
+    )
+    duration = max(offsets)
+    simulated = step_sim.run(offsets, duration, inputs)
+    phases = options.schedule()
+    sim_answers = [
+        Answer(t, "ok" if e is not None else None, e, None)
+        for t, e in step_sim.outcome_answers(simulated)
+    ]
+    sim_att = attainment(sim_answers, phases, options.slo_p99_ms)
+    live_att = report["slo_attainment"]
+    live_answers = [Answer(r[0], r[1], r[2], r[3]) for r in report["requests"]]
+    everything = [Phase("all", 0.0, duration + 1e-6)]
+    live_all = attainment(live_answers, everything, options.slo_p99_ms)["all"]["attainment"]
+    sim_all = attainment(sim_answers, everything, options.slo_p99_ms)["all"]["attainment"]
+    live_cost = step_sim.replica_seconds([(t, n) for t, n in workers], 0.0, duration)
+    sim_cost = simulated.groups[0].replica_seconds
+    live: dict[str, float | None] = {"attainment_all": live_all}
+    sim: dict[str, float | None] = {"attainment_all": sim_all}
+    for phase in phases:
+        live[f"attainment_{phase.name}"] = live_att[phase.name]["attainment"]
+        sim[f"attainment_{phase.name}"] = sim_att[phase.name]["attainment"]
+    live["replica_seconds"], sim["replica_seconds"] = round(live_cost, 1), round(sim_cost, 1)
+    out: dict[str, Any] = {
+        "inputs": asdict(inputs),
+        "side_by_side": step_sim.side_by_side(live, sim),
+        "sim_actions": simulated.groups[0].actions,
+        "sim_peak_replicas": max((t.replicas for t in simulated.ticks), default=None),
+        "sim_decisions": list(simulated.lines),
+        "note": "the simulator does not model the kill; it replays the same send times",
+    }
+    if options.sim_dir is not None:
+        paths = step_sim.write_inputs(Path(options.sim_dir), offsets, inputs, model_yaml)
+        out["command"] = step_sim.sim_command(paths, inputs)
+    return out
 
 
 async def _report_progress(ticks: list[Tick], gen: StepLoad, progress: Progress) -> None:
@@ -602,9 +902,10 @@ def plot_scale_step(report: dict[str, Any], path: Path) -> None:
     options = report["options"]
     bounds = phase_bounds([Phase(**p) for p in report["schedule"]])
     step_at, step_end = next((s, e) for n, s, e in bounds if n == "step")
+    kill_phase = next(((s, e) for n, s, e in bounds if n == "kill"), None)
     ts = [t["t"] for t in ticks]
-    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
-    load, reps, lag, lat = axes
+    fig, axes = plt.subplots(5, 1, figsize=(11, 14), sharex=True, height_ratios=(1, 1, 1, 1, 1.4))
+    load, reps, lag, lat, gaps = axes
     load.plot(ts, [t["offered_rps"] for t in ticks], drawstyle="steps-post", label="offered")
     load.plot(ts, [t["arrival_rps"] for t in ticks], label="arrival (scaler)")
     ready_cap = [(t["ready"] or 0) * report["capacity_rps_per_replica"]["batch_1"] for t in ticks]
@@ -638,10 +939,13 @@ def plot_scale_step(report: dict[str, Any], path: Path) -> None:
     lat.axhline(options["slo_p99_ms"], color="k", linestyle="--", linewidth=0.8, label="SLO")
     lat.set_yscale("log")
     lat.set_ylabel("ms")
-    lat.set_xlabel("s from the start of the schedule")
     lat.legend(loc="upper right", fontsize=8)
+    _plot_gaps(gaps, report)
+    gaps.set_xlabel("s from the start of the schedule")
     for ax in axes:
         ax.axvspan(step_at, step_end, color="#fc0", alpha=0.15)
+        if kill_phase is not None:
+            ax.axvspan(*kill_phase, color="#f66", alpha=0.12)
         ax.grid(alpha=0.3)
     r = report["reaction"]
     load.set_title(
@@ -651,3 +955,28 @@ def plot_scale_step(report: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _plot_gaps(ax: Any, report: dict[str, Any]) -> None:
+    """Per partition: every stall of 0.1 s or more as a bar (colour by length), moves as
+    dots where the new owner acquired the partition, changes as lines, kills in red."""
+    colours = ((1.0, "#d62728"), (0.5, "#ff7f0e"), (0.0, "#999999"))
+    for partition, start, end in report.get("stalls", []):
+        colour = next(c for limit, c in colours if end - start >= limit)
+        ax.broken_barh([(start, end - start)], (partition - 0.4, 0.8), color=colour)
+    handover = report.get("handover") or {}
+    for change in handover.get("changes", []):
+        style = "-" if change["trigger"] == "kill" else ":"
+        colour = "#d62728" if change["trigger"] == "kill" else "#1f77b4"
+        ax.axvline(change["start_t"], color=colour, linestyle=style, linewidth=0.7)
+        for move in change["moved"]:
+            if move["acquired_s"] is not None:
+                ax.plot(change["start_t"] + move["acquired_s"], move["partition"], "o",
+                        color="#1f77b4", markersize=3)  # fmt: skip
+    ax.set_ylabel("partition")
+    ax.set_ylim(-0.6, max(report.get("partitions") or 1, 1) - 0.4)
+    ax.set_title(
+        "stalls (a record waiting, none read): grey < 0.5 s, orange 0.5-1 s, red >= 1 s; "
+        "dots: moved partition acquired; dotted: membership change; red line: kill",
+        fontsize=8,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -186,20 +187,40 @@ def scale_step(
     ] = 30.0,
     slo_ms: Annotated[float, typer.Option(help="Interactive p99 e2e SLO, ms.")] = 1000.0,
     max_replicas: Annotated[int, typer.Option(help="replicas.max of the sim model.")] = 8,
+    kill: Annotated[
+        float,
+        typer.Option(
+            help="Seconds more at the step rate after the step, in which the worker owning "
+            "the most partitions is SIGKILLed (0: no kill phase)."
+        ),
+    ] = 30.0,
+    kill_at: Annotated[float, typer.Option(help="When the kill comes, s into that phase.")] = 5.0,
+    sim_dir: Annotated[
+        Path | None,
+        typer.Option(help="Write the arrivals, model.yaml and policy that `inferbus sim` replays."),
+    ] = None,
     bootstrap: Annotated[
         str | None, typer.Option(help="Use this Kafka, not the embedded one.")
     ] = None,
     keep_logs: Annotated[bool, typer.Option(help="Keep the worker/ingest logs.")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
+    from_json: Annotated[
+        Path | None,
+        typer.Option(help="Run nothing: analyse again what an earlier report recorded."),
+    ] = None,
 ) -> None:
-    """The live scaler under a load step: reaction, readiness, lag drain, answers, SLO."""
+    """The live scaler under a load step: reaction, readiness, lag drain, answers, SLO;
+    each partition's longest gap in service through every membership change and a killed
+    worker; the simulator on the same step beside it."""
     from services.bench.scale_step import (
         ScaleStepOptions,
         bench_scale_step,
+        build_report,
         plot_scale_step,
         summary_line,
     )
+    from services.bench.step_report import handover_lines
 
     setup_logging("WARNING")
     options = ScaleStepOptions(
@@ -212,12 +233,26 @@ def scale_step(
         scale_down_window_s=scale_down_window,
         slo_p99_ms=slo_ms,
         max_replicas=max_replicas,
+        kill_s=kill,
+        kill_at_s=kill_at,
         bootstrap=bootstrap,
         keep_logs=keep_logs,
+        sim_dir=str(sim_dir) if sim_dir is not None else None,
     )
-    report = asyncio.run(bench_scale_step(options, _progress))
+    if from_json is not None:
+        earlier = json.loads(from_json.read_text())
+        options = ScaleStepOptions(**earlier["options"])
+        if sim_dir is not None:
+            options = dataclasses.replace(options, sim_dir=str(sim_dir))
+        report = build_report(earlier["raw"], options)
+    else:
+        report = asyncio.run(bench_scale_step(options, _progress))
     _write(report, json_out)
     if plot is not None:
         plot_scale_step(report, plot)
         _progress(f"wrote {plot}")
     typer.echo(summary_line(report))
+    for line in handover_lines(report):
+        typer.echo(line)
+    if report["sim"].get("command"):
+        typer.echo(f"simulated the same step with: {report['sim']['command']}")

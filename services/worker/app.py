@@ -25,6 +25,7 @@ from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
+from infra.processes import process_started_at
 from schemas.errors import InferbusError
 from schemas.result import STATUSES
 from schemas.telemetry import WorkerLoad
@@ -45,7 +46,8 @@ from tracing.setup import init_tracing, shutdown_tracing
 from tracing.telemetry import TelemetryPublisher
 
 log = logging.getLogger(__name__)
-PROCESS_STARTED = time.time()
+PROCESS_STARTED = process_started_at()
+"""Time-to-ready counts from here: the process's start, its imports included."""
 
 
 class WorkerFailed(InferbusError):

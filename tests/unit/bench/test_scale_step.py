@@ -49,8 +49,22 @@ def test_schedule_is_low_high_low_and_send_times_pace_each_phase() -> None:
         step_schedule(0, 40, 1, 1, 1)
 
 
+def test_the_kill_phase_goes_on_at_the_step_rate_and_counts_as_high_load() -> None:
+    phases = step_schedule(10, 40, 2, 3, 1, kill_s=4)
+    assert [(p.name, p.rate_rps) for p in phases] == [
+        ("before", 10), ("step", 40), ("kill", 40), ("after", 10),
+    ]  # fmt: skip
+    assert phase_bounds(phases)[2] == ("kill", 5, 9)
+    assert len(send_times(phases)) == 20 + 120 + 160 + 10
+    options = ScaleStepOptions(before_s=10, step_s=20, kill_s=10, after_s=10)
+    ticks = [tick(12, 0, 1, 1, 1, 3), tick(35, 0, 3, 3, 3, 3), tick(42, 0, 3, 3, 3, 1)]
+    r = analyze(ticks, [], options)["reaction"]
+    # The scale-down is timed from the end of the high load (the kill phase's end, 40 s).
+    assert r["first_scale_down_after_step_s"] == 2
+
+
 def test_reaction_times_from_recorded_ticks() -> None:
-    options = ScaleStepOptions(before_s=10, step_s=20, after_s=10, drain_lag=5)
+    options = ScaleStepOptions(before_s=10, step_s=20, after_s=10, drain_lag=5, kill_s=0)
     ticks = [
         tick(8, 0, 1, 1, 1, 1),
         tick(12, 80, 1, 1, 1, 3),  # first scale-up, 2 s after the step

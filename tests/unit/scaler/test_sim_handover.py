@@ -147,3 +147,16 @@ def test_surplus_consumer_becomes_standby(monkeypatch: pytest.MonkeyPatch) -> No
     assert by_t[85.0] == (3, 0)
     # Nothing was started after t=0 beyond the first two: demotion kept them warm.
     assert len(run.groups[0].ready_times) == 2
+
+
+def test_the_default_handover_is_the_live_one() -> None:
+    """Live (`inferbus bench scale-step`), a moved partition is read by its new owner within
+    0.04-0.15 s of the change, 0.5 s at worst: the default pause is 0.1 s, not the 1 s it was."""
+    g = _group(dataclasses.replace(PARAMS, pause_model="incremental"))
+    assert PARAMS.handover_pause_s == SimParams().handover_pause_s == 0.1
+    handover = _join_at(g, 20.0)
+    assert handover is not None and handover.end_s - handover.start_s == pytest.approx(0.1)
+    moved = handover.moved[g.partition_of]
+    during = (g.times >= 20.0) & (g.times < 20.05)
+    assert np.all(g.end_t[during & moved] >= 20.1)
+    assert np.all(g.end_t[during & moved] - g.times[during & moved] < 0.2)
