@@ -3,8 +3,12 @@
 Holt's smoothing (the seed's forecast) followed every swing of a 15 s rate: on a steady
 but bursty load its trend was noise, and 30 s ahead that noise became replicas. Here a
 line is fitted over the recent samples. Its slope counts only when it is `min_t` standard
-errors from zero (the samples' windows overlap, so the standard error is optimistic and
-`min_t` is high); without a trend the level is the mean. A step (a burst starting or
+errors from zero; without a trend the level is the mean. The samples are rates over windows
+longer than the spacing between them (a 15 s window every 5 s), so neighbours share most of
+their requests and the least-squares standard error, which assumes independent samples,
+is too small by the square root of that overlap: it is widened by it. Without that, a
+3-sigma trend was ~1.7 sigma, and on the conversation trace a slow wobble read as a trend
+a few times an hour, each a scale-up held for a minute (docs/scaler.md). A step (a burst starting or
 ending, a load dropping away) is what no line follows: when the samples split into an
 older and a newer run whose means differ by more than `step_z` of their scatter, only the
 newer run counts.
@@ -126,11 +130,14 @@ def estimate_rate(
     min_t: float,
     step_z: float,
     floor_share: float = 0.05,
+    overlap: float = 1.0,
 ) -> RateEstimate | None:
     """Level and value ahead from (time s, rate) samples, oldest first; None without any.
 
     `floor_share` keeps a flat, noiseless history (an idle group) from calling every
-    change a step: the scatter counts as at least this share of the level.
+    change a step: the scatter counts as at least this share of the level. `overlap` is
+    how many consecutive samples share one window's requests (window / spacing, >= 1): a
+    trend must be `min_t` standard errors from zero with the error widened by its root.
     """
     if not samples:
         return None
@@ -144,7 +151,8 @@ def estimate_rate(
     # A ramp that starts after a flat stretch bends the line: the newer half sees its slope.
     t_new, t_old = recent[-1][0], recent[0][0]
     half = linear([p for p in recent if p[0] >= t_new - (t_new - t_old) / 2], horizon_s)
-    trends = [f for f in (fit, half) if f is not None and f.significant(min_t)]
+    widen = math.sqrt(max(1.0, overlap))
+    trends = [f for f in (fit, half) if f is not None and f.significant(min_t * widen)]
     if trends:
         best = max(trends, key=lambda f: f.value)
         return RateEstimate(

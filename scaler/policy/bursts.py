@@ -2,13 +2,16 @@
 
 Offered load is arrivals over per-replica throughput (busy replicas' worth of work), one
 sample per tick over `burst_memory_s`. Between the base (the 10th percentile of the
-remembered load) and the top (its highest), a burst starts when the load climbs above
-twice `burst_low_share` of that range and ends when it falls below `burst_low_share` of
-it (a Schmitt trigger: a load wobbling around one line is neither); the stretch in
-between bursts is a gap. The base makes a load that idles at zero between bursts and a
-load that falls back to a third of its peak (a sawtooth) read the same way. Idle between bursts
-is not idle for good: while bursts keep coming after gaps shorter than what it costs to
-stop a replica and get it back, the SLO policy keeps what the next burst needs.
+remembered load) and the top (its 95th percentile, so that one outsized burst does not
+move the lines), a burst starts when the load climbs above twice `burst_low_share` of
+that range and ends when it falls below `burst_low_share` of it (a Schmitt trigger: a
+load wobbling around one line is neither); a stretch below the lower line is a gap. The
+base makes a load that idles at zero between bursts and a load that falls back to a third
+of its peak (a sawtooth) read the same way. Idle between bursts is not idle for good:
+while bursts keep coming after gaps shorter than what it costs to stop a replica and get
+it back, the SLO policy keeps what the next burst needs before new capacity could serve
+it (each burst's load within a keep cost of when it could first be seen: its peak for a
+burst that rises faster than a replica starts, less for a slow ramp).
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ class Burst:
     rise_s: float | None
     """From the last sample below the gap line to the first at 80 % of the peak; None if no
     gap came before."""
+    lead_load: float
+    """The highest load within the lead (`remember`'s `lead_s`) of its first sample above
+    the gap line: what the burst needed before a replica started when it could first be
+    seen would serve. The peak when no gap came before."""
 
 
 @dataclass(frozen=True)
@@ -65,22 +72,47 @@ class BurstMemory:
 
     def peak(self, quantile: float) -> float:
         """The `quantile` of the peak loads of the bursts that started from a gap."""
-        peaks = sorted(b.peak_load for b in self.onsets())
-        if not peaks:
-            return 0.0
-        return peaks[min(len(peaks) - 1, max(0, math.ceil(quantile * len(peaks)) - 1))]
+        return _quantile([b.peak_load for b in self.onsets()], quantile)
 
     def median_gap_s(self) -> float:
         """Median completed gap (inf without any)."""
         return statistics.median(self.gaps_s) if self.gaps_s else math.inf
 
+    def lead_peak(self, quantile: float) -> float:
+        """The `quantile` of what the bursts from a gap needed within the lead of their onset."""
+        return _quantile([b.lead_load for b in self.onsets()], quantile)
 
-def remember(samples: Sequence[tuple[float, float]], low_share: float) -> BurstMemory | None:
-    """Split (time s, load) samples, oldest first, into bursts and gaps; None if flat."""
+
+def _quantile(values: Sequence[float], quantile: float) -> float:
+    """The `quantile` of a few values at the (n + 1) plotting position (0 without any).
+
+    The next burst is one more draw: of n remembered ones, the rank q(n + 1) is what it
+    stays under with probability q. With few bursts that is the highest (p75 of 4 bursts
+    is the 4th, not the 3rd): an hour's first minutes must not size for its smallest.
+    """
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    rank = math.ceil(quantile * (len(ordered) + 1) - 1e-9) - 1
+    return ordered[min(len(ordered) - 1, max(0, rank))]
+
+
+def remember(
+    samples: Sequence[tuple[float, float]], low_share: float, lead_s: float = math.inf
+) -> BurstMemory | None:
+    """Split (time s, load) samples, oldest first, into bursts and gaps; None if flat.
+
+    `lead_s` is how long after a burst could first be seen (its first sample above the gap
+    line) new capacity could serve: each burst remembers the highest load it reached within
+    it (`Burst.lead_load`).
+    """
     if not samples:
         return None
     loads = sorted(load for _, load in samples)
-    top = loads[-1]
+    # The 95th percentile, not the highest: with the highest, one burst twice the others
+    # moved both lines up by half, the earlier bursts fell below the burst line, their gaps
+    # merged, and the hold let go just before the next burst (on-off, 11 000 late requests).
+    top = loads[min(len(loads) - 1, int(0.95 * len(loads)))]
     base = loads[len(loads) // 10]
     if top <= 0 or top <= base:
         return None
@@ -90,14 +122,29 @@ def remember(samples: Sequence[tuple[float, float]], low_share: float) -> BurstM
     last_gap_t: float | None = None
     last_high_t: float | None = None
     run: list[tuple[float, float]] = []
+    # Samples since the last gap sample: the climb through the band, then the run.
+    risen: list[tuple[float, float]] = []
 
     def close_run() -> None:
         peak = max(v for _, v in run)
         reach = next(t for t, v in run if v >= 0.8 * peak)
-        rise = None if last_gap_t is None else reach - last_gap_t
-        bursts.append(Burst(peak_load=peak, rise_s=rise))
+        if last_gap_t is None:
+            bursts.append(Burst(peak_load=peak, rise_s=None, lead_load=peak))
+            return
+        early = [v for t, v in risen if t - risen[0][0] <= lead_s]
+        bursts.append(
+            Burst(
+                peak_load=peak,
+                rise_s=reach - last_gap_t,
+                lead_load=max(early, default=risen[0][1]),
+            )
+        )
 
+    last_active_t: float | None = None
     for t, load in samples:
+        if load >= low:
+            risen.append((t, load))
+            last_active_t = t
         if load >= (low if run else high):
             if not run and last_high_t is not None and last_gap_t is not None:
                 gaps.append(t - last_high_t)
@@ -109,9 +156,12 @@ def remember(samples: Sequence[tuple[float, float]], low_share: float) -> BurstM
             run = []
         if load < low:
             last_gap_t = t
+            risen = []
     # A burst still going on has no final peak yet: it is not remembered as one.
     newest_t, newest = samples[-1]
-    in_gap = 0.0 if run or last_high_t is None else newest_t - last_high_t
+    # A gap is a stretch below the gap line: a small burst that rises above it but not to the
+    # burst line is no burst, but the gap starts again after it (it is not idle).
+    in_gap = 0.0 if run or last_active_t is None else newest_t - last_active_t
     leaving = newest >= low and last_gap_t is not None
     rising = len(samples) > 1 and newest > samples[-2][1]
     return BurstMemory(

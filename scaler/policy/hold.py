@@ -2,10 +2,13 @@
 
 Stopping a replica in a gap and starting it again for the next burst costs its
 time-to-ready plus a handover in replica-seconds, and the burst meets cold capacity for a
-time-to-ready. So when the remembered bursts rise faster than a replica starts, and their
+time-to-ready. So when the remembered bursts rise within two time-to-readies, and their
 gaps are typically shorter than `burst_keep_factor` keep costs, the group keeps the
-capacity the bursts needed (the `burst_peak_quantile` of their peaks, with the learned
-spare) as consumers until a gap lasts longer than any it remembers plus one keep cost,
+capacity the bursts needed before a replica started when they could first be seen would
+serve (the `burst_peak_quantile` of their load within a keep cost of that moment, with the
+learned spare: the peak of a burst that rises in seconds, less for a slow ramp, whose
+rest `burst_rise` starts at once) as consumers until a gap lasts longer than any it
+remembers plus one keep cost,
 then as warm standby (loaded, not consuming; consuming within a handover) for one more
 keep cost where the deployment has standby. Consumers come first because they serve a
 burst's first seconds: a standby is promoted only once the next tick has seen the burst
@@ -13,9 +16,9 @@ burst's first seconds: a standby is promoted only once the next tick has seen th
 earlier.
 
 When the load leaves a gap and keeps rising, and the remembered bursts rose to their peak
-within a known time, the group is sized for their median peak at once rather than step
-by step behind the rise; a forecast is not trusted
-beyond the highest remembered load (ramps that always end at the same height).
+within a known time, the group is sized for their `burst_peak_quantile` peak at once
+rather than step by step behind the rise; a forecast is not trusted beyond that peak
+(ramps that always end at the same height; a burst's onset is a steep line for a tick).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
     arriving = arriving_rps(s, state)
     if arriving is not None and (mu or arriving == 0):
         samples = (*samples, (s.collected_at, arriving / mu if mu else 0.0))
-    return remember(samples, config.burst_low_share)
+    return remember(samples, config.burst_low_share, lead_s=config.keep_cost_s(s))
 
 
 def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
@@ -61,13 +64,15 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         return plan
     if memory.in_gap_s > limit + (keep if standby else 0.0):
         return plan
-    peak = memory.peak(config.burst_peak_quantile)
-    floor = replicas_for(peak, plan.state, config)
+    lead = memory.lead_peak(config.burst_peak_quantile)
+    floor = replicas_for(lead, plan.state, config)
+    plan = dataclasses.replace(plan, burst_floor=floor)
     if floor <= plan.desired:
         return plan
     numbers = {
         "bursts": float(len(memory.onsets())),
-        "peak_load": peak,
+        "lead_load": lead,
+        "peak_load": memory.peak(config.burst_peak_quantile),
         "median_rise_s": rise,
         "median_gap_s": gap,
         "keep_cost_s": keep,
@@ -75,8 +80,9 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         "floor": floor,
     }
     text = (
-        f"{len(memory.onsets())} bursts rising in ~{rise:.0f} s (< {ttr:.0f} s to start one), "
-        f"peak {peak:.1f} busy replicas (p{config.burst_peak_quantile * 100:.0f}) needs {floor}; "
+        f"{len(memory.onsets())} bursts rising in ~{rise:.0f} s (<= 2 x {ttr:.0f} s to start one), "
+        f"{lead:.1f} busy replicas (p{config.burst_peak_quantile * 100:.0f}) within "
+        f"{keep:.0f} s of their start needs {floor}; "
         f"median gap {gap:.0f} s <= {config.burst_keep_factor:g} x keep cost {keep:.0f} s"
     )
     after = config.standby_after_gap_s
@@ -138,8 +144,13 @@ def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
 
 
 def forecast_cap_load(plan: Plan, config: PolicyConfig) -> float | None:
-    """The highest load a forecast may reach while bursts repeat: the remembered top."""
+    """The highest load a forecast may reach while bursts repeat: what `burst_rise` sizes for.
+
+    A burst's onset is a steep line for a few ticks; extrapolated a time-to-ready ahead it
+    asked for the highest load ever remembered (on the on-off family 23-32 replicas where
+    the bursts' p75 needed 17-21), and the scale-down pacing then kept that for minutes.
+    """
     memory = burst_memory(plan, config)
     if memory is None or not memory.bursty(config.burst_min_count, config.burst_min_ratio):
         return None
-    return max(memory.top_load, memory.load)
+    return max(memory.peak(config.burst_peak_quantile), memory.load)

@@ -21,6 +21,9 @@ class Plan:
     """Warm standby replicas to keep beside `desired` (only where the signals report standby)."""
     warm_total: int = 0
     """Replicas wanted loaded in all (consuming + standby); standby tops `desired` up to it."""
+    burst_floor: int = 0
+    """Replicas the burst memory keeps for the next burst (0: it keeps none); while it does,
+    the scale-down needs no long window after a step down: the floor is the hold."""
     fresh: bool = True
     """False when the signals were stale or missing: nothing may scale down then."""
 

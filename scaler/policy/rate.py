@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from scaler.forecast import RateEstimate, estimate_rate
 from scaler.policy.plan import Plan
 from scaler.signals import GroupSignals, GroupState, PolicyConfig
@@ -17,8 +20,18 @@ def arrival_estimate(plan: Plan, config: PolicyConfig) -> RateEstimate | None:
         (s.collected_at, s.arrival_rps),
     )
     return estimate_rate(
-        samples, config.horizon_s(s), min_t=config.forecast_min_t, step_z=config.rate_step_z
+        samples,
+        config.horizon_s(s),
+        min_t=config.forecast_min_t,
+        step_z=config.rate_step_z,
+        overlap=config.metrics_window_s / _spacing_s(samples),
     )
+
+
+def _spacing_s(samples: tuple[tuple[float, float], ...]) -> float:
+    """The median time between samples (the collection interval); inf with fewer than two."""
+    gaps = sorted(b[0] - a[0] for a, b in itertools.pairwise(samples) if b[0] > a[0])
+    return gaps[len(gaps) // 2] if gaps else math.inf
 
 
 def arriving_rps(s: GroupSignals, state: GroupState) -> float | None:

@@ -27,10 +27,13 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     step_at = plan.state.last_step_down_at
     if rate is not None and rate.before_step is not None and rate.level < rate.before_step:
         step_at = rate.step_at if step_at is None else max(step_at, rate.step_at or step_at)
-    dropped = step_at is not None and now - step_at < config.gap_hold_s(s)
+    # Idle between bursts is not idle for good: after a step down, keep what the load
+    # needed before it for a while (ski rental: about what a restart would cost). Not while
+    # the burst memory holds a floor for the next burst: that floor is the hold, and the
+    # window held the burst's own peak (forecast, backlog, fast path) through every gap
+    # shorter than it, so a bursty group never came down (on-off: 0.26x the oracle).
+    dropped = step_at is not None and now - step_at < config.gap_hold_s(s) and not plan.burst_floor
     if dropped:
-        # Idle between bursts is not idle for good: after a step down, keep what the load
-        # needed before it for a while (ski rental: about what a restart would cost).
         hold = max(hold, config.gap_hold_s(s))
     kept = (r for r in plan.state.recommendations if now - r[0] < max(hold, config.gap_hold_s(s)))
     window = (*kept, (now, plan.desired))

@@ -130,7 +130,12 @@ def forecast(plan: Plan, config: PolicyConfig) -> Plan:
             "forecast",
             f"arrival {rate.level:.0f}/s rising {rate.trend_per_s:.1f}/s "
             f"(±{rate.trend_stderr_per_s:.1f}): {rate.ahead:.0f}/s in {horizon:.0f} s"
-            + (f", at most the remembered top {ahead:.0f}/s" if ahead < rate.ahead else ""),
+            + (
+                f", at most the remembered bursts' p{config.burst_peak_quantile * 100:.0f} "
+                f"peak {ahead:.0f}/s"
+                if ahead < rate.ahead
+                else ""
+            ),
             {
                 "arrival_rps": rate.level,
                 "forecast_rps": ahead,

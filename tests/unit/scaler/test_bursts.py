@@ -149,3 +149,104 @@ def test_rise_like_the_remembered_ones_is_met_at_its_peak(clock: FakeClock) -> N
     assert rises
     _t, g = rises[-1]
     assert g.desired >= 10  # the remembered ramps peaked near 3000/s = 10 busy
+
+
+@pytest.mark.parametrize(
+    ("peaks", "quantile", "expected"),
+    [
+        pytest.param([], 0.75, 0.0, id="none"),
+        pytest.param([5.0], 0.75, 5.0, id="one"),
+        pytest.param([15.0, 19.0, 17.0, 16.0], 0.75, 19.0, id="four-p75-is-the-highest"),
+        pytest.param([float(v) for v in range(20, 27)], 0.75, 25.0, id="seven-p75-is-the-6th"),
+        pytest.param([float(v) for v in range(20, 39)], 0.75, 34.0, id="nineteen-p75-is-15th"),
+        pytest.param([float(v) for v in range(20, 39)], 0.5, 29.0, id="nineteen-median"),
+    ],
+)
+def test_peak_quantile_at_the_next_burst_rank(
+    peaks: list[float], quantile: float, expected: float
+) -> None:
+    # Bursts of 20 s from a gap of 30 s at each peak; base 0.1.
+    loads: list[float] = [0.1] * 6
+    for p in peaks:
+        loads += [p] * 4 + [0.1] * 6
+    memory = remember(_samples(loads), 0.25)
+    if not peaks:
+        assert memory is None
+        return
+    assert memory is not None and len(memory.onsets()) == len(peaks)
+    assert memory.peak(quantile) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("rise", "lead", "expected"),
+    [
+        # A burst at its peak within one tick: the lead is the peak.
+        pytest.param([10.0] * 6, 31.0, 10.0, id="fast-burst-lead-is-peak"),
+        # A ramp 4 -> 12 over 90 s: first seen above the gap line (5.9) at 25 s; 31 s later
+        # (the keep cost) it is at 8.9, not 12.
+        pytest.param([4.0 + 8.0 * t / 90 for t in range(0, 95, 5)], 31.0, 8.9, id="slow-ramp"),
+        pytest.param([4.0 + 8.0 * t / 90 for t in range(0, 95, 5)], 1e9, 12.0, id="no-lead"),
+    ],
+)
+def test_lead_load_is_what_the_burst_needs_before_a_start_serves(
+    rise: list[float], lead: float, expected: float
+) -> None:
+    loads = ([4.0] * 8 + rise) * 3 + [4.0] * 8
+    memory = remember(_samples(loads), 0.25, lead_s=lead)
+    assert memory is not None and len(memory.onsets()) >= 2
+    assert memory.lead_peak(0.5) == pytest.approx(expected, abs=0.3)
+
+
+def test_one_outsized_burst_does_not_erase_the_others() -> None:
+    # Bursts at 10 busy every 70 s, then one at 30: with the top at the highest sample the
+    # burst line (base + half the range) rose above 10 and only the big one was a burst.
+    loads = _on_off(8, 30, 40, 10.0) + [30.0] * 6 + [0.1] * 8
+    memory = remember(_samples(loads), 0.25)
+    assert memory is not None
+    assert len(memory.onsets()) == 8  # all but the first (no gap before it)
+    assert memory.median_gap_s() == pytest.approx(40.0, abs=5.0)
+
+
+@pytest.mark.parametrize(
+    ("tail", "in_gap_s"),
+    [
+        pytest.param([0.1] * 12, 60.0, id="idle-gap"),
+        # A small burst above the gap line (2.6) but under the burst line (5.1) is no burst,
+        # but the gap restarts after it.
+        pytest.param([0.1] * 6 + [4.0] * 2 + [0.1] * 4, 20.0, id="small-burst-restarts-gap"),
+    ],
+)
+def test_gap_length_counts_from_the_last_load_above_the_gap_line(
+    tail: list[float], in_gap_s: float
+) -> None:
+    loads = _on_off(4, 30, 40, 10.0)[:-8] + tail
+    memory = remember(_samples(loads), 0.25)
+    assert memory is not None
+    assert memory.in_gap_s == pytest.approx(in_gap_s, abs=5.0)
+
+
+def test_no_long_window_after_a_burst_while_the_floor_holds(clock: FakeClock) -> None:
+    # Bursts of 3000/s: once remembered, their floor keeps what the next one needs, and the
+    # two-keep-cost window after a step down (which held each burst's own peak through every
+    # gap) no longer applies.
+    seen = _drive(clock, BURSTY, PolicyConfig(initial_spare_replicas=1.0))
+    late = [g for t, g in seen if t > 14 * 5 * 4]
+    assert any("burst_hold" in {r.code for r in g.reasons} for g in late)
+    assert not any("after a step down" in g.line() for g in late)
+
+
+def test_forecast_stops_at_the_bursts_peak_not_the_outlier(clock: FakeClock) -> None:
+    # Ramps to 3000/s, one ramp to 9000/s among them; a new ramp's forecast may reach the
+    # remembered bursts' p75 peak (3000/s), not the single highest load.
+    ramp = [600.0 + 200.0 * i for i in range(13)]
+    big = [600.0 + 700.0 * i for i in range(13)]
+    rps = (ramp + [600.0] * 12) * 4 + big + [600.0] * 12 + (ramp + [600.0] * 12) * 4 + ramp
+    seen = _drive(clock, rps, PolicyConfig(initial_spare_replicas=1.0))
+    capped = [
+        r
+        for _t, g in seen[-30:]
+        for r in g.reasons
+        if r.code == "forecast" and "p75 peak" in r.message
+    ]
+    assert capped
+    assert all(r.numbers["forecast_rps"] <= 3300.0 for r in capped)

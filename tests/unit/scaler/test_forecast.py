@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scaler.forecast import linear
+from scaler.forecast import estimate_rate, linear
+from scaler.policy.plan import Plan
+from scaler.policy.rate import arrival_estimate
+from scaler.signals import GroupState, PolicyConfig
+from tests.unit.scaler.conftest import make_signals
 
 
 @pytest.mark.parametrize(
@@ -50,3 +54,49 @@ def test_noise_is_not_a_trend(slope: float, significant: bool) -> None:
 )
 def test_too_little_to_fit(samples: list[tuple[float, float]]) -> None:
     assert linear(samples, 10) is None
+
+
+@pytest.mark.parametrize(
+    ("overlap", "kind"),
+    [
+        # 15 s windows every 5 s share two thirds of their requests: a slope 3.9 of the
+        # least-squares errors from zero is 2 once the overlap is counted.
+        pytest.param(1.0, "trend", id="independent-samples"),
+        pytest.param(3.0, "mean", id="overlapping-windows"),
+    ],
+)
+def test_overlap_widens_the_trend_test(overlap: float, kind: str) -> None:
+    rng = np.random.default_rng(0)
+    ts = np.arange(0.0, 60.0, 5.0)
+    ys = 100 + 0.6 * ts + rng.normal(0, 10, ts.size)
+    samples = list(zip(ts.tolist(), ys.tolist(), strict=True))
+    fit = linear(samples, 30)
+    assert fit is not None
+    t = abs(fit.trend_per_s) / fit.trend_stderr_per_s
+    assert 3.0 <= t < 3.0 * np.sqrt(3.0), t  # the case sits between the two thresholds
+    est = estimate_rate(samples, 30.0, min_t=3.0, step_z=100.0, overlap=overlap)
+    assert est is not None and est.kind == kind
+
+
+@pytest.mark.parametrize(
+    ("metrics_window_s", "kind"),
+    [
+        pytest.param(5.0, "trend", id="window-equals-interval"),
+        pytest.param(15.0, "mean", id="window-three-intervals"),
+    ],
+)
+def test_policy_rate_counts_the_window_overlap(metrics_window_s: float, kind: str) -> None:
+    rng = np.random.default_rng(0)
+    ts = np.arange(0.0, 60.0, 5.0)
+    ys = 100 + 0.6 * ts + rng.normal(0, 10, ts.size)
+    history = tuple(zip(ts[:-1].tolist(), ys[:-1].tolist(), strict=True))
+    s = make_signals(collected_at=float(ts[-1]), arrival_rps=float(ys[-1]))
+    plan = Plan(
+        signals=s,
+        state=GroupState(group=s.group, arrival_samples=history),
+        desired=s.replicas,
+        diagnosis="steady",
+    )
+    config = PolicyConfig(metrics_window_s=metrics_window_s, rate_step_z=100.0)
+    est = arrival_estimate(plan, config)
+    assert est is not None and est.kind == kind
