@@ -7,7 +7,8 @@ misses whole batches that are in the log (offsets present, none repeated): a bat
 readable after a later one was already returned, behind the reader's position. Apache
 Kafka appends in offset order, so a reader there cannot pass a record that is not readable
 yet. This is how `inferbus bench scale-step` lost 1-3 answers of 23 250 while every worker
-had written them.
+had written them. inferbus's readers read through `infra/gaps.py`, which holds back what
+follows a gap in the offsets and reads again from it (tests/integration/test_gaps.py).
 
     python scripts/probe_tail_reader.py [producers] [records each] [batch] [in flight]
     python scripts/probe_tail_reader.py 8 300 2 4    # here: missed 2-8 of 9 600 in 4 of 6 tries

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 from aiokafka import TopicPartition
 
+from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from schemas.frames import is_frame, join_frame, split_frame
 from schemas.topics import INGEST, RESULTS
@@ -180,8 +181,10 @@ class LoadGenerator:
         await self._producer.stop()
 
     async def _read(self) -> None:
+        gaps = GapGuard()
         while True:
-            batches = await self._consumer.getmany(timeout_ms=100)
+            fetched = await self._consumer.getmany(timeout_ms=100)
+            batches = admit_in_order(self._consumer, gaps, fetched, time.monotonic())
             now = time.perf_counter()
             for records in batches.values():
                 for record in records:

@@ -12,6 +12,7 @@ import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
+from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.tasks import cancel_and_wait
 from schemas import headers as h
@@ -120,6 +121,7 @@ class Observer:
 
     async def _run(self) -> None:
         next_refresh = 0.0
+        gaps = GapGuard()
         while True:
             if self._paused:
                 await asyncio.sleep(0.1)
@@ -134,7 +136,8 @@ class Observer:
                 if time.monotonic() >= next_refresh:
                     next_refresh = time.monotonic() + REFRESH_S
                     await self._refresh()
-                batches = await self._consumer.getmany(timeout_ms=200)
+                fetched = await self._consumer.getmany(timeout_ms=200)
+                batches = admit_in_order(self._consumer, gaps, fetched, time.monotonic())
             except KafkaError as exc:
                 name = type(exc).__name__
                 self.errors[name] = self.errors.get(name, 0) + 1

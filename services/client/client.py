@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
@@ -408,8 +409,10 @@ class InferenceClient:
     async def _read(self) -> None:
         consumer = self._consumer
         assert consumer is not None
+        gaps = GapGuard()
         while True:
-            batches = await consumer.getmany(timeout_ms=200)
+            fetched = await consumer.getmany(timeout_ms=200)
+            batches = admit_in_order(consumer, gaps, fetched, time.monotonic())
             for tp, records in batches.items():
                 if tp.topic == INSTANCES:
                     if any(self._broker_note(r) for r in records):

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.registry import RegistryTable, live_instances
 from scaler.registry import Registry, ready_time
@@ -199,8 +200,10 @@ class StackObserver:
     async def _read(self) -> None:
         consumer = self._consumer
         assert consumer is not None
+        gaps = GapGuard()
         while True:
-            batches = await consumer.getmany(timeout_ms=500)
+            fetched = await consumer.getmany(timeout_ms=500)
+            batches = admit_in_order(consumer, gaps, fetched, time.monotonic())
             for records in batches.values():
                 for record in records:
                     self._apply(record.value)

@@ -24,6 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
+from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import FetchPacer, make_consumer, start_with_retry
 from schemas.errors import InferbusError
 from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS
@@ -133,6 +134,8 @@ class OwnedConsumer:
         self._seen_restarts = 0
         self._ends: dict[TopicPartition, int] = {}
         self._delivered: set[TopicPartition] = set()
+        self.gaps = GapGuard()
+        """Holds back what follows a batch the broker shows out of order (infra/gaps.py)."""
         self.standing_by = False
         """Serving but told to stand by (the scaler's word keeps it warm, not consuming)."""
         self._groups: list[_Group] = []
@@ -256,6 +259,7 @@ class OwnedConsumer:
             )
             await self._rebuild()
             return []
+        batches = admit_in_order(self._consumer, self.gaps, batches, time.monotonic())
         records: list[ConsumerRecord[bytes, bytes]] = []
         self._delivered.update(batches)
         for tp, batch in batches.items():
@@ -387,6 +391,7 @@ class OwnedConsumer:
             max_poll_records=self.options.max_poll_records,
         )
         self.pacer = FetchPacer(consumer)
+        self.gaps = GapGuard()
         await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
         data = [TopicPartition(g.topic, p) for g in self._groups for p in range(g.partitions)]
         consumer.assign(data + list(self._control))
@@ -460,6 +465,7 @@ class OwnedConsumer:
         for partition, offset in committed.items():
             tp = TopicPartition(group.topic, partition)
             self.offsets.forget(group.topic, partition)
+            self.gaps.forget(tp)
             if offset is None:
                 await self._consumer.seek_to_beginning(tp)
             else:

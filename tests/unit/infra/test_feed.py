@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from scaler.collector.feeds import TelemetryFeed
 class FakeRecord:
     key: bytes | None
     value: bytes | None
+    offset: int = field(default_factory=itertools.count().__next__)
 
 
 class FakeConsumer:

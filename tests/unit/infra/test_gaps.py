@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from aiokafka import TopicPartition
+
+from infra.gaps import GapGuard, admit_in_order
+
+TP = TopicPartition("t", 0)
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+
+
+def recs(*offsets: int) -> list[Rec]:
+    return [Rec(o) for o in offsets]
+
+
+def offsets(records: object) -> list[int]:
+    return [r.offset for r in records]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("fetches", "expected"),
+    [
+        pytest.param(
+            [(recs(0, 1, 2), 0.0), (recs(3, 4), 0.1)],
+            [([0, 1, 2], None), ([3, 4], None)],
+            id="in-order",
+        ),
+        pytest.param(
+            # 3-4 becomes readable after 5-6 was returned: hold 5-6, read again from 3.
+            [(recs(0, 1, 2), 0.0), (recs(5, 6), 0.1), (recs(3, 4, 5, 6), 0.15)],
+            [([0, 1, 2], None), ([], 3), ([3, 4, 5, 6], None)],
+            id="gap-between-fetches-fills",
+        ),
+        pytest.param(
+            [(recs(0, 1, 4, 5), 0.0), (recs(2, 3, 4, 5), 0.05)],
+            [([0, 1], 2), ([2, 3, 4, 5], None)],
+            id="gap-inside-a-fetch-fills",
+        ),
+        pytest.param(
+            # A gap that stands (a transaction marker on Kafka) is passed after the wait.
+            [(recs(0, 1, 3), 0.0), (recs(3), 0.1), (recs(3), 0.31), (recs(4), 0.4)],
+            [([0, 1], 2), ([], 2), ([3], None), ([4], None)],
+            id="standing-gap-passed-after-the-wait",
+        ),
+        pytest.param(
+            # Offsets start over lower (the broker lost its log): a new order, no gap.
+            [(recs(10, 11), 0.0), (recs(0, 1), 0.1)],
+            [([10, 11], None), ([0, 1], None)],
+            id="moved-back",
+        ),
+        pytest.param(
+            [(recs(7, 8), 0.0)],
+            [([7, 8], None)],
+            id="first-read-anywhere",
+        ),
+    ],
+)
+def test_admit(
+    fetches: list[tuple[list[Rec], float]], expected: list[tuple[list[int], int | None]]
+) -> None:
+    guard = GapGuard(wait_s=0.3)
+    got = []
+    for records, now in fetches:
+        admitted = guard.admit(TP, records, now)
+        got.append((offsets(admitted.records), admitted.seek_to))
+    assert got == expected
+
+
+def test_counts_filled_and_passed_gaps() -> None:
+    guard = GapGuard(wait_s=0.3)
+    guard.admit(TP, recs(0, 2), 0.0)
+    guard.admit(TP, recs(1, 2), 0.01)
+    guard.admit(TP, recs(4), 0.02)
+    guard.admit(TP, recs(4), 0.5)
+    assert (guard.gaps_filled, guard.gaps_passed) == (1, 1)
+
+
+def test_forget_drops_the_expected_order() -> None:
+    guard = GapGuard()
+    guard.admit(TP, recs(0, 1), 0.0)
+    guard.forget(TP)
+    # Acquired again at a committed offset further on: no gap to wait for.
+    assert offsets(guard.admit(TP, recs(9), 0.1).records) == [9]
+
+
+class Consumer:
+    def __init__(self) -> None:
+        self.sought: list[tuple[TopicPartition, int]] = []
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self.sought.append((partition, offset))
+
+
+def test_admit_in_order_seeks_each_held_back_partition() -> None:
+    other = TopicPartition("t", 1)
+    consumer, guard = Consumer(), GapGuard()
+    out = admit_in_order(consumer, guard, {TP: recs(0, 1), other: recs(0)}, 0.0)
+    assert {tp: offsets(r) for tp, r in out.items()} == {TP: [0, 1], other: [0]}
+    out = admit_in_order(consumer, guard, {TP: recs(3), other: recs(1)}, 0.1)
+    assert {tp: offsets(r) for tp, r in out.items()} == {other: [1]}
+    assert consumer.sought == [(TP, 2)]
