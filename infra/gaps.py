@@ -16,11 +16,14 @@ one re-read per gap, at most `wait_s` late.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from aiokafka import TopicPartition
+
+log = logging.getLogger(__name__)
 
 GAP_WAIT_S = 0.3
 """How long a gap may stand before the reader moves past it (Tansu fills one in ms)."""
@@ -116,8 +119,22 @@ def admit_in_order(
     held-back partition again from its gap."""
     out: dict[TopicPartition, list[Any]] = {}
     for tp, records in batches.items():
+        passed = guard.gaps_passed
         admitted = guard.admit(tp, records, now)
+        if guard.gaps_passed != passed:
+            log.warning(
+                "event=offset_gap_passed topic=%s partition=%d wait_s=%.1f (no record there)",
+                tp.topic,
+                tp.partition,
+                guard.wait_s,
+            )
         if admitted.seek_to is not None:
+            log.debug(
+                "event=offset_gap_reread topic=%s partition=%d from=%d",
+                tp.topic,
+                tp.partition,
+                admitted.seek_to,
+            )
             consumer.seek(tp, admitted.seek_to)
         if admitted.records:
             out[tp] = list(admitted.records)

@@ -105,3 +105,12 @@ def test_admit_in_order_seeks_each_held_back_partition() -> None:
     out = admit_in_order(consumer, guard, {TP: recs(3), other: recs(1)}, 0.1)
     assert {tp: offsets(r) for tp, r in out.items()} == {other: [1]}
     assert consumer.sought == [(TP, 2)]
+
+
+def test_a_passed_gap_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    consumer, guard = Consumer(), GapGuard(wait_s=0.3)
+    admit_in_order(consumer, guard, {TP: recs(0, 2)}, 0.0)
+    assert not [r for r in caplog.records if "offset_gap_passed" in r.getMessage()]
+    admit_in_order(consumer, guard, {TP: recs(2)}, 0.5)
+    [line] = [r.getMessage() for r in caplog.records if "offset_gap_passed" in r.getMessage()]
+    assert "topic=t partition=0" in line
