@@ -259,7 +259,15 @@ def _route(
         )
     lane: Lane = "stable" if router is None else router.lane(request, config, request.tier)
     topic = request_topic(request.model, request.tier, lane)
-    _check_queue(topic, request, config, catalog, deadline=deadline, now=now)
+    _check_queue(
+        topic,
+        request,
+        config,
+        catalog,
+        deadline=deadline,
+        now=now,
+        wait_share=settings.admit_wait_share,
+    )
     # The producer's bytes travel on unchanged (no re-encoding on the hot path); what ingest
     # resolved (the absolute deadline, when the request arrived) travels in headers.
     headers: list[tuple[str, bytes]] = [
@@ -297,9 +305,12 @@ def _check_queue(
     *,
     deadline: datetime | None,
     now: datetime,
+    wait_share: float = 1.0,
 ) -> None:
-    """Overloaded when the tier queue is over its bound, or would outlast the request's
-    deadline: such a request would only expire in the queue."""
+    """Overloaded when the tier queue is over its bound, or the wait it predicts would
+    outlast `wait_share` of the time left before the request's deadline: such a request
+    would likely expire in the queue (the prediction is a few hundred ms old and the
+    drain rate moves, hence the share)."""
     depth = catalog.queue_depth(topic)
     if depth is None:
         return
@@ -321,11 +332,12 @@ def _check_queue(
     # QueueDepths reports none otherwise, so an idle group never rejects on it.
     wait_ms = depth / rate * 1000
     left_ms = (deadline - now).total_seconds() * 1000
-    if wait_ms > left_ms:
+    if wait_ms > left_ms * wait_share:
         raise Overloaded(
             f"tier {request.tier!r} of {request.model!r} would make this request wait "
-            f"~{wait_ms:.0f} ms ({depth} queued, served at {rate:.0f}/s), past its deadline "
-            f"in {left_ms:.0f} ms; retry later or use another tier",
+            f"~{wait_ms:.0f} ms ({depth} queued, served at {rate:.0f}/s), over "
+            f"{wait_share:.0%} of the {left_ms:.0f} ms left before its deadline; retry later "
+            "or use another tier",
             tier=request.tier,
             lag=depth,
             wait_ms=round(wait_ms),

@@ -30,6 +30,10 @@ class IngestSettings(BaseSettings):
     shed_batch_after_ms: float = Field(default=2_000.0, gt=0)
     """Ingest is behind when an event waited this long for it, ms: batch-tier requests are
     then answered `rejected_overload` at once, so critical and interactive ones go first."""
+    admit_wait_share: float = Field(default=0.75, gt=0, le=1)
+    """A request is admitted while the tier queue's predicted wait is at most this share of
+    the time left before its deadline; over it, `rejected_overload` at once (an admitted
+    request that expires in the queue is answered only when a worker reaches it)."""
     lease_s: float = Field(default=6.0, gt=0)
     """Registry lease: another ingest takes this one's partitions this long after it died."""
     publish_patience_s: float = Field(default=60.0, gt=0)

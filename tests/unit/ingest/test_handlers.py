@@ -798,6 +798,8 @@ def test_every_event_with_a_request_id_is_answered_or_routed(
     [
         pytest.param({"timeout_ms": 5_000}, 100, 10.0, True, id="10s-of-queue-5s-deadline"),
         pytest.param({"timeout_ms": 5_000}, 100, 50.0, False, id="2s-of-queue-5s-deadline"),
+        # 4.2 s of queue fits in 5 s, but not in the admitted share of it (0.75: 3.75 s).
+        pytest.param({"timeout_ms": 5_000}, 100, 24.0, True, id="over-the-admitted-share"),
         pytest.param({}, 100, 10.0, False, id="no-deadline-queues"),
         pytest.param({"timeout_ms": 5_000}, 100, None, False, id="queue-not-growing"),
     ],
@@ -821,7 +823,7 @@ def test_a_queue_that_would_outlast_the_deadline_rejects_at_once(
     if rejected:
         assert isinstance(outcome, Answer)
         assert outcome.result.status == "rejected_overload"
-        assert "past its deadline" in outcome.result.error.message  # type: ignore[union-attr]
+        assert "left before its deadline" in outcome.result.error.message  # type: ignore[union-attr]
     else:
         assert isinstance(outcome, Route)
 
