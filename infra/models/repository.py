@@ -37,6 +37,9 @@ class ModelRepository:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._configs: dict[Path, tuple[tuple[int, int], ModelConfig]] = {}
+        """Parsed model.yaml files by (mtime_ns, size): workers and ingest re-read them
+        every few seconds, and parsing YAML was most of an idle worker's CPU."""
 
     def names(self) -> list[str]:
         """Models with a model.yaml, sorted."""
@@ -49,9 +52,21 @@ class ModelRepository:
         # A name like `demo-mlp/` or `../x/demo-mlp` would otherwise find the folder and
         # then route to an illegal topic name, which the producer can never send to.
         path = self.root / name / "model.yaml"
-        if not is_legal_model_name(name) or not path.is_file():
+        if not is_legal_model_name(name):
             raise ModelNotFound(f"model {name!r} is not in the repository", model=name)
-        return ModelConfig.load(path)
+        try:
+            stat = path.stat()
+        except OSError:
+            stat = None
+        if stat is None or not path.is_file():
+            raise ModelNotFound(f"model {name!r} is not in the repository", model=name)
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        cached = self._configs.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        config = ModelConfig.load(path)
+        self._configs[path] = (stamp, config)
+        return config
 
     def versions(self, name: str) -> list[str]:
         """Complete versions, oldest first; a folder without its model file is skipped."""
