@@ -70,23 +70,24 @@ class GapGuard:
             expected = first
         if first == expected and last - first + 1 == len(records):
             return self._through(tp, records, last)
-        for index, record in enumerate(records):
+        kept: list[R] = []
+        for record in records:
             offset = record.offset
             if offset < expected:
-                continue  # not expected from a broker; handed on before
+                continue  # a repeat within one fetch (no broker should): handed on already
             if offset > expected and not self._passable(tp, expected, now):
-                if index:
-                    self._next[tp] = expected
-                return Admitted(records[:index], seek_to=expected)
+                self._next[tp] = expected
+                return Admitted(kept, seek_to=expected)
             if offset > expected:
                 self.gaps_passed += 1
                 self._waiting.pop(tp, None)
+            kept.append(record)
             expected = offset + 1
-        return self._through(tp, records, last)
+        return self._through(tp, kept, expected - 1)
 
     def _through(self, tp: TopicPartition, records: Sequence[R], last: int) -> Admitted[R]:
         waited = self._waiting.pop(tp, None)
-        if waited is not None and records[0].offset == waited[0]:
+        if waited is not None and records and records[0].offset == waited[0]:
             self.gaps_filled += 1
         self._next[tp] = last + 1
         return Admitted(records)

@@ -59,6 +59,11 @@ def offsets(records: object) -> list[int]:
             [([7, 8], None)],
             id="first-read-anywhere",
         ),
+        pytest.param(
+            [(recs(0, 1, 1, 2), 0.0)],
+            [([0, 1, 2], None)],
+            id="a-repeat-within-a-fetch-is-handed-on-once",
+        ),
     ],
 )
 def test_admit(
