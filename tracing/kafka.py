@@ -6,6 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Literal
 
+from aiokafka.structs import RecordMetadata
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter, Setter
@@ -219,6 +220,15 @@ def set_delivery(span: Span, *, partition: int, offset: int | None = None) -> No
     span.set_attribute(attr.MESSAGING_PARTITION, str(partition))
     if offset is not None:
         span.set_attribute(attr.MESSAGING_OFFSET, offset)
+
+
+def end_send(span: Span, ack: RecordMetadata | BaseException) -> None:
+    """Close a send span with the broker's ack (where the record went) or the failure."""
+    if isinstance(ack, BaseException):
+        record_error(span, ack)
+    else:
+        set_delivery(span, partition=ack.partition, offset=ack.offset)
+    span.end()
 
 
 def _process_attributes(

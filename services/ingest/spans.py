@@ -9,7 +9,7 @@ from opentelemetry.trace import Span
 
 from schemas.topics import INGEST_GROUP
 from tracing.attributes import RequestAttrs
-from tracing.kafka import record_error, set_delivery, start_process_span, start_send_span
+from tracing.kafka import end_send, record_error, start_process_span, start_send_span
 from tracing.sampling import TraceRef
 
 
@@ -52,11 +52,7 @@ class IngestSpans:
     def end(self, ack: RecordMetadata | BaseException) -> None:
         """The outcome was acked (or finally failed)."""
         if self.send is not None:
-            if isinstance(ack, BaseException):
-                record_error(self.send, ack)
-            else:
-                set_delivery(self.send, partition=ack.partition, offset=ack.offset)
-            self.send.end()
+            end_send(self.send, ack)
         if isinstance(ack, BaseException):
             record_error(self.process, ack)
         self.process.end()

@@ -157,14 +157,7 @@ class OwnedConsumer:
         if self._started:
             return
         self._started = True
-        consumer = self._consumer = make_consumer(
-            bootstrap=self.bootstrap,
-            group_id=None,
-            client_id=self.client_id,
-            max_poll_records=self.options.max_poll_records,
-        )
-        self.pacer = FetchPacer(consumer)
-        await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
+        consumer = await self._open_consumer()
         counts = await self._partition_counts(
             [topic for _, topic in self._group_topics] + list(self._control_topics)
         )
@@ -182,6 +175,19 @@ class OwnedConsumer:
         if control:
             await self._seek_recent(control)
         self._committing = asyncio.create_task(self._commit_loop(), name="commits")
+
+    async def _open_consumer(self) -> AIOKafkaConsumer:
+        """A started consumer with its own fetch pacing and order guard, as `_consumer`."""
+        consumer = self._consumer = make_consumer(
+            bootstrap=self.bootstrap,
+            group_id=None,
+            client_id=self.client_id,
+            max_poll_records=self.options.max_poll_records,
+        )
+        self.pacer = FetchPacer(consumer)
+        self.gaps = GapGuard()
+        await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
+        return consumer
 
     async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
         await self._consumer.topics()
@@ -384,15 +390,7 @@ class OwnedConsumer:
         old = self._consumer
         with contextlib.suppress(Exception):  # it is broken: only its closing is at stake
             await old.stop()
-        consumer = self._consumer = make_consumer(
-            bootstrap=self.bootstrap,
-            group_id=None,
-            client_id=self.client_id,
-            max_poll_records=self.options.max_poll_records,
-        )
-        self.pacer = FetchPacer(consumer)
-        self.gaps = GapGuard()
-        await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
+        consumer = await self._open_consumer()
         data = [TopicPartition(g.topic, p) for g in self._groups for p in range(g.partitions)]
         consumer.assign(data + list(self._control))
         consumer.pause(*data)

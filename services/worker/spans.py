@@ -16,10 +16,10 @@ from opentelemetry.trace import Span
 
 from tracing.attributes import RequestAttrs
 from tracing.kafka import (
+    end_send,
     infer_span,
     kafka_timestamp_ns,
     record_error,
-    set_delivery,
     start_process_span,
     start_send_span,
     timed_span,
@@ -102,11 +102,7 @@ class RequestSpans:
     def end(self, ack: RecordMetadata | BaseException, status: str) -> None:
         """The result was acked (or finally failed): close every open span."""
         if self.send is not None:
-            if isinstance(ack, BaseException):
-                record_error(self.send, ack)
-            else:
-                set_delivery(self.send, partition=ack.partition, offset=ack.offset)
-            self.send.end()
+            end_send(self.send, ack)
         if status != "ok":
             record_error(self.process, status)
         self.process.end()
