@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from infra.gaps import GapGuard, admit_in_order
+from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry, stop_consume_loop
 
 log = logging.getLogger(__name__)
@@ -79,8 +78,7 @@ class TopicFeed:
     async def _run(self) -> None:
         gaps = GapGuard()
         while True:
-            fetched = await self._consumer.getmany(timeout_ms=self._poll_timeout_ms)
-            batches = admit_in_order(self._consumer, gaps, fetched, time.monotonic())
+            batches = await getmany_in_order(self._consumer, gaps, timeout_ms=self._poll_timeout_ms)
             for records in batches.values():
                 for record in records:
                     self._fold(record.key, record.value)

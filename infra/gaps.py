@@ -17,6 +17,7 @@ one re-read per gap, at most `wait_s` late.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -140,3 +141,11 @@ def admit_in_order(
         if admitted.records:
             out[tp] = list(admitted.records)
     return out
+
+
+async def getmany_in_order(
+    consumer: Any, guard: GapGuard, *, timeout_ms: int
+) -> dict[TopicPartition, list[Any]]:
+    """`consumer.getmany(timeout_ms=...)` read through `guard` (see `admit_in_order`)."""
+    fetched = await consumer.getmany(timeout_ms=timeout_ms)
+    return admit_in_order(consumer, guard, fetched, time.monotonic())

@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 from aiokafka import TopicPartition
 
-from infra.gaps import GapGuard, admit_in_order
+from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from schemas.frames import is_frame, join_frame, split_frame
 from schemas.topics import INGEST, RESULTS
@@ -183,8 +183,7 @@ class LoadGenerator:
     async def _read(self) -> None:
         gaps = GapGuard()
         while True:
-            fetched = await self._consumer.getmany(timeout_ms=100)
-            batches = admit_in_order(self._consumer, gaps, fetched, time.monotonic())
+            batches = await getmany_in_order(self._consumer, gaps, timeout_ms=100)
             now = time.perf_counter()
             for records in batches.values():
                 for record in records:

@@ -16,7 +16,7 @@ from pathlib import Path
 from aiokafka import TopicPartition
 from pydantic import ValidationError
 
-from infra.gaps import GapGuard, admit_in_order
+from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.registry import decode
 from schemas.telemetry import InstanceRecord
@@ -77,8 +77,7 @@ class TopicWatch:
     async def _read(self) -> None:
         gaps = GapGuard()
         while True:
-            fetched = await self._consumer.getmany(timeout_ms=200)
-            batches = admit_in_order(self._consumer, gaps, fetched, time.monotonic())
+            batches = await getmany_in_order(self._consumer, gaps, timeout_ms=200)
             for tp, records in batches.items():
                 for record in records:
                     if tp.topic == INSTANCES:

@@ -12,7 +12,7 @@ import orjson
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from infra.gaps import GapGuard, admit_in_order
+from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.tasks import cancel_and_wait
 from schemas import headers as h
@@ -136,8 +136,7 @@ class Observer:
                 if time.monotonic() >= next_refresh:
                     next_refresh = time.monotonic() + REFRESH_S
                     await self._refresh()
-                fetched = await self._consumer.getmany(timeout_ms=200)
-                batches = admit_in_order(self._consumer, gaps, fetched, time.monotonic())
+                batches = await getmany_in_order(self._consumer, gaps, timeout_ms=200)
             except KafkaError as exc:
                 name = type(exc).__name__
                 self.errors[name] = self.errors.get(name, 0) + 1

@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
-from infra.gaps import GapGuard, admit_in_order
+from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
@@ -411,8 +411,7 @@ class InferenceClient:
         assert consumer is not None
         gaps = GapGuard()
         while True:
-            fetched = await consumer.getmany(timeout_ms=200)
-            batches = admit_in_order(consumer, gaps, fetched, time.monotonic())
+            batches = await getmany_in_order(consumer, gaps, timeout_ms=200)
             for tp, records in batches.items():
                 if tp.topic == INSTANCES:
                     if any(self._broker_note(r) for r in records):

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from infra.gaps import GapGuard, admit_in_order
+from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.models.config import ModelConfig
 from scaler.sim.workload import Workload
@@ -308,8 +308,7 @@ class LoadRun:
         assert consumer is not None
         gaps = GapGuard()
         while True:
-            fetched = await consumer.getmany(timeout_ms=100)
-            batches = admit_in_order(consumer, gaps, fetched, time.monotonic())
+            batches = await getmany_in_order(consumer, gaps, timeout_ms=100)
             now = self.now_s()
             for records in batches.values():
                 for record in records:

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from infra.gaps import GapGuard, admit_in_order
+from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.registry import RegistryTable, live_instances
 from scaler.registry import Registry, ready_time
@@ -202,8 +202,7 @@ class StackObserver:
         assert consumer is not None
         gaps = GapGuard()
         while True:
-            fetched = await consumer.getmany(timeout_ms=500)
-            batches = admit_in_order(consumer, gaps, fetched, time.monotonic())
+            batches = await getmany_in_order(consumer, gaps, timeout_ms=500)
             for records in batches.values():
                 for record in records:
                     self._apply(record.value)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import pytest
 from aiokafka import TopicPartition
 
-from infra.gaps import GapGuard, admit_in_order
+from infra.gaps import GapGuard, admit_in_order, getmany_in_order
 
 TP = TopicPartition("t", 0)
 
@@ -119,3 +119,22 @@ def test_a_passed_gap_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     admit_in_order(consumer, guard, {TP: recs(2)}, 0.5)
     [line] = [r.getMessage() for r in caplog.records if "offset_gap_passed" in r.getMessage()]
     assert "topic=t partition=0" in line
+
+
+class FetchingConsumer(Consumer):
+    def __init__(self, fetches: list[dict[TopicPartition, list[Rec]]]) -> None:
+        super().__init__()
+        self.fetches = fetches
+
+    async def getmany(self, *, timeout_ms: int) -> dict[TopicPartition, list[Rec]]:
+        return self.fetches.pop(0)
+
+
+async def test_getmany_in_order_reads_through_the_guard() -> None:
+    consumer = FetchingConsumer([{TP: recs(0, 1)}, {TP: recs(3)}])
+    guard = GapGuard()
+    first = await getmany_in_order(consumer, guard, timeout_ms=10)
+    second = await getmany_in_order(consumer, guard, timeout_ms=10)
+    assert offsets(first[TP]) == [0, 1]
+    assert second == {}
+    assert consumer.sought == [(TP, 2)]
