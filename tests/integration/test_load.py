@@ -107,7 +107,9 @@ async def test_every_request_is_accounted_for_and_the_stack_observed(stack: Stac
     [seen] = report["scaler"]["decisions"]
     assert (seen["desired"], seen["lag"]) == (2, 7)
     assert seen["line"] == "interactive 1→2 (backlog): a test decision"
-    assert 0.8 < seen["t_s"] < 4
+    # Published >= 1.0 s after the stage turned to sending; the timeline starts 0.2 s after
+    # that turn and t_s is rounded to 10 ms, so 0.8 itself is a legal reading.
+    assert 0.8 <= seen["t_s"] < 4
 
 
 async def test_a_tier_without_workers_is_refused_before_sending(stack: Stack) -> None:
