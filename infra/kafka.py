@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -14,7 +13,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from infra.security import KafkaSecurity, KafkaSecuritySettings, broker_security, resolve
 from infra.security_probe import explain_refusal
-from infra.settings import KafkaSettings, kafka_settings
+from infra.settings import kafka_settings
 from infra.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -173,63 +172,6 @@ def make_broker(
     from faststream.kafka import KafkaBroker
 
     return KafkaBroker(bootstrap, client_id=client_id, security=broker_security(resolve(security)))
-
-
-class FetchPacer:
-    """Short fetch waits while records flow, longer ones the longer a consumer idles.
-
-    Tansu answers a fetch only when its wait ends, and a waiting fetch costs it CPU: a fixed
-    5 ms wait kept an idle stack busy. Three steps (busy, idle, asleep; see KafkaSettings).
-    Call `observe` after every poll.
-    """
-
-    def __init__(
-        self,
-        consumer: AIOKafkaConsumer,
-        settings: KafkaSettings | None = None,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._settings = settings or kafka_settings()
-        self._clock = clock
-        self._consumer = consumer
-        self._last_records = clock()
-        self.wait_ms = self._settings.fetch_wait_busy_ms
-
-    @property
-    def idle(self) -> bool:
-        return self.wait_ms > self._settings.fetch_wait_busy_ms
-
-    def observe(self, records: int) -> None:
-        """Records the last poll returned; moves the wait when the consumer (un)idles."""
-        now = self._clock()
-        if records:
-            self._last_records = now
-        self._set(self._wait_for(now - self._last_records))
-
-    def wake(self) -> None:
-        """Expect records soon (a handover, a start): poll briskly again."""
-        self._last_records = self._clock()
-        self._set(self._settings.fetch_wait_busy_ms)
-
-    def _wait_for(self, quiet_s: float) -> int:
-        settings = self._settings
-        if quiet_s >= settings.asleep_after_s:
-            return settings.fetch_wait_asleep_ms
-        if quiet_s >= settings.idle_after_s:
-            return settings.fetch_wait_idle_ms
-        return settings.fetch_wait_busy_ms
-
-    def _set(self, wait_ms: int) -> None:
-        if wait_ms == self.wait_ms:
-            return
-        self.wait_ms = wait_ms
-        # aiokafka reads this attribute for every fetch request it builds (its fetcher
-        # exists once the consumer started) and has no public setter. The consumer is
-        # built with the busy wait, so if the attribute ever goes, only the saving is lost.
-        fetcher = getattr(self._consumer, "_fetcher", None)
-        if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
-            fetcher._fetch_max_wait_ms = wait_ms
 
 
 START_ATTEMPTS = 20

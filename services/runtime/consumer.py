@@ -25,7 +25,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from infra.gaps import GapGuard, admit_in_order
-from infra.kafka import FetchPacer, make_consumer, start_with_retry
+from infra.kafka import make_consumer, start_with_retry
+from infra.pacing import FetchPacer
 from schemas.errors import InferbusError
 from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS
 from services.runtime.committer import Committer
@@ -187,6 +188,7 @@ class OwnedConsumer:
         self.pacer = FetchPacer(consumer)
         self.gaps = GapGuard()
         await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
+        self.pacer.attach()
         return consumer
 
     async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
@@ -555,6 +557,12 @@ class OwnedConsumer:
             log.warning("event=owned_publish_failed error=%r", exc)
 
     # ---- commits -----------------------------------------------------------------------
+
+    def hold_fetches_until(self, needed_at: float | None) -> None:
+        """The reader cannot use records before `needed_at` (monotonic; None: as they come):
+        fetches may wait until just before then (infra.pacing)."""
+        if self.pacer is not None:
+            self.pacer.hold_until(needed_at)
 
     def request_commit(self) -> None:
         """Commit what is answered soon (commits coalesce under load)."""

@@ -40,6 +40,7 @@ from services.runtime.answers import (
 from services.runtime.consumer import OwnedConsumer
 from services.runtime.offsets import OffsetTracker
 from services.worker.batching import Batch, Batcher
+from services.worker.engine_clock import EngineClock
 from services.worker.engine_host import EngineHost, Ran
 from services.worker.execution import RequestOutcome
 from services.worker.inhand import InHand, decode_record
@@ -115,13 +116,14 @@ class Pipeline:
         self._engine_batches = 0
         self._slots = asyncio.Semaphore(settings.max_publishes_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._commit_requests: list[OwnedConsumer] = []
+        self._consumers: list[OwnedConsumer] = []
+        self._engine_clock = EngineClock()
 
     # ---- poll and decode ---------------------------------------------------------------
 
     async def poll_loop(self, tier: Tier, consumer: OwnedConsumer) -> None:
         """Poll one tier's owned partitions while there is room in hand."""
-        self._commit_requests.append(consumer)
+        self._consumers.append(consumer)
         limit = self.settings.max_in_hand
         while True:
             room = limit - self.in_hand
@@ -238,7 +240,14 @@ class Pipeline:
                 continue
             await self._slots.acquire()
             self._engine_batches += 1
+            self._hold_fetches(self._engine_clock.handed(sum(i.samples for i in live)))
             self._spawn(self._run_and_answer(batch, live), slot_taken=True)
+
+    def _hold_fetches(self, needed_at: float | None) -> None:
+        """Records fetched before the engine can take them only cost fetches: each
+        consumer's fetches may wait until just before the engine frees."""
+        for consumer in self._consumers:
+            consumer.hold_fetches_until(needed_at)
 
     def _answer_expired(self, expired: list[InHand]) -> None:
         """Requests whose deadline passed before they ran: answered now, not when a batch
@@ -272,6 +281,7 @@ class Pipeline:
             return
         finally:
             self._engine_batches -= 1
+            self._hold_fetches(self._engine_clock.finished())
             self.wakeup.set()
         self._account_batch(batch, live, ran, batch_id)
         await self.answer(live, ran)
@@ -302,7 +312,9 @@ class Pipeline:
                 failed=any(outcome.error for outcome in ran.outcomes),
             )
         samples = sum(item.samples for item in live)
-        self.load.busy_s += (first.assemble_ms + first.infer_ms + first.split_ms) / 1000
+        busy_s = (first.assemble_ms + first.infer_ms + first.split_ms) / 1000
+        self._engine_clock.ran(samples, busy_s)
+        self.load.busy_s += busy_s
         self.load.batches += 1
         self.load.samples += samples
         observe_batch(self.settings.model, batch.tier, samples)
@@ -504,7 +516,7 @@ class Pipeline:
         self._request_commits()
 
     def _request_commits(self) -> None:
-        for consumer in self._commit_requests:
+        for consumer in self._consumers:
             consumer.request_commit()
 
     # ---- tasks, drains and load --------------------------------------------------------

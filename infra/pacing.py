@@ -1,0 +1,142 @@
+"""How long each fetch asks the broker to wait: short while records flow and are wanted,
+long while a consumer idles or its reader could not use records yet.
+
+Tansu answers a fetch only when its wait ends, and every answered fetch costs it CPU (on
+this project's 2-core machine ~0.2 ms a fetch, about as much as the records in it): a
+consumer polling with 5 ms waits costs the broker 0.03 to 0.1 of a core whether records come
+or not. So the wait is the price of each hop's latency floor, and paying it only while
+it buys something is most of the broker's bill (docs/kafka.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from infra.settings import KafkaSettings, kafka_settings
+
+log = logging.getLogger(__name__)
+
+
+def step_wait_ms(quiet_s: float, settings: KafkaSettings) -> int:
+    """The wait after `quiet_s` seconds without records: busy, idle or asleep."""
+    if quiet_s >= settings.asleep_after_s:
+        return settings.fetch_wait_asleep_ms
+    if quiet_s >= settings.idle_after_s:
+        return settings.fetch_wait_idle_ms
+    return settings.fetch_wait_busy_ms
+
+
+def held_wait_ms(step_ms: int, needed_in_s: float | None, *, margin_ms: int, cap_ms: int) -> int:
+    """The wait for a fetch built now when the reader needs records `needed_in_s` from now.
+
+    None: it needs them as they come (`step_ms`). Otherwise the fetch may wait until
+    `margin_ms` before they are needed, and returns with everything that arrived by then
+    in one answer; never longer than `cap_ms`, never shorter than `step_ms`.
+    """
+    if needed_in_s is None:
+        return step_ms
+    held = round(needed_in_s * 1000) - margin_ms
+    return max(step_ms, min(held, cap_ms))
+
+
+class FetchPacer:
+    """One consumer's fetch wait, asked afresh for every fetch its fetcher builds.
+
+    Two inputs move it: the consumer's traffic (`observe` after every poll: 5 ms while
+    records flow, 200 ms after 2 s without any, 500 ms after 30 s; see KafkaSettings) and
+    its reader's demand (`hold_until`: a worker whose engine is busy cannot start on what
+    it fetches before the engine frees, so a fetch may wait until just before then).
+    """
+
+    def __init__(
+        self,
+        consumer: AIOKafkaConsumer,
+        settings: KafkaSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings or kafka_settings()
+        self._clock = clock
+        self._consumer = consumer
+        self._last_records = clock()
+        self._needed_at: float | None = None
+        self.wait_ms = self._settings.fetch_wait_busy_ms
+        """The traffic step: busy, idle or asleep."""
+
+    @property
+    def idle(self) -> bool:
+        return self.wait_ms > self._settings.fetch_wait_busy_ms
+
+    def attach(self) -> bool:
+        """Have the started consumer's fetcher ask `current_wait_ms` for each fetch.
+
+        aiokafka's fetcher reads its `_fetch_max_wait_ms` attribute for every fetch request
+        it builds and has no public setter; the attribute becomes a property that asks this
+        pacer. If aiokafka ever changes that, the consumer keeps the busy wait it was built
+        with (correct, only the saving is lost) and this says so.
+        """
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        if fetcher is None or "_fetch_max_wait_ms" not in vars(fetcher):
+            log.warning("event=fetch_pacing_unavailable reason=aiokafka_fetcher_changed")
+            return False
+        fetcher.__class__ = _paced(type(fetcher))
+        fetcher._inferbus_pacer = self
+        return True
+
+    def current_wait_ms(self) -> int:
+        """The wait for a fetch built now."""
+        settings = self._settings
+        needed_in = None if self._needed_at is None else self._needed_at - self._clock()
+        return held_wait_ms(
+            self.wait_ms,
+            needed_in,
+            margin_ms=settings.fetch_wait_busy_ms,
+            cap_ms=settings.fetch_wait_idle_ms,
+        )
+
+    def observe(self, records: int) -> None:
+        """Records the last poll returned; moves the wait when the consumer (un)idles."""
+        now = self._clock()
+        if records:
+            self._last_records = now
+        self.wait_ms = step_wait_ms(now - self._last_records, self._settings)
+
+    def wake(self) -> None:
+        """Expect records soon and want them (a handover, a start): poll briskly again."""
+        self._last_records = self._clock()
+        self._needed_at = None
+        self.wait_ms = self._settings.fetch_wait_busy_ms
+
+    def hold_until(self, needed_at: float | None) -> None:
+        """The reader needs no records before `needed_at` (monotonic; None: as they come)."""
+        self._needed_at = needed_at
+
+
+_PACED: dict[type[Any], type[Any]] = {}
+
+
+def _paced(fetcher_class: type[Any]) -> type[Any]:
+    """`fetcher_class` with `_fetch_max_wait_ms` asked of the instance's pacer (one
+    subclass per fetcher class)."""
+    if fetcher_class in _PACED:
+        return _PACED[fetcher_class]
+
+    def wait(fetcher: Any) -> int:
+        pacer: FetchPacer = fetcher._inferbus_pacer
+        return pacer.current_wait_ms()
+
+    def ignore(fetcher: Any, value: int) -> None:
+        """The fetcher's own __init__ value: the pacer has its settings."""
+
+    paced = type(
+        f"Paced{fetcher_class.__name__}",
+        (fetcher_class,),
+        {"_fetch_max_wait_ms": property(wait, ignore)},
+    )
+    _PACED[fetcher_class] = _PACED[paced] = paced
+    return paced

@@ -1,0 +1,117 @@
+"""Fetch waits: the traffic step, the reader's hold, and the live wait aiokafka reads."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from infra.pacing import FetchPacer, held_wait_ms, step_wait_ms
+from infra.settings import KafkaSettings
+
+SETTINGS = KafkaSettings(
+    fetch_wait_busy_ms=5,
+    fetch_wait_idle_ms=200,
+    fetch_wait_asleep_ms=500,
+    idle_after_s=2.0,
+    asleep_after_s=30.0,
+)
+
+
+@pytest.mark.parametrize(
+    ("quiet_s", "expected"),
+    [(0.0, 5), (1.99, 5), (2.0, 200), (29.9, 200), (30.0, 500), (600.0, 500)],
+)
+def test_step_follows_quiet_time(quiet_s: float, expected: int) -> None:
+    assert step_wait_ms(quiet_s, SETTINGS) == expected
+
+
+@pytest.mark.parametrize(
+    ("step_ms", "needed_in_s", "expected"),
+    [
+        (5, None, 5),  # wanted as they come
+        (200, None, 200),  # idle consumer, nothing held
+        (5, 0.0, 5),  # needed now
+        (5, 0.008, 5),  # needed sooner than a step and the margin
+        (5, 0.050, 45),  # waits until the margin before it is needed
+        (5, 0.150, 145),
+        (5, 5.0, 200),  # never past the cap (control records ride the same fetch)
+        (5, -1.0, 5),  # the prediction passed: as they come
+        (200, 0.050, 200),  # never below the traffic step
+    ],
+)
+def test_held_wait(step_ms: int, needed_in_s: float | None, expected: int) -> None:
+    assert held_wait_ms(step_ms, needed_in_s, margin_ms=5, cap_ms=200) == expected
+
+
+class _Fetcher:
+    def __init__(self) -> None:
+        self._fetch_max_wait_ms = 5
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self._fetcher = _Fetcher()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _attached() -> tuple[FetchPacer, Any, _Clock]:
+    clock, consumer = _Clock(), _Consumer()
+    pacer = FetchPacer(consumer, SETTINGS, clock=clock)
+    assert pacer.attach()
+    return pacer, consumer._fetcher, clock
+
+
+def test_fetcher_reads_the_live_wait() -> None:
+    pacer, fetcher, clock = _attached()
+    assert fetcher._fetch_max_wait_ms == 5
+    pacer.hold_until(clock.now + 0.1)
+    assert fetcher._fetch_max_wait_ms == 95
+    clock.now += 0.05
+    assert fetcher._fetch_max_wait_ms == 45  # asked afresh for each fetch built
+    pacer.hold_until(None)
+    assert fetcher._fetch_max_wait_ms == 5
+
+
+def test_traffic_steps_move_the_live_wait() -> None:
+    pacer, fetcher, clock = _attached()
+    clock.now += 3.0
+    pacer.observe(0)
+    assert (fetcher._fetch_max_wait_ms, pacer.idle) == (200, True)
+    pacer.observe(7)
+    assert (fetcher._fetch_max_wait_ms, pacer.idle) == (5, False)
+
+
+def test_wake_drops_a_hold() -> None:
+    pacer, fetcher, clock = _attached()
+    pacer.hold_until(clock.now + 1.0)
+    pacer.wake()
+    assert fetcher._fetch_max_wait_ms == 5
+
+
+def test_the_fetchers_own_writes_are_ignored() -> None:
+    _pacer, fetcher, _clock = _attached()
+    fetcher._fetch_max_wait_ms = 900
+    assert fetcher._fetch_max_wait_ms == 5
+
+
+def test_attaching_twice_keeps_one_paced_class() -> None:
+    pacer, fetcher, _ = _attached()
+    paced = type(fetcher)
+    assert pacer.attach()
+    assert type(fetcher) is paced
+
+
+def test_without_a_fetcher_it_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    pacer = FetchPacer(object(), SETTINGS)
+    with caplog.at_level(logging.WARNING):
+        assert not pacer.attach()
+    assert "fetch_pacing_unavailable" in caplog.text
