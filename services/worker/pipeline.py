@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 EXPIRY_SWEEP_S = 0.25
 """How often requests waiting in the batcher are checked against their deadlines."""
 
+EXPIRED_IN_QUEUE = DeadlineExceeded("deadline passed while queued")
+"""The answer of a request whose deadline passed before it ran (in Kafka or the batcher)."""
+
 ANSWERED_STAGES = (
     "queue",
     "batch_wait",
@@ -186,6 +189,11 @@ class Pipeline:
             if item.error is not None:
                 failed.append((item, item.error))
                 continue
+            if item.expired:
+                # It needs no engine: answered now, so a backlog that expired in Kafka
+                # drains at poll speed, not at the batcher's room per sweep.
+                failed.append((item, EXPIRED_IN_QUEUE))
+                continue
             self.batcher.add(item, tier=tier, samples=item.samples, length=item.length, now=now)
         if dead:
             self._spawn(self._dead_letter(dead))
@@ -253,8 +261,7 @@ class Pipeline:
         """Requests whose deadline passed before they ran: answered now, not when a batch
         would have reached them."""
         if expired:
-            late = DeadlineExceeded("deadline passed while queued")
-            self._spawn(self.answer_errors([(item, late) for item in expired]))
+            self._spawn(self.answer_errors([(item, EXPIRED_IN_QUEUE) for item in expired]))
 
     async def _run_and_answer(self, batch: Batch[InHand], live: list[InHand]) -> None:
         batch_id = uuid.uuid4().hex[:16]

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aiokafka.structs import ConsumerRecord
 
+from schemas import headers as h
+from services.models.demo import mlp_config
 from services.runtime.offsets import OffsetTracker
 from services.worker.batching import Batcher, BatchPolicy
 from services.worker.inhand import InHand
@@ -90,3 +93,63 @@ async def test_an_expired_request_in_a_full_batcher_is_answered_within_a_sweep()
     assert all(a["status"] == "deadline_exceeded" for a in answered.values())
     assert len(batcher) == 1 and pipeline.in_hand == 1  # the live one still waits
     assert offsets.committable() == {(TOPIC, 0): 2}
+
+
+@dataclass
+class MlpVersion:
+    version: str = "1"
+    config: Any = field(default_factory=mlp_config)
+
+
+class PollingHost(BusyHost):
+    version = MlpVersion()  # type: ignore[assignment]
+    tokenize = None
+
+
+def polled(offset: int, deadline_ms: float) -> ConsumerRecord[bytes, bytes]:
+    value = orjson.dumps(
+        {
+            "request_id": f"r{offset}",
+            "model": "demo-mlp",
+            "inputs": {"x": {"dtype": "float32", "shape": [1, 16], "data": [[0.5] * 16]}},
+            "reply_to": "inferbus.results",
+        }
+    )
+    return ConsumerRecord(
+        topic=TOPIC,
+        partition=0,
+        offset=offset,
+        timestamp=int(time.time() * 1000),
+        timestamp_type=0,
+        key=None,
+        value=value,
+        checksum=None,
+        serialized_key_size=0,
+        serialized_value_size=len(value),
+        headers=[(h.DEADLINE, str(deadline_ms).encode())],
+    )
+
+
+async def test_a_request_that_expired_in_kafka_is_answered_at_poll() -> None:
+    # The engine never frees and the batcher's delay is far away: only the poll can answer.
+    batcher: Batcher[InHand] = Batcher(BatchPolicy(max_batch_size=64, max_queue_delay_s=60.0))
+    capture, offsets = Capture(), OffsetTracker()
+    pipeline = Pipeline(
+        settings=WorkerSettings(model="demo-mlp"),
+        instance_id="worker-test",
+        host=PollingHost(),  # type: ignore[arg-type]
+        batcher=batcher,
+        publisher=capture,  # type: ignore[arg-type]
+        offsets=offsets,
+        groups={"batch": "inferbus.workers.demo-mlp.batch"},
+    )
+    now_ms = time.time() * 1000
+    pipeline.take([polled(0, now_ms - 7000), polled(1, now_ms + 30_000)], "batch")
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+        if capture.sent:
+            break
+    answered = [orjson.loads(r.value) for r in capture.sent]
+    assert [(a["request_id"], a["status"]) for a in answered] == [("r0", "deadline_exceeded")]
+    assert batcher.queued_samples("batch") == 1  # only the live one takes room
+    assert offsets.committable() == {(TOPIC, 0): 1}
