@@ -59,6 +59,22 @@ class CachedModelCatalog:
         return self.depths.drain_rate(topic)
 
 
+def backlogged(
+    depth: int, *, previous: int, was: bool, rate: float | None, interval_s: float
+) -> bool:
+    """Whether a tier's workers are working through a backlog, so that what they commit
+    is their capacity: from when the queue grows until it is down to what they commit
+    in one refresh.
+
+    Not "while it grows": admission holds a backlog steady by rejecting the excess, and a
+    steady backlog read as "they keep up" admitted everything until the next refresh saw
+    it grow again (chaos overload: the queue reached 70 s of work against 30 s deadlines).
+    """
+    if depth > previous:
+        return True
+    return was and depth > (rate or 0.0) * interval_s
+
+
 class QueueDepths:
     """Lag of each tier topic's worker group: end offset - committed offset, per partition.
 
@@ -74,7 +90,7 @@ class QueueDepths:
         self._rates: dict[str, float] = {}
         self._last_committed: dict[str, tuple[float, int]] = {}
         self._last_depth: dict[str, int] = {}
-        self._growing: dict[str, bool] = {}
+        self._backlogged: dict[str, bool] = {}
         self._acked_end: dict[TopicPartition, int] = {}
         self._first_acked: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
@@ -103,9 +119,9 @@ class QueueDepths:
         self._rates.clear()
 
     def drain_rate(self, topic: str) -> float | None:
-        """Requests per second the topic's workers commit while its queue grows (their
-        capacity); None when the queue is not growing or before two reads."""
-        return self._rates.get(topic) if self._growing.get(topic) else None
+        """Requests per second the topic's workers commit while they work through a backlog
+        (their capacity); None when they keep up, or before two reads."""
+        return self._rates.get(topic) if self._backlogged.get(topic) else None
 
     def observe_ack(self, topic: str, partition: int, offset: int) -> None:
         """Record a produce ack: the partition's end is at least offset + 1."""
@@ -194,7 +210,13 @@ class QueueDepths:
                 self._committed[tp] = committed if committed is not None else 0
             self._observe_rate(topic, sum(self._committed[tp] for tp in tps))
             depth = self.depth(topic) or 0
-            self._growing[topic] = depth > self._last_depth.get(topic, depth)
+            self._backlogged[topic] = backlogged(
+                depth,
+                previous=self._last_depth.get(topic, depth),
+                was=self._backlogged.get(topic, False),
+                rate=self._rates.get(topic),
+                interval_s=self.refresh_s,
+            )
             self._last_depth[topic] = depth
 
     def _observe_rate(self, topic: str, committed: int, alpha: float = 0.5) -> None:

@@ -11,7 +11,7 @@ from infra.models.config import ModelConfig, ModelConfigError
 from infra.models.repository import ModelRepository
 from schemas.errors import ModelNotFound
 from services.ingest import catalog as catalog_module
-from services.ingest.catalog import CachedModelCatalog, QueueDepths
+from services.ingest.catalog import CachedModelCatalog, QueueDepths, backlogged
 from services.models.demo import mlp_config, write_demo_models
 
 T = "inferbus.req.demo-mlp.interactive"
@@ -324,3 +324,20 @@ def test_ready_marker_makes_a_version_complete(tmp_path: Path) -> None:
     assert repository.versions("demo-mlp") == ["1", "2"]
     with pytest.raises(ModelNotFound, match="no version '3'"):
         repository.resolve("demo-mlp", "3")
+
+
+@pytest.mark.parametrize(
+    ("depth", "previous", "was", "rate", "expected"),
+    [
+        (10, 5, False, None, True),  # growing: a backlog
+        (5, 5, False, 40.0, False),  # steady and never backlogged: keeping up
+        (900, 900, True, 40.0, True),  # held steady by admission: still a backlog
+        (600, 900, True, 40.0, True),  # draining, not drained
+        (20, 900, True, 40.0, False),  # down to what one refresh commits (40/s x 0.5 s)
+        (0, 3, True, None, False),  # drained, rate unknown
+    ],
+)
+def test_backlogged(
+    depth: int, previous: int, was: bool, rate: float | None, expected: bool
+) -> None:
+    assert backlogged(depth, previous=previous, was=was, rate=rate, interval_s=0.5) is expected
