@@ -248,7 +248,8 @@ class Pipeline:
                 continue
             await self._slots.acquire()
             self._engine_batches += 1
-            self._hold_fetches(self._engine_clock.handed(sum(i.samples for i in live)))
+            samples = sum(item.samples for item in live)
+            self._hold_fetches(self._engine_clock.handed(samples, batch.pad_length))
             self._spawn(self._run_and_answer(batch, live), slot_taken=True)
 
     def _hold_fetches(self, needed_at: float | None) -> None:
@@ -320,7 +321,7 @@ class Pipeline:
             )
         samples = sum(item.samples for item in live)
         busy_s = (first.assemble_ms + first.infer_ms + first.split_ms) / 1000
-        self._engine_clock.ran(samples, busy_s)
+        self._engine_clock.ran(samples, busy_s, batch.pad_length)
         self.load.busy_s += busy_s
         self.load.batches += 1
         self.load.samples += samples

@@ -45,4 +45,17 @@ def test_per_sample_time_is_smoothed(runs: list[tuple[int, float]], expected: fl
     clock = EngineClock(smoothing=0.2, clock=_Clock())
     for samples, seconds in runs:
         clock.ran(samples, seconds)
-    assert clock.per_sample_s == pytest.approx(expected)
+    assert clock.per_sample_s() == pytest.approx(expected)
+
+
+def test_length_buckets_are_predicted_apart() -> None:
+    now = _Clock()
+    clock = EngineClock(clock=now)
+    clock.ran(8, 0.08, shape=32)  # 10 ms a sample at 32 tokens
+    clock.ran(8, 0.8, shape=256)  # 100 ms a sample at 256
+    assert clock.handed(4, shape=32) == pytest.approx(10.04)
+    assert clock.finished() is None
+    assert clock.handed(4, shape=256) == pytest.approx(10.4)
+    assert clock.finished() is None
+    assert clock.handed(4, shape=64) is None  # no batch of 64 ran yet: nothing held
+    assert clock.handed(4, shape=32) is None  # nor behind it
