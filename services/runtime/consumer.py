@@ -307,6 +307,12 @@ class OwnedConsumer:
             self._last_rebalance = now
             await self.rebalance()
 
+    def hold_fetches_until(self, needed_at: float | None) -> None:
+        """The reader cannot use records before `needed_at` (monotonic; None: as they come):
+        fetches may wait until just before then (infra.pacing)."""
+        if self.pacer is not None:
+            self.pacer.hold_until(needed_at)
+
     async def _overrun(self) -> bool:
         """Whether the registry's or the decisions' log ends before our position: the
         broker lost its state and counts offsets from 0 again (Tansu does not say so; it
@@ -557,12 +563,6 @@ class OwnedConsumer:
             log.warning("event=owned_publish_failed error=%r", exc)
 
     # ---- commits -----------------------------------------------------------------------
-
-    def hold_fetches_until(self, needed_at: float | None) -> None:
-        """The reader cannot use records before `needed_at` (monotonic; None: as they come):
-        fetches may wait until just before then (infra.pacing)."""
-        if self.pacer is not None:
-            self.pacer.hold_until(needed_at)
 
     def request_commit(self) -> None:
         """Commit what is answered soon (commits coalesce under load)."""
