@@ -15,6 +15,14 @@ burst's first seconds: a standby is promoted only once the next tick has seen th
 (measured in docs/benchmarks.md). `standby_after_gap_s` moves held capacity to standby
 earlier.
 
+Where the remembered bursts rise slower than a keep cost (ramps, like the sawtooth family),
+the floor is all a returning burst needs before capacity started at its onset serves: in a
+gap the group goes down to the floor at once, without the scale-down hold that keeps the
+last burst's peak (`release_to_floor`). Bursts that reach their peak within a keep cost
+keep that hold: one returning after a short gap needs its peak at once, and the held peak
+covers the ones above the floor's quantile (on the on-off family releasing at once lost
+up to 1.1 points of attainment for 0.02-0.03x of cost).
+
 When the load leaves a gap and keeps rising, and the remembered bursts rose to their peak
 within a known time, the group is sized for their `burst_peak_quantile` peak at once
 rather than step by step behind the rise; a forecast is not trusted beyond that peak
@@ -30,6 +38,17 @@ from scaler.policy.headroom import replicas_for
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arriving_rps, window
 from scaler.signals import PolicyConfig, Reason
+
+
+def release_to_floor(memory: BurstMemory, keep_cost_s: float) -> bool:
+    """In a gap between bursts that rise slower than a keep cost: the floor is the whole hold.
+
+    A burst that takes longer than a keep cost to reach its peak needs, before a replica
+    started at its onset serves, only its load within that keep cost (the lead the floor is
+    sized for); the rest `burst_rise` starts at the onset. Holding the last burst's peak
+    through the gap buys nothing then (sawtooth: 0.04-0.06x of the oracle's cost).
+    """
+    return memory.in_gap_s > 0 and memory.median_rise_s() > keep_cost_s
 
 
 def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
@@ -66,7 +85,8 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         return plan
     lead = memory.lead_peak(config.burst_peak_quantile)
     floor = replicas_for(lead, plan.state, config)
-    plan = dataclasses.replace(plan, burst_floor=floor)
+    release = release_to_floor(memory, keep)
+    plan = dataclasses.replace(plan, burst_floor=floor, release_to_floor=release)
     if floor <= plan.desired:
         return plan
     numbers = {
@@ -78,6 +98,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         "keep_cost_s": keep,
         "in_gap_s": memory.in_gap_s,
         "floor": floor,
+        "release_to_floor": float(release),
     }
     text = (
         f"{len(memory.onsets())} bursts rising in ~{rise:.0f} s (<= 2 x {ttr:.0f} s to start one), "
@@ -101,10 +122,16 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
                 {**numbers, "gap_limit_s": limit},
             )
         )
+    released = (
+        f"; {memory.in_gap_s:.0f} s into a gap and they rise slower than the keep cost: "
+        "down to it at once"
+        if release and floor < plan.current
+        else ""
+    )
     return plan.with_(
         desired=floor,
         diagnosis="steady" if floor <= plan.current else "capacity_bound",
-        reason=Reason("burst_hold", f"{text}: keep {floor}", numbers),
+        reason=Reason("burst_hold", f"{text}: keep {floor}{released}", numbers),
     )
 
 

@@ -24,6 +24,10 @@ class Plan:
     burst_floor: int = 0
     """Replicas the burst memory keeps for the next burst (0: it keeps none); while it does,
     the scale-down needs no long window after a step down: the floor is the hold."""
+    release_to_floor: bool = False
+    """The load is in a gap between bursts that rise slower than a keep cost (`hold.py`): the
+    burst floor alone keeps what the next one needs before new capacity serves, so the
+    scale-down to it waits out no hold window and no stale step up."""
     fresh: bool = True
     """False when the signals were stale or missing: nothing may scale down then."""
 

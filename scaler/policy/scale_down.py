@@ -16,7 +16,9 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     The hold (`scale_down_hold_s`, default the time-to-ready) is the SLO policy's own
     window: with handovers that pause only the moved partitions a scale-down is cheap, and
     keeping a replica idle longer than it takes to start one again costs more than that.
-    Bursts are kept by the burst memory (`hold.py`), not by a long window. No scale-down
+    Bursts are kept by the burst memory (`hold.py`), not by a long window; in a gap between
+    bursts that rise slower than a keep cost there is no hold at all, the floor being all
+    the next one needs (`hold.release_to_floor`). No scale-down
     before the hold has been observed, and none smaller than `scale_down_min_step_share`.
     """
     if not plan.fresh:
@@ -53,7 +55,11 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
                 {"wanted": plan.desired, "history_s": history},
             ),
         )
-    highest = max(n for t, n in window if now - t < hold)
+    if plan.release_to_floor and plan.desired >= plan.burst_floor:
+        # In a gap between slow-rising bursts the floor is the hold (`hold.release_to_floor`).
+        highest = plan.desired
+    else:
+        highest = max(n for t, n in window if now - t < hold)
     target = min(current, max(plan.desired, highest))
     if target > plan.desired:
         after = " after a step down in arrivals" if dropped else ""

@@ -303,7 +303,9 @@ def not_while_rising(plan: Plan, config: PolicyConfig) -> Plan:
     if plan.desired >= s.replicas:
         return plan
     rate = arrival_estimate(plan, config)
-    rising = rate is not None and rate.rising()
+    # Below the gap line between slow-rising bursts, a step up the rate still reports is the
+    # last burst's onset, not a rise now (`hold.release_to_floor`).
+    rising = rate is not None and rate.rising() and not plan.release_to_floor
     budget = queue_budget_ms(s)
     waiting = s.oldest_age_ms is not None and s.oldest_age_ms > budget
     if not rising and not waiting:

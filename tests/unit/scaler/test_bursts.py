@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from scaler.policy import decide
-from scaler.policy.bursts import remember
+from scaler.policy.bursts import Burst, BurstMemory, remember
+from scaler.policy.hold import release_to_floor
 from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerState
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
@@ -250,3 +251,65 @@ def test_forecast_stops_at_the_bursts_peak_not_the_outlier(clock: FakeClock) -> 
     ]
     assert capped
     assert all(r.numbers["forecast_rps"] <= 3300.0 for r in capped)
+
+
+def _memory(rises_s: list[float], in_gap_s: float) -> BurstMemory:
+    bursts = tuple(Burst(peak_load=10.0, rise_s=r, lead_load=8.0) for r in rises_s)
+    return BurstMemory(
+        top_load=10.0,
+        base_load=1.0,
+        bursts=bursts,
+        gaps_s=(40.0,) * max(0, len(bursts) - 1),
+        load=1.0 if in_gap_s else 10.0,
+        in_gap_s=in_gap_s,
+        since_gap_s=None,
+        rising=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("rises_s", "in_gap_s", "released"),
+    [
+        # Keep cost 31 s: ramps reaching their peak in ~40 s need only the floor at onset.
+        pytest.param([38.0, 42.0, 45.0], 10.0, True, id="slow-ramps-in-gap"),
+        pytest.param([38.0, 42.0, 45.0], 0.0, False, id="slow-ramps-in-burst"),
+        # Steps at their peak within a tick: a short gap may end in a burst at the last peak.
+        pytest.param([5.0, 10.0, 15.0], 10.0, False, id="fast-bursts-in-gap"),
+        pytest.param([31.0, 31.0], 10.0, False, id="rise-equal-to-keep-cost-holds"),
+        pytest.param([20.0, 40.0, 50.0], 5.0, True, id="median-rise-decides"),
+    ],
+)
+def test_release_to_floor_only_between_slow_bursts(
+    rises_s: list[float], in_gap_s: float, released: bool
+) -> None:
+    assert release_to_floor(_memory(rises_s, in_gap_s), keep_cost_s=31.0) is released
+
+
+def _ramps(cycles: int, ramp_ticks: int, base_ticks: int) -> list[float]:
+    """600 -> 3000/s over `ramp_ticks` ticks, a sharp drop, `base_ticks` ticks at 600/s."""
+    ramp = [600.0 + 2400.0 * i / (ramp_ticks - 1) for i in range(ramp_ticks)]
+    return (ramp + [600.0] * base_ticks) * cycles
+
+
+@pytest.mark.parametrize(
+    ("rps", "released"),
+    [
+        # A 90 s ramp (rise ~55 s > keep cost 31 s): in the gap, down to the floor at once.
+        pytest.param(_ramps(8, 19, 12), True, id="slow-ramps"),
+        # Steps to 3000/s within a tick: the hold keeps the last peak for its 30 s.
+        pytest.param(BURSTY, False, id="fast-bursts"),
+    ],
+)
+def test_gap_after_slow_ramps_goes_to_the_floor_without_the_hold(
+    clock: FakeClock, rps: list[float], released: bool
+) -> None:
+    seen = _drive(clock, rps, PolicyConfig(initial_spare_replicas=1.0))
+    late = [g for t, g in seen if t > len(rps) * 5 / 2]
+    held = [g for g in late if "scale_down_stabilized" in {r.code for r in g.reasons}]
+    at_once = [g for g in late if "down to it at once" in g.line()]
+    if released:
+        assert at_once, [g.line() for g in late]
+        assert all(g.desired < g.current for g in at_once)
+        assert not any("burst_hold" in {r.code for r in g.reasons} for g in held)
+    else:
+        assert not at_once
