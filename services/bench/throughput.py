@@ -60,6 +60,9 @@ class ThroughputOptions:
     """The load generator's request form: frame, b64 or list."""
     trace_ratio: float | None = None
     """None: no span export (tracing off); else export to a local sink at this ratio."""
+    open_rate: float | None = None
+    """The open-loop phase's rate, req/s; None: half the saturated rate. A fixed rate
+    compares runs (and servers) at the same load, which half of a noisy peak does not."""
 
 
 def sequence_batch(
@@ -329,9 +332,9 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             saturated = await _measured(
                 meter, lambda: gen.closed_loop(options.requests, options.window, lengths, tick)
             )
-            half_rate = max(saturated["samples_per_s"] / 2, 1.0)
+            half_rate = options.open_rate or max(saturated["samples_per_s"] / 2, 1.0)
             half_count = max(int(half_rate * 10), 200)
-            progress(f"half load: {half_rate:.0f} req/s open loop, {half_count} requests")
+            progress(f"open loop: {half_rate:.0f} req/s, {half_count} requests")
             half = await _measured(
                 meter, lambda: gen.open_loop(half_count, half_rate, lengths, tick)
             )

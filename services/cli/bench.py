@@ -58,6 +58,10 @@ def throughput(
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
+    open_rate: Annotated[
+        float | None,
+        typer.Option(help="Open-loop phase rate, req/s (default: half the saturated rate)."),
+    ] = None,
 ) -> None:
     """Raw engine samples/s (all cores), then end to end at saturation and at half load.
 
@@ -84,6 +88,7 @@ def throughput(
         workers=workers,
         encoding=encoding,
         trace_ratio=trace_ratio,
+        open_rate=open_rate,
     )
     report = asyncio.run(bench_throughput(options, _progress))
     _write(report, json_out)
@@ -100,7 +105,8 @@ def throughput(
     )
     typer.echo(
         f"{headline} | saturation p99 e2e {sat['e2e_ms']['p99']:.0f} ms | "
-        f"half load ({half['rate_rps']:.0f} req/s) p50 e2e-engine "
+        f"{'half load' if open_rate is None else 'open loop'} ({half['rate_rps']:.0f} req/s) "
+        "p50 e2e-engine "
         f"{half['overhead_ms']['p50']:.1f} ms, p99 e2e {half['e2e_ms']['p99']:.0f} ms\n"
         f"CPU ms per request at saturation: {cpu} | cores busy "
         f"{sat['cpu']['machine_cores_busy']:.2f}"

@@ -9,15 +9,26 @@ from collections.abc import Callable
 Shape = int | None
 """A batch's padded sequence length (its length bucket); None for models without one."""
 
+EARLY = 0.9
+"""Predictions are this share of the smoothed time: a fetch held until a prediction that
+errs late would leave the engine idle, one that errs early costs a fetch."""
+
+
+def size_class(samples: int) -> int:
+    """Batch sizes grouped by powers of two (1, 2-3, 4-7, 8-15, ...): within a class the
+    time per sample is close, across classes a batch's fixed cost moves it."""
+    return samples.bit_length()
+
 
 class EngineClock:
     """Predicts when the batches in the engine's hands end.
 
-    The prediction is per sample and per length bucket (a smoothed mean of the batches of
-    that bucket run so far): a batch of 256-token sequences costs far more a sample than
-    one of 32. A small batch with a fixed cost is predicted short, so a fetch held until
-    the prediction (infra.pacing) returns before the engine frees, not after. Nothing is
-    predicted for a bucket before one of its batches ran.
+    Time per sample is smoothed per length bucket and batch size class: a batch of
+    256-token sequences costs far more a sample than one of 32, and a batch of 2 more a
+    sample than one of 32 (its fixed cost spread over fewer samples). A batch is predicted
+    from its own class or, if that has not run yet, the nearest larger class of its bucket
+    (cheaper a sample: the prediction errs early); with neither, nothing is predicted and
+    nothing is held.
     """
 
     def __init__(
@@ -29,18 +40,21 @@ class EngineClock:
         """Predicted seconds of each batch handed and not finished, oldest first."""
         self._head_started = 0.0
         """When the oldest batch in hand started (the engine runs one at a time)."""
-        self._per_sample_s: dict[Shape, float] = {}
+        self._per_sample_s: dict[tuple[Shape, int], float] = {}
 
-    def per_sample_s(self, shape: Shape = None) -> float | None:
-        """The smoothed engine seconds a sample of `shape` takes (None: none ran yet)."""
-        return self._per_sample_s.get(shape)
+    def per_sample_s(self, samples: int, shape: Shape = None) -> float | None:
+        """The smoothed engine seconds a sample takes in a batch of `samples` (its class,
+        else the nearest larger class of its bucket; None: neither ran yet)."""
+        own = size_class(samples)
+        known = [c for (s, c) in self._per_sample_s if s == shape and c >= own]
+        return self._per_sample_s[(shape, min(known))] if known else None
 
     def handed(self, samples: int, shape: Shape = None) -> float | None:
         """A batch went to the engine: when all it holds should be done (None: unknown)."""
         if not self._in_engine:
             self._head_started = self._clock()
-        per_sample = self._per_sample_s.get(shape)
-        self._in_engine.append(None if per_sample is None else samples * per_sample)
+        per_sample = self.per_sample_s(samples, shape)
+        self._in_engine.append(None if per_sample is None else samples * per_sample * EARLY)
         return self.free_at()
 
     def finished(self) -> float | None:
@@ -54,9 +68,10 @@ class EngineClock:
         """A batch of `samples` took `seconds` of engine time."""
         if samples <= 0:
             return
+        key = (shape, size_class(samples))
         observed = seconds / samples
-        known = self._per_sample_s.get(shape)
-        self._per_sample_s[shape] = (
+        known = self._per_sample_s.get(key)
+        self._per_sample_s[key] = (
             observed if known is None else known + self._smoothing * (observed - known)
         )
 
