@@ -75,6 +75,23 @@ def backlogged(
     return was and depth > (rate or 0.0) * interval_s
 
 
+def drain_capacity(
+    known: float | None, interval_rate: float | None, *, within_backlog: bool, alpha: float = 0.5
+) -> float | None:
+    """The workers' drain rate, smoothed over read intervals spent wholly in one backlog.
+
+    Only such an interval measures capacity: otherwise the workers committed what arrived,
+    and a rate from a quiet spell read as capacity made the first reads of a burst predict
+    minutes of wait (bench: 60 s requests rejected at the start of saturation). Outside a
+    backlog, and at its first read, nothing is known.
+    """
+    if not within_backlog:
+        return None
+    if interval_rate is None:
+        return known
+    return interval_rate if known is None else alpha * interval_rate + (1 - alpha) * known
+
+
 class QueueDepths:
     """Lag of each tier topic's worker group: end offset - committed offset, per partition.
 
@@ -87,7 +104,8 @@ class QueueDepths:
         self.refresh_s = refresh_ms / 1000
         self.active_for_s = active_for_s
         self._routed_at: dict[str, float] = {}
-        self._rates: dict[str, float] = {}
+        self._rates: dict[str, float | None] = {}
+        """Drain capacity per topic while backlogged (`drain_capacity`)."""
         self._last_committed: dict[str, tuple[float, int]] = {}
         self._last_depth: dict[str, int] = {}
         self._backlogged: dict[str, bool] = {}
@@ -208,26 +226,31 @@ class QueueDepths:
             for tp in tps:
                 committed = await consumer.committed(tp)
                 self._committed[tp] = committed if committed is not None else 0
-            self._observe_rate(topic, sum(self._committed[tp] for tp in tps))
+            interval_rate = self._interval_rate(topic, sum(self._committed[tp] for tp in tps))
             depth = self.depth(topic) or 0
-            self._backlogged[topic] = backlogged(
+            was = self._backlogged.get(topic, False)
+            now_backlogged = backlogged(
                 depth,
                 previous=self._last_depth.get(topic, depth),
-                was=self._backlogged.get(topic, False),
-                rate=self._rates.get(topic),
+                was=was,
+                rate=self._rates.get(topic) or interval_rate,
                 interval_s=self.refresh_s,
             )
+            self._backlogged[topic] = now_backlogged
             self._last_depth[topic] = depth
+            self._rates[topic] = drain_capacity(
+                self._rates.get(topic), interval_rate, within_backlog=was and now_backlogged
+            )
 
-    def _observe_rate(self, topic: str, committed: int, alpha: float = 0.5) -> None:
+    def _interval_rate(self, topic: str, committed: int) -> float | None:
+        """Requests per second committed since the last read (None: first read, or the
+        offsets went back: a broker that lost its logs)."""
         now = time.monotonic()
         last = self._last_committed.get(topic)
         self._last_committed[topic] = (now, committed)
         if last is None or now <= last[0] or committed < last[1]:
-            return
-        rate = (committed - last[1]) / (now - last[0])
-        previous = self._rates.get(topic)
-        self._rates[topic] = rate if previous is None else alpha * rate + (1 - alpha) * previous
+            return None
+        return (committed - last[1]) / (now - last[0])
 
     async def _consumer(self, group: str) -> AIOKafkaConsumer:
         consumer = self._consumers.get(group)

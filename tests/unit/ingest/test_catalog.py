@@ -11,7 +11,7 @@ from infra.models.config import ModelConfig, ModelConfigError
 from infra.models.repository import ModelRepository
 from schemas.errors import ModelNotFound
 from services.ingest import catalog as catalog_module
-from services.ingest.catalog import CachedModelCatalog, QueueDepths, backlogged
+from services.ingest.catalog import CachedModelCatalog, QueueDepths, backlogged, drain_capacity
 from services.models.demo import mlp_config, write_demo_models
 
 T = "inferbus.req.demo-mlp.interactive"
@@ -341,3 +341,19 @@ def test_backlogged(
     depth: int, previous: int, was: bool, rate: float | None, expected: bool
 ) -> None:
     assert backlogged(depth, previous=previous, was=was, rate=rate, interval_s=0.5) is expected
+
+
+@pytest.mark.parametrize(
+    ("known", "interval_rate", "within_backlog", "expected"),
+    [
+        (None, 3.0, False, None),  # keeping up: the rate is what arrived, not capacity
+        (40.0, 3.0, False, None),  # the backlog ended: forgotten
+        (None, 3.0, True, 3.0),  # the first interval wholly in a backlog
+        (40.0, 20.0, True, 30.0),  # smoothed
+        (40.0, None, True, 40.0),  # no new reading
+    ],
+)
+def test_drain_capacity(
+    known: float | None, interval_rate: float | None, within_backlog: bool, expected: float | None
+) -> None:
+    assert drain_capacity(known, interval_rate, within_backlog=within_backlog) == expected
