@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,13 @@ from infra.models.config import ModelConfig, ModelConfigError
 from infra.models.repository import ModelRepository
 from schemas.errors import ModelNotFound
 from services.ingest import catalog as catalog_module
-from services.ingest.catalog import CachedModelCatalog, QueueDepths, backlogged, drain_capacity
+from services.ingest.catalog import (
+    CachedModelCatalog,
+    QueueDepths,
+    backlogged,
+    drain_capacity,
+    projected_depth,
+)
 from services.models.demo import mlp_config, write_demo_models
 
 T = "inferbus.req.demo-mlp.interactive"
@@ -33,6 +40,10 @@ def depths(
         queue.observe_ack(topic, partition, offset)
     queue._committed.update(committed or {})
     queue._listed_end.update(listed or {})
+    # As a refresh leaves it: ends as of the read, read just now.
+    for tp_ in committed or {}:
+        queue._end_at_read[tp_] = queue._acked_end.get(tp_, 0)
+        queue._read_at[tp_.topic] = time.monotonic()
     return queue
 
 
@@ -357,3 +368,21 @@ def test_drain_capacity(
     known: float | None, interval_rate: float | None, within_backlog: bool, expected: float | None
 ) -> None:
     assert drain_capacity(known, interval_rate, within_backlog=within_backlog) == expected
+
+
+@pytest.mark.parametrize(
+    ("at_read", "routed_since", "rate", "elapsed_s", "expected"),
+    [
+        (100, 0, None, 0.0, 100),  # just read
+        (100, 50, None, 0.3, 150),  # routed since, no drain known: all still queued
+        (100, 1750, 3500.0, 0.5, 100),  # drained as fast as it came: the read holds
+        (100, 2000, 3500.0, 0.5, 350),  # came faster than it drains: grows
+        (100, 0, 3500.0, 0.5, 100),  # never below the read
+    ],
+)
+def test_projected_depth(
+    at_read: int, routed_since: int, rate: float | None, elapsed_s: float, expected: int
+) -> None:
+    assert (
+        projected_depth(at_read, routed_since, drained_per_s=rate, elapsed_s=elapsed_s) == expected
+    )
