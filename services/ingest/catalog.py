@@ -258,13 +258,14 @@ class QueueDepths:
                 continue
             ends = await consumer.end_offsets(tps)
             self._listed_end.update(ends)
+            self._read_at[topic] = time.monotonic()
             for tp in tps:
+                # The end just before its committed offset is read: what was routed after
+                # is counted apart (`depth`), and a commit that lands during the read can
+                # only make the pair err low.
+                self._end_at_read[tp] = self._acked_end.get(tp, 0)
                 committed = await consumer.committed(tp)
                 self._committed[tp] = committed if committed is not None else 0
-            # Ends as of this read: what was routed after it is counted apart (`depth`).
-            for tp in tps:
-                self._end_at_read[tp] = self._acked_end.get(tp, 0)
-            self._read_at[topic] = time.monotonic()
             interval_rate = self._interval_rate(topic, sum(self._committed[tp] for tp in tps))
             if interval_rate is not None:
                 self._commit_rate[topic] = interval_rate
