@@ -65,19 +65,25 @@ def waiting(offset: int, deadline_in_s: float) -> InHand:
     )
 
 
-async def test_an_expired_request_in_a_full_batcher_is_answered_within_a_sweep() -> None:
-    # A batch that never fills and a delay far away: only the sweep can answer them.
+def stalled_pipeline(host: Any) -> tuple[Pipeline, Batcher[InHand], Capture, OffsetTracker]:
+    """A pipeline whose batches never fill and whose batch delay is far away."""
     batcher: Batcher[InHand] = Batcher(BatchPolicy(max_batch_size=64, max_queue_delay_s=60.0))
     capture, offsets = Capture(), OffsetTracker()
     pipeline = Pipeline(
         settings=WorkerSettings(model="demo-mlp"),
         instance_id="worker-test",
-        host=BusyHost(),  # type: ignore[arg-type]
+        host=host,
         batcher=batcher,
         publisher=capture,  # type: ignore[arg-type]
         offsets=offsets,
         groups={"batch": "inferbus.workers.demo-mlp.batch"},
     )
+    return pipeline, batcher, capture, offsets
+
+
+async def test_an_expired_request_in_a_full_batcher_is_answered_within_a_sweep() -> None:
+    # A batch that never fills and a delay far away: only the sweep can answer them.
+    pipeline, batcher, capture, offsets = stalled_pipeline(BusyHost())
     items = [waiting(0, 0.2), waiting(1, 0.2), waiting(2, 30.0)]
     for item in items:
         offsets.polled(TOPIC, 0, item.offset)
@@ -132,17 +138,7 @@ def polled(offset: int, deadline_ms: float) -> ConsumerRecord[bytes, bytes]:
 
 async def test_a_request_that_expired_in_kafka_is_answered_at_poll() -> None:
     # The engine never frees and the batcher's delay is far away: only the poll can answer.
-    batcher: Batcher[InHand] = Batcher(BatchPolicy(max_batch_size=64, max_queue_delay_s=60.0))
-    capture, offsets = Capture(), OffsetTracker()
-    pipeline = Pipeline(
-        settings=WorkerSettings(model="demo-mlp"),
-        instance_id="worker-test",
-        host=PollingHost(),  # type: ignore[arg-type]
-        batcher=batcher,
-        publisher=capture,  # type: ignore[arg-type]
-        offsets=offsets,
-        groups={"batch": "inferbus.workers.demo-mlp.batch"},
-    )
+    pipeline, batcher, capture, offsets = stalled_pipeline(PollingHost())
     now_ms = time.time() * 1000
     pipeline.take([polled(0, now_ms - 7000), polled(1, now_ms + 30_000)], "batch")
     for _ in range(20):
