@@ -129,10 +129,13 @@ class Observer:
             epoch = self.epoch
             try:
                 if self._rewind:
-                    self._rewind = False
+                    # Cleared only once done: a broker still starting fails the lookup, and
+                    # a rewind dropped then left the reader at the old logs' offsets, past
+                    # the new ones' first records (Tansu returns nothing there, no error).
                     await self._refresh()
                     if self._assigned:
                         await self._consumer.seek_to_beginning(*self._assigned)
+                    self._rewind = False
                 if time.monotonic() >= next_refresh:
                     next_refresh = time.monotonic() + REFRESH_S
                     await self._refresh()
