@@ -138,8 +138,9 @@ def admit_in_order(
                 admitted.seek_to,
             )
             consumer.seek(tp, admitted.seek_to)
-        if admitted.records:
-            out[tp] = list(admitted.records)
+        kept = admitted.records
+        if kept:
+            out[tp] = kept if isinstance(kept, list) else list(kept)
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 
 from schemas.errors import ModelNotFound
 from schemas.topics import is_legal_model_name
@@ -55,12 +56,12 @@ class ModelRepository:
         if not is_legal_model_name(name):
             raise ModelNotFound(f"model {name!r} is not in the repository", model=name)
         try:
-            stat = path.stat()
-        except OSError:
-            stat = None
-        if stat is None or not path.is_file():
+            found = path.stat()
+        except OSError:  # missing or unreadable: as good as absent
+            found = None
+        if found is None or not S_ISREG(found.st_mode):
             raise ModelNotFound(f"model {name!r} is not in the repository", model=name)
-        stamp = (stat.st_mtime_ns, stat.st_size)
+        stamp = (found.st_mtime_ns, found.st_size)
         cached = self._configs.get(path)
         if cached is not None and cached[0] == stamp:
             return cached[1]

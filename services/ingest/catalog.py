@@ -134,6 +134,9 @@ class QueueDepths:
         self._commit_rate: dict[str, float] = {}
         """Requests per second the workers committed between the last two reads."""
         self._in_flight: dict[str, int] = {}
+        self._partitions: dict[str, set[TopicPartition]] = defaultdict(set)
+        """The partitions of each topic acked or read: `depth` runs per routed request and
+        walks only its own topic's."""
         self._consumers: dict[str, AIOKafkaConsumer] = {}
         self._topics: set[str] = set()
         self._task: asyncio.Task[None] | None = None
@@ -160,6 +163,7 @@ class QueueDepths:
             table.clear()
         self._read_at.clear()
         self._commit_rate.clear()
+        self._partitions.clear()
         self._last_committed.clear()
         self._last_depth.clear()
         self._rates.clear()
@@ -173,6 +177,7 @@ class QueueDepths:
         """Record a produce ack: the partition's end is at least offset + 1."""
         self._in_flight[topic] = max(self._in_flight.get(topic, 0) - 1, 0)
         tp = TopicPartition(topic, partition)
+        self._partitions[topic].add(tp)
         if offset + 1 > self._acked_end.get(tp, 0):
             self._acked_end[tp] = offset + 1
         if offset < self._first_acked.get(tp, offset + 1):
@@ -193,23 +198,24 @@ class QueueDepths:
         """
         self._topics.add(topic)
         in_flight = self._in_flight.get(topic, 0)
-        known = {tp for tp in self._committed if tp.topic == topic}
-        ours = {tp for tp in self._acked_end if tp.topic == topic} - known
-        if not known and not ours:
+        tps = self._partitions.get(topic)
+        if not tps:
             return in_flight or None
-        at_read = routed_since = 0
-        for tp in known:
+        at_read = routed_since = ours = 0
+        for tp in tps:
+            committed = self._committed.get(tp)
+            if committed is None:  # not read yet: what this ingest routed since it started
+                ours += self._acked_end[tp] - self._first_acked[tp]
+                continue
             end_at_read = max(self._end_at_read.get(tp, 0), self._listed_end.get(tp, 0))
-            at_read += max(end_at_read - self._committed[tp], 0)
+            at_read += max(end_at_read - committed, 0)
             routed_since += max(self._acked_end.get(tp, 0) - end_at_read, 0)
         read_at = self._read_at.get(topic)
         elapsed = time.monotonic() - read_at if read_at is not None else 0.0
-        total = in_flight + projected_depth(
+        projected = projected_depth(
             at_read, routed_since, drained_per_s=self._commit_rate.get(topic), elapsed_s=elapsed
         )
-        for tp in ours:
-            total += self._acked_end[tp] - self._first_acked[tp]
-        return total
+        return in_flight + projected + ours
 
     async def start(self) -> None:
         if self._task is None:
@@ -259,6 +265,7 @@ class QueueDepths:
             ends = await consumer.end_offsets(tps)
             self._listed_end.update(ends)
             self._read_at[topic] = time.monotonic()
+            self._partitions[topic].update(tps)
             for tp in tps:
                 # The end just before its committed offset is read: what was routed after
                 # is counted apart (`depth`), and a commit that lands during the read can

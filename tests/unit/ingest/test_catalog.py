@@ -40,6 +40,8 @@ def depths(
         queue.observe_ack(topic, partition, offset)
     queue._committed.update(committed or {})
     queue._listed_end.update(listed or {})
+    for tp_ in committed or {}:
+        queue._partitions[tp_.topic].add(tp_)
     # As a refresh leaves it: ends as of the read, read just now.
     for tp_ in committed or {}:
         queue._end_at_read[tp_] = queue._acked_end.get(tp_, 0)
