@@ -625,6 +625,8 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
                 reporter.cancel()
                 if killer is not None:
                     killer.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await killer  # a killer that failed raises here, not in silence
         finally:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):
@@ -638,6 +640,7 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
             "topic": topic,
             "partitions": watch.partitions,
             "tier_topic_repeats": watch.tier_repeats,
+            "invalid_registry_records": watch.invalid_registry,
             "model_yaml": model_yaml_text,
             "log_dir": str(log_dir) if options.keep_logs else None,
             "ticks": [asdict(t) for t in ticks],
@@ -802,7 +805,9 @@ async def _kill_at(  # noqa: PLR0917 - one task's inputs
         progress("kill: no worker owns partitions; nothing killed")
         return
     t = time.perf_counter() - start
-    kill(victim.pid)
+    if not kill(victim.pid):
+        progress(f"kill: {victim.instance_id} (pid {victim.pid}) had already exited")
+        return
     kills.append(Kill(round(t, 3), victim.instance_id, victim.pid))
     progress(
         f"t={t:6.1f}s killed {victim.instance_id} (pid {victim.pid}, partitions "

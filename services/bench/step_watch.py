@@ -19,9 +19,10 @@ from pydantic import ValidationError
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.registry import decode
+from infra.topics import BROKER_EVENT_KEY
 from schemas.telemetry import InstanceRecord
 from schemas.topics import INSTANCES
-from services.bench.cpu import machine_busy_s, process_cpu, process_cpu_total
+from services.bench.cpu import machine_busy_s, process_cpu_total
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class TopicWatch:
         )
         self.requests: dict[str, TierRecord] = {}
         self.tier_repeats = 0
+        self.invalid_registry = 0
+        """Registry records that did not decode (counted, logged, left out)."""
         """Request ids found on the tier topic more than once (ingest repeated them)."""
         self.registry: list[InstanceRecord] = []
         self.partitions = 0
@@ -91,7 +94,7 @@ class TopicWatch:
             for tp, records in batches.items():
                 for record in records:
                     if tp.topic == INSTANCES:
-                        self._registry(record.value)
+                        self._registry(record.key, record.value)
                     elif record.key is not None:
                         request_id = record.key.decode(errors="replace")
                         if request_id in self.requests:
@@ -101,10 +104,14 @@ class TopicWatch:
                             record.partition, record.offset, record.timestamp / 1000
                         )
 
-    def _registry(self, value: bytes | None) -> None:
+    def _registry(self, key: bytes | None, value: bytes | None) -> None:
+        if key == BROKER_EVENT_KEY:  # the broker's own notes share the topic
+            return
         try:
             record = decode(value)
-        except ValidationError:
+        except ValidationError as exc:
+            self.invalid_registry += 1
+            log.warning("event=bench_watch_invalid_registry_record error=%s", str(exc)[:200])
             return
         if record is None or self.group not in (record.group, *record.groups):
             return
@@ -136,10 +143,13 @@ def pick_victim(latest: dict[str, InstanceRecord], topic: str) -> InstanceRecord
     )
 
 
-def kill(pid: int) -> None:
-    """SIGKILL one worker process (one this run's stack started)."""
-    with contextlib.suppress(ProcessLookupError):
+def kill(pid: int) -> bool:
+    """SIGKILL one worker process (one this run's stack started); False: it was gone."""
+    try:
         os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @dataclass
@@ -191,9 +201,9 @@ async def sample_processes(
                 known.setdefault(role, set()).update(role_pids)
                 total = 0.0
                 for pid in sorted(known[role]):
-                    cpu = process_cpu(pid) if pid in role_pids else None
+                    cpu = process_cpu_total(pid) if pid in role_pids else None
                     if cpu is not None:
-                        last_cpu[pid] = cpu.total_s
+                        last_cpu[pid] = cpu
                     total += last_cpu.get(pid, 0.0)
                     if role == "workers" and cpu is not None:
                         samples.worker_cpu.setdefault(pid, []).append((now, last_cpu[pid]))

@@ -332,7 +332,11 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             saturated = await _measured(
                 meter, lambda: gen.closed_loop(options.requests, options.window, lengths, tick)
             )
-            half_rate = options.open_rate or max(saturated["samples_per_s"] / 2, 1.0)
+            half_rate = (
+                options.open_rate
+                if options.open_rate is not None
+                else max(saturated["samples_per_s"] / 2, 1.0)
+            )
             half_count = max(int(half_rate * 10), 200)
             progress(f"open loop: {half_rate:.0f} req/s, {half_count} requests")
             half = await _measured(

@@ -72,6 +72,8 @@ def throughput(
 
     if engine not in ("model", "null"):
         raise typer.BadParameter(f"--engine must be model or null, got {engine!r}")
+    if open_rate is not None and open_rate <= 0:
+        raise typer.BadParameter(f"--open-rate must be > 0 req/s, got {open_rate}")
     if encoding not in ("frame", "b64", "list"):
         raise typer.BadParameter(f"--encoding must be frame, b64 or list, got {encoding!r}")
     setup_logging("WARNING")
