@@ -6,11 +6,10 @@ from typing import Any
 
 import numpy as np
 
+from infra.models.config import ModelConfig
 from schemas.errors import InvalidInput
 from schemas.request import InferenceRequest
 from schemas.tensors import Arrays, Buffer, Tensor, TensorDecodeError, TextInput
-from infra.models.config import ModelConfig
-
 
 
 def _fail(message: str, **context: Any) -> InvalidInput:
@@ -54,7 +53,9 @@ def validate_inputs(
                 inputs=",".join(text_inputs),
             )
         if len(text_inputs) > 1 or tensor_inputs:
-            raise _fail("send one text input, or tensors, not both", inputs=",".join(request.inputs))
+            raise _fail(
+                "send one text input, or tensors, not both", inputs=",".join(request.inputs)
+            )
         texts = next(iter(text_inputs.values())).texts()
         if not texts:
             raise _fail("text input holds no strings (empty batch)")

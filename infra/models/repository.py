@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISREG
 
+from infra.models.config import ModelConfig, ModelConfigError
 from schemas.errors import ModelNotFound
 from schemas.topics import is_legal_model_name
-from infra.models.config import ModelConfig, ModelConfigError
 
 MODEL_FILE = "model.onnx"
 READY_MARKER = "READY"

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from schemas.errors import InvalidInput
-from schemas.tensors import Arrays, TextInput
 from infra.models.config import ModelConfigError, TokenizerConfig
 from infra.models.repository import ModelVersion
-
+from schemas.errors import InvalidInput
+from schemas.tensors import Arrays, TextInput
 
 
 def tokenizer_path(model: ModelVersion) -> Path:

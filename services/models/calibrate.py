@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from schemas.tensors import Arrays
-
 import os
 import statistics
 import tempfile
@@ -18,6 +16,7 @@ import yaml
 
 from infra.models.config import ModelConfig, ModelConfigError
 from infra.models.repository import ModelRepository
+from schemas.tensors import Arrays
 from services.worker.engines.base import Engine
 from services.worker.engines.shapes import sample_batch
 from services.worker.engines.sim import sequence_input_name, work_units

@@ -102,8 +102,8 @@ def calibrate(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Measure, do not write.")] = False,
 ) -> None:
     """Measure the real engine on this machine; write a and b to engine.sim in model.yaml."""
-    from services.models.calibrate import Point, calibrate_model, default_grid
     from infra.models.repository import ModelRepository
+    from services.models.calibrate import Point, calibrate_model, default_grid
 
     try:
         _, grid = default_grid(ModelRepository(directory).config(model))
@@ -147,8 +147,8 @@ def add_minilm(
     ] = False,
 ) -> None:
     """Export all-MiniLM-L6-v2 to ONNX and check it against PyTorch (needs the minilm extra)."""
-    from services.models import minilm
     from infra.models.repository import ModelRepository
+    from services.models import minilm
 
     try:
         with console.status("loading the minilm extra") as status:
@@ -222,5 +222,6 @@ def set_share(
     bootstrap: BootstrapOption = "127.0.0.1:9092",
     reason: ReasonOption = None,
 ) -> None:
-    """Set the canary's share at runtime, over model.yaml's (ramp up, or resume after a rollback)."""
+    """Set the canary's share at runtime, over model.yaml's (ramp up, or resume after
+    a rollback)."""
     _decide(model, directory, bootstrap, "share", share=share, reason=reason)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import math
-import os
 import string
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from schemas.errors import InferbusError
 from infra.models.config import (
     BatchingConfig,
     EngineConfig,
@@ -29,6 +28,7 @@ from infra.models.config import (
     WarmupConfig,
 )
 from infra.models.repository import MODEL_FILE, READY_MARKER
+from schemas.errors import InferbusError
 
 NAME = "minilm"
 HIDDEN = 384

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.models.calibrate import Fit, Point, calibrate_engine, fit_latency, write_sim
 from infra.models.config import ModelConfig
-from services.models.demo import ENCODER, MLP
 from infra.models.repository import ModelRepository, ModelVersion
+from services.models.calibrate import Fit, Point, calibrate_engine, fit_latency, write_sim
+from services.models.demo import ENCODER, MLP
 from services.worker.engines.sim import SimEngine
 
 

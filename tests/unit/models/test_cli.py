@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from services.models.cli import models_app
 from infra.models.config import ModelConfig
+from services.models.cli import models_app
 
 runner = CliRunner()
 

@@ -9,8 +9,8 @@ import onnxruntime as ort
 import pytest
 from tokenizers import Tokenizer
 
-from services.models.demo import ENCODER, ENCODER_HIDDEN, MLP, demo_vocab, write_demo_models
 from infra.models.repository import ModelRepository
+from services.models.demo import ENCODER, ENCODER_HIDDEN, MLP, demo_vocab, write_demo_models
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from infra.models.repository import ModelRepository
 from schemas.errors import InferbusError
 from services.models import minilm
 from services.models.minilm import TOLERANCE, add_minilm, minilm_config
-from infra.models.repository import ModelRepository
 
 HAVE_EXTRA = all(
     importlib.util.find_spec(name)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from infra.models.config import ModelConfig, ModelConfigError
 from tests.model_yaml import write_sim_model

@@ -9,12 +9,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from schemas.errors import InvalidInput
-from schemas.tensors import TextInput
 from infra.models.config import ModelConfigError
-from services.models.demo import ENCODER
 from infra.models.repository import ModelRepository
 from infra.models.tokenize import TextTokenizer
+from schemas.errors import InvalidInput
+from schemas.tensors import TextInput
+from services.models.demo import ENCODER
 
 
 @pytest.fixture(scope="module")
