@@ -61,9 +61,13 @@ class TopicFeed:
             auto_offset_reset=self._start_at,
             fetch_max_wait_ms=self._poll_timeout_ms,
         )
-        await start_with_retry(
-            consumer.start, what=f"{self._name}-feed", attempts=self._start_attempts
-        )
+        try:
+            await start_with_retry(
+                consumer.start, what=f"{self._name}-feed", attempts=self._start_attempts
+            )
+        except BaseException:
+            await consumer.stop()  # what a failed start opened is closed, then it raises
+            raise
         self._consumer = consumer
         self._task = asyncio.create_task(self._run(), name=f"inferbus-{self._name}-feed")
         self._task.add_done_callback(self._on_done)

@@ -36,7 +36,12 @@ def process_started_at(stat: str | None = None, since_boot_s: float | None = Non
         uptime = (
             since_boot_s if since_boot_s is not None else time.clock_gettime(time.CLOCK_BOOTTIME)
         )
-    except (OSError, ValueError, IndexError, AttributeError):
+    except (OSError, ValueError, IndexError, AttributeError) as exc:
+        log.info(
+            "event=process_start_unknown error=%r (time-to-ready counts from now, short by "
+            "the start-up)",
+            exc,
+        )
         return time.time()
     return time.time() - max(uptime - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
 

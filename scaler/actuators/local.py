@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from infra.processes import die_with_parent, restart_delay_s
+from infra.tasks import cancel_and_wait
 from scaler.actuators.base import Actuator, ActuatorError, parse_group
 
 log = logging.getLogger(__name__)
@@ -312,10 +313,7 @@ class LocalActuator(Actuator):
         if self._closed:
             return
         self._closed = True
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
+        await cancel_and_wait(self._supervisor)
         children = [(g, c) for g, s in self._groups.items() for c in s.children]
         await asyncio.gather(*(self._stop(g, c) for g, c in children), *list(self._draining))
         self._groups.clear()

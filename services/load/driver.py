@@ -9,7 +9,6 @@ request is answered or past its deadline plus the grace, and no longer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -23,6 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.models.config import ModelConfig
+from infra.tasks import cancel_and_wait
 from scaler.sim.workload import Workload
 from schemas import headers as h
 from schemas.errors import InferbusError
@@ -254,10 +254,7 @@ class LoadRun:
             )
         finally:
             for task in (ticker, reader):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                await cancel_and_wait(task)
             await self._close()
 
     async def _send_all(

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from infra.tasks import cancel_and_wait
 from schemas.topics import Tier
 from services.chaos.harness import ChaosError
 from services.chaos.scenarios.base import Run
@@ -59,7 +60,7 @@ async def kill_under_load(
     await asyncio.sleep(sizes.kill_at_s)
     found = pids()
     if not found:
-        load.cancel()
+        await cancel_and_wait(load)
         raise ChaosError(f"{missing}; see {r.log_dir}")
     pid = found[0]
     before = frozenset(s.worker_id for s in r.observer.seen if s.worker_id is not None)
