@@ -42,8 +42,9 @@ async def test_short_scenario_meets_its_targets(name: str) -> None:
     said: list[str] = []
     [report] = await run_scenarios([name], short=True, progress=said.append)
     assert report.tally.sent > 0, "\n".join(lines(report) + said)
-    # Latency targets are measured by `inferbus chaos`, not asserted here: tests never
-    # assert speed on a shared host. Broker-defect targets are reported, not asserted.
+    # Checks marked `latency` (p99s) are measured by `inferbus chaos`, not asserted here: a
+    # shared host's speed is no test. Recovery bounds (resume within 15 s, replaced within
+    # time-to-ready + 5 s) are asserted. Broker-defect targets are reported, not asserted.
     assert report.correct(), "\n".join(lines(report) + said[-15:])
 
 

@@ -13,7 +13,7 @@ from services.chaos.measures import first_ok_sent_after, last_loss_sent_after
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
 from services.chaos.scenarios.base import Progress, ScenarioSpec, running
-from services.chaos.scenarios.checks import first_ok_after
+from services.chaos.scenarios.checks import first_ok_after, none_lost
 
 NAME = "broker-restart"
 SUMMARY = "broker down ~10 s, back on the same port with no state (a plain producer)"
@@ -100,6 +100,8 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 f"{after.lost} of {after.accepted} lost",
                 broker_defect=None if sizes.via_client else TANSU_PHANTOM,
             ),
+            # The client resends what a restart lost: nothing sent in any phase may be lost.
+            *([none_lost(tally(fates), note="every phase")] if sizes.via_client else []),
             *([] if sizes.via_client else [phantom_only]),
         ],
         phases=phases,
