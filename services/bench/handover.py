@@ -24,6 +24,8 @@ MERGE_S = 1.0
 """Membership triggers closer than this are one change."""
 SETTLE_S = 1.0
 """A change's window runs this long past its last move: a stall right after it counts."""
+KILL_MARGIN_S = 2.0
+"""A killed worker's partitions must be served again within its lease plus this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,7 +412,7 @@ def kill_gaps(
     reads: Mapping[tuple[int, str], Sequence[float]],
     *,
     lease_s: float,
-    margin_s: float = 2.0,
+    margin_s: float = KILL_MARGIN_S,
 ) -> dict[str, Any]:
     """When the killed worker's partitions were read again, against its lease + margin.
 

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.telemetry import InstanceRecord
-from services.bench.handover import OwnerRecord, Served
+from services.bench.handover import KILL_MARGIN_S, OwnerRecord, Served
 
 STILL_GAP_TARGET_S = 0.5
 MOVED_GAP_TARGET_S = 1.0
-KILL_MARGIN_S = 2.0
 STEP_ATTAINMENT_TARGET = 0.90
 AFTER_ATTAINMENT_TARGET = 0.99
 

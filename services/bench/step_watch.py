@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry
-from infra.registry import decode
+from infra.registry import decode, fold_all
 from infra.topics import BROKER_EVENT_KEY
 from schemas.telemetry import InstanceRecord
 from schemas.topics import INSTANCES
@@ -118,13 +118,8 @@ class TopicWatch:
         self.registry.append(record)
 
     def latest(self) -> dict[str, InstanceRecord]:
-        """The newest record of every worker of the group seen so far."""
-        out: dict[str, InstanceRecord] = {}
-        for record in self.registry:
-            known = out.get(record.instance_id)
-            if known is None or record.updated_at >= known.updated_at:
-                out[record.instance_id] = record
-        return out
+        """The newest record of every worker of the group seen so far (gone ones left out)."""
+        return dict(fold_all(self.registry).instances)
 
 
 def pick_victim(latest: dict[str, InstanceRecord], topic: str) -> InstanceRecord | None:

@@ -158,5 +158,6 @@ def test_the_default_handover_is_the_live_one() -> None:
     assert handover is not None and handover.end_s - handover.start_s == pytest.approx(0.1)
     moved = handover.moved[g.partition_of]
     during = (g.times >= 20.0) & (g.times < 20.05)
+    assert (during & moved).any(), "no request of a moved partition in the window"
     assert np.all(g.end_t[during & moved] >= 20.1)
     assert np.all(g.end_t[during & moved] - g.times[during & moved] < 0.2)
