@@ -514,10 +514,12 @@ def handover_report(
     lease_s: float = 6.0,
     phases: Sequence[tuple[str, float, float]] = (),
     from_t: float = float("-inf"),
+    stalled: Mapping[int, list[Stall]] | None = None,
 ) -> dict[str, Any]:
     """Every change from `from_t` on: its gaps, the stayed/moved worst cases, the kills,
-    and each partition's longest stall per phase."""
-    found = stalls(served, end_t)
+    and each partition's longest stall per phase. `stalled`: `stalls(served, end_t)`, when
+    the caller has it already."""
+    found = stalled if stalled is not None else stalls(served, end_t)
     reads = _reads(served)
     found_changes = [
         c

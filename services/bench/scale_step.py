@@ -709,9 +709,11 @@ def build_report(raw: dict[str, Any], options: ScaleStepOptions) -> dict[str, An
     end_t = max(
         (a.sent_t + (a.roundtrip_ms or 0) / 1000 for a in answers), default=bounds_list[-1][2]
     )
+    found = stalls(served, end_t)
     handover = handover_report(
         served,
         owners,
+        stalled=found,
         partitions=raw["partitions"],
         end_t=end_t,
         kills=kills,
@@ -722,7 +724,6 @@ def build_report(raw: dict[str, Any], options: ScaleStepOptions) -> dict[str, An
     handover["unseen_on_tier_topic"] = unseen
     handover["tier_topic_repeats"] = raw["tier_topic_repeats"]
     unanswered: dict[str, list[list[int]]] = raw.get("unanswered_in_results_log", {})
-    found = stalls(served, end_t)
     repeats: dict[str, list[str]] = raw["repeats"]
     statuses = {i: [replies[i].status, *repeats.get(i, [])] for i in ids if i in replies}
     high = [(lo, hi) for name, lo, hi in bounds_list if name in ("step", "kill")]
