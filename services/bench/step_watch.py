@@ -23,22 +23,13 @@ from infra.topics import BROKER_EVENT_KEY
 from schemas.telemetry import InstanceRecord
 from schemas.topics import INSTANCES
 from services.bench.cpu import machine_busy_s, process_cpu_total
+from services.bench.step_report import Landed
 
 log = logging.getLogger(__name__)
 
 
 WATCH_FETCH_WAIT_MS = 200
 """The watcher's fetch wait: it reads for the record, not for the moment."""
-
-
-@dataclass(frozen=True, slots=True)
-class TierRecord:
-    """Where a request landed on the tier topic."""
-
-    partition: int
-    offset: int
-    timestamp_s: float
-    """The record's timestamp (epoch s)."""
 
 
 class TopicWatch:
@@ -56,7 +47,7 @@ class TopicWatch:
             client_id="inferbus-bench-watch",
             fetch_max_wait_ms=WATCH_FETCH_WAIT_MS,
         )
-        self.requests: dict[str, TierRecord] = {}
+        self.requests: dict[str, Landed] = {}
         self.tier_repeats = 0
         self.invalid_registry = 0
         """Registry records that did not decode (counted, logged, left out)."""
@@ -100,7 +91,7 @@ class TopicWatch:
                         if request_id in self.requests:
                             self.tier_repeats += 1
                             continue
-                        self.requests[request_id] = TierRecord(
+                        self.requests[request_id] = Landed(
                             record.partition, record.offset, record.timestamp / 1000
                         )
 
