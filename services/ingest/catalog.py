@@ -205,7 +205,8 @@ class QueueDepths:
         for tp in tps:
             committed = self._committed.get(tp)
             if committed is None:  # not read yet: what this ingest routed since it started
-                ours += self._acked_end[tp] - self._first_acked[tp]
+                if tp in self._acked_end:
+                    ours += self._acked_end[tp] - self._first_acked[tp]
                 continue
             end_at_read = max(self._end_at_read.get(tp, 0), self._listed_end.get(tp, 0))
             at_read += max(end_at_read - committed, 0)
@@ -265,7 +266,6 @@ class QueueDepths:
             ends = await consumer.end_offsets(tps)
             self._listed_end.update(ends)
             self._read_at[topic] = time.monotonic()
-            self._partitions[topic].update(tps)
             for tp in tps:
                 # The end just before its committed offset is read: what was routed after
                 # is counted apart (`depth`), and a commit that lands during the read can
@@ -273,6 +273,7 @@ class QueueDepths:
                 self._end_at_read[tp] = self._acked_end.get(tp, 0)
                 committed = await consumer.committed(tp)
                 self._committed[tp] = committed if committed is not None else 0
+                self._partitions[topic].add(tp)
             interval_rate = self._interval_rate(topic, sum(self._committed[tp] for tp in tps))
             if interval_rate is not None:
                 self._commit_rate[topic] = interval_rate

@@ -388,3 +388,11 @@ def test_projected_depth(
     assert (
         projected_depth(at_read, routed_since, drained_per_s=rate, elapsed_s=elapsed_s) == expected
     )
+
+
+def test_a_partition_being_read_and_never_acked_counts_nothing() -> None:
+    # `depth` runs between a refresh's reads: a partition listed, its committed offset not
+    # read yet, and nothing routed to it by this ingest.
+    queue = depths(acks=[(T, 0, 9)], committed={tp(0): 4})
+    queue._partitions[T].add(tp(1))
+    assert queue.depth(T) == 6
