@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -57,11 +58,23 @@ def encode(pairs: Iterable[tuple[str, str | bytes | float | int]]) -> Headers:
     return out
 
 
-def dead_letter(reason: str, *, topic: str, partition: int, offset: int) -> Headers:
+DeadLetterCode = Literal["unparseable", "undeliverable", "internal_error"]
+"""Why a record is in the DLQ: it names no request to answer; its answer could not be sent;
+or a service failed while handling it (a defect: the message says what raised)."""
+
+
+def dead_letter(
+    reason: str,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    code: DeadLetterCode = "unparseable",
+) -> Headers:
     """Headers of a DLQ record: why it could not be answered, and where it came from."""
     return encode(
         [
-            (ERROR_CODE, "unparseable"),
+            (ERROR_CODE, code),
             (ERROR_MESSAGE, reason[:1000]),
             (SOURCE_TOPIC, topic),
             (SOURCE_PARTITION, partition),

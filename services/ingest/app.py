@@ -47,6 +47,7 @@ from services.ingest.handlers import (
     Outcome,
     Route,
     dead_letter_headers,
+    failed_event,
     handle_event,
 )
 from services.ingest.lanes import LaneRouter
@@ -253,41 +254,86 @@ class IngestService:
     ) -> None:
         try:
             await self.handle(records)
-        except Exception as exc:  # its records stay unanswered and uncommitted: redelivered
-            log.error("event=poll_failed records=%d error=%r", len(records), exc)
+        except Exception as exc:  # only when even the DLQ path raised: said, loudly
+            log.error(
+                "event=poll_unanswered records=%d error=%r (redelivered after a restart)",
+                len(records),
+                exc,
+                exc_info=exc,
+            )
         finally:
             slots.release()
         consumer.request_commit()
 
     async def handle(self, records: Sequence[Record]) -> None:
-        """Route, answer or dead-letter one poll's records; returns once all are acked."""
+        """Route, answer or dead-letter one poll's records; returns once all are acked.
+
+        An event whose handling raises (a defect in ingest) is answered `internal_error`,
+        or dead-lettered when it names no request; a failure while delivering the poll
+        dead-letters every record of it. Either way each record is answered, its offset
+        can be committed and a rebalance can drain it: nothing waits for a restart.
+        """
+        epochs = [self.offsets.polled(r.topic, r.partition, r.offset) for r in records]
+        outcomes: list[Outcome] = []
+        try:
+            traces, spans = self._decide(records, outcomes)
+            await self._deliver(records, outcomes, traces, spans)
+        except Exception as exc:
+            await self._poll_failed(records, outcomes, exc)
+        for record, epoch in zip(records, epochs, strict=True):
+            self.offsets.answered(record.topic, record.partition, record.offset, epoch)
+        self._handled.set()
+
+    def _decide(
+        self, records: Sequence[Record], outcomes: list[Outcome]
+    ) -> tuple[list[TraceRef], list[IngestSpans | None]]:
+        """Each record's outcome, appended to `outcomes`; its trace and span returned."""
         now = datetime.now(UTC)
         tracing = tracing_enabled()
         ratio = sampling_ratio()
-        outcomes: list[Outcome] = []
         traces: list[TraceRef] = []
         spans: list[IngestSpans | None] = []
-        epochs = []
         for record in records:
-            epochs.append(self.offsets.polled(record.topic, record.partition, record.offset))
-            trace = read_traceparent(record.headers) or new_trace(ratio)
-            span = IngestSpans.start(record, trace) if tracing and trace.sampled else None
-            outcome = handle_event(
-                record.value,
-                produced_at=datetime.fromtimestamp(record.timestamp / 1000, UTC),
-                catalog=self.catalog,
-                settings=self.settings,
-                now=now,
-                limiter=self.limiter,
-                sent_to_tier=TIER_OF_INGEST_TOPIC.get(record.topic),
-                router=self.router,
-            )
+            span: IngestSpans | None = None
+            try:
+                trace = read_traceparent(record.headers) or new_trace(ratio)
+                span = IngestSpans.start(record, trace) if tracing and trace.sampled else None
+                outcome = handle_event(
+                    record.value,
+                    produced_at=datetime.fromtimestamp(record.timestamp / 1000, UTC),
+                    catalog=self.catalog,
+                    settings=self.settings,
+                    now=now,
+                    limiter=self.limiter,
+                    sent_to_tier=TIER_OF_INGEST_TOPIC.get(record.topic),
+                    router=self.router,
+                )
+            except Exception as exc:  # answered internal_error (or dead-lettered), not lost
+                log.error(
+                    "event=handling_failed topic=%s partition=%d offset=%d error=%r",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    exc,
+                    exc_info=exc,
+                )
+                trace = new_trace(0.0)
+                outcome = failed_event(record.value, exc, elapsed_ms=0.0)
             if isinstance(outcome, Route):
                 # Counted at once, so this poll's later requests see it before its ack.
                 self.depths.reserve(outcome.topic)
             outcomes.append(outcome)
             traces.append(trace)
             spans.append(span)
+        return traces, spans
+
+    async def _deliver(
+        self,
+        records: Sequence[Record],
+        outcomes: list[Outcome],
+        traces: list[TraceRef],
+        spans: list[IngestSpans | None],
+    ) -> None:
         outgoing = [
             self._outgoing(record, outcome, trace, span)
             for record, outcome, trace, span in zip(records, outcomes, traces, spans, strict=True)
@@ -297,9 +343,45 @@ class IngestService:
         if failed:
             await self._undeliverable(records, outcomes, outgoing, acks, failed)
         self._account(records, outcomes, acks, spans)
-        for record, epoch in zip(records, epochs, strict=True):
-            self.offsets.answered(record.topic, record.partition, record.offset, epoch)
-        self._handled.set()
+
+    async def _poll_failed(
+        self, records: Sequence[Record], outcomes: list[Outcome], exc: Exception
+    ) -> None:
+        """Dead-letter every record of a poll whose delivery raised, retried until taken.
+
+        Some may have been routed or answered before the failure: the DLQ record says so,
+        and a repeat is dropped by request id downstream.
+        """
+        log.error(
+            "event=poll_failed records=%d error=%r (dead-lettering the poll)",
+            len(records),
+            exc,
+            exc_info=exc,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, Route):
+                self.depths.release(outcome.topic)
+        reason = (
+            f"ingest failed while delivering this event's poll: {type(exc).__name__}: {exc} "
+            "(it may also have been routed or answered)"
+        )
+        dead = [
+            Outgoing(
+                DLQ,
+                record.key,
+                record.value or b"",
+                h.dead_letter(
+                    reason,
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                    code="internal_error",
+                ),
+            )
+            for record in records
+        ]
+        await deliver_until_taken(self.publisher, dead)
+        self.counts["dead_lettered"] += len(dead)
 
     def _outgoing(
         self, record: Record, outcome: Outcome, trace: TraceRef, span: IngestSpans | None
@@ -334,7 +416,7 @@ class IngestService:
         if span is not None:
             span.failed("unparseable")
         headers = dead_letter_headers(
-            outcome.error, topic=record.topic, partition=record.partition, offset=record.offset
+            outcome, topic=record.topic, partition=record.partition, offset=record.offset
         )
         return Outgoing(DLQ, record.key, outcome.value, headers)
 
@@ -386,9 +468,12 @@ class IngestService:
                     continue
                 reason = f"{reason}; and the error result to {request.reply_to}: {ack!r}"
             headers = h.dead_letter(
-                reason, topic=record.topic, partition=record.partition, offset=record.offset
+                reason,
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                code="undeliverable",
             )
-            headers[0] = (h.ERROR_CODE, b"undeliverable")
             second.append(Outgoing(DLQ, record.key, record.value or b"", headers))
         await deliver_until_taken(self.publisher, second)
         self.counts["dead_lettered"] += len(second)

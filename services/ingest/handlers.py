@@ -86,7 +86,8 @@ class DeadLetter:
     """An event with no request id to answer: its original bytes go to the DLQ."""
 
     value: bytes
-    error: Unparseable
+    error: InferbusError
+    code: h.DeadLetterCode = "unparseable"
 
 
 Outcome = Route | Answer | DeadLetter
@@ -186,6 +187,19 @@ def handle_event(
         return answer(_salvage_request(parsed), exc, elapsed_ms())
     route.headers.append((h.INGEST_MS, f"{elapsed_ms():.3f}".encode()))
     return route
+
+
+def failed_event(value: bytes | None, exc: Exception, *, elapsed_ms: float) -> Answer | DeadLetter:
+    """What ingest sends for an event whose handling raised (a defect in ingest, not in
+    the event): `internal_error` to its reply topic when its envelope names a request id,
+    else its bytes to the DLQ with code `internal_error`. Either way the event is answered."""
+    error = InferbusError(f"ingest failed while handling this event: {type(exc).__name__}: {exc}")
+    try:
+        envelope, payload = split_event(value)
+        where = salvage(load_object(envelope), framed=payload is not None)
+    except Exception:  # nothing to answer to: the DLQ takes it, with the first error's reason
+        return DeadLetter(value or b"", error, code="internal_error")
+    return answer(where, error, elapsed_ms)
 
 
 def _on_tier_topic(parsed: ParsedRequest, tier: Tier) -> ParsedRequest:
@@ -345,7 +359,9 @@ def _check_queue(
 
 
 def dead_letter_headers(
-    error: Unparseable, *, topic: str, partition: int, offset: int
+    dead: DeadLetter, *, topic: str, partition: int, offset: int
 ) -> list[tuple[str, bytes]]:
     """Headers of a DLQ record: why, and where the original came from."""
-    return h.dead_letter(str(error), topic=topic, partition=partition, offset=offset)
+    return h.dead_letter(
+        str(dead.error), topic=topic, partition=partition, offset=offset, code=dead.code
+    )

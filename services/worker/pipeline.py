@@ -25,6 +25,7 @@ from aiokafka import ConsumerRecord
 from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.structs import RecordMetadata
 
+from infra.models.config import ModelConfig
 from schemas import headers as h
 from schemas.errors import DeadlineExceeded, EngineError, InferbusError, Unparseable
 from schemas.result import Status
@@ -43,7 +44,7 @@ from services.worker.batching import Batch, Batcher
 from services.worker.engine_clock import EngineClock
 from services.worker.engine_host import EngineHost, Ran
 from services.worker.execution import RequestOutcome
-from services.worker.inhand import InHand, decode_record
+from services.worker.inhand import InHand, Tokenize, decode_record
 from services.worker.settings import WorkerSettings
 from services.worker.spans import RequestSpans, batch_spans
 from tracing.attributes import RequestAttrs
@@ -52,6 +53,12 @@ from tracing.metrics import count_request, observe_batch
 from tracing.setup import tracing_enabled
 
 log = logging.getLogger(__name__)
+
+
+class WorkerDefect(InferbusError):
+    """Decoding a record raised where it should have answered: a bug in the worker. The
+    record goes to the DLQ with its bytes and code `internal_error`."""
+
 
 EXPIRY_SWEEP_S = 0.25
 """How often requests waiting in the batcher are checked against their deadlines."""
@@ -161,31 +168,28 @@ class Pipeline:
         config, tokenize = version.config, self.host.tokenize
         tracing = tracing_enabled()
         now = time.monotonic()
-        dead: list[tuple[ConsumerRecord[bytes, bytes], Unparseable, int]] = []
+        dead: list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]] = []
         failed: list[tuple[InHand, InferbusError]] = []
         for record in records:
             epoch = self.offsets.polled(record.topic, record.partition, record.offset)
             self.in_hand += 1
             try:
-                item = decode_record(
-                    record,
-                    tier=tier,
-                    config=config,
-                    tokenize=tokenize,
-                    max_samples=config.batching.max_batch_size,
-                )
+                item = self._decode(record, tier, config, tokenize, tracing=tracing)
             except Unparseable as exc:
                 dead.append((record, exc, epoch))
                 continue
-            item.epoch = epoch
-            if tracing and item.trace is not None and item.trace.sampled:
-                item.spans = RequestSpans.start(
-                    record,
-                    item.trace,
-                    group=self.groups[tier],
-                    attrs=self._attrs(item),
-                    polled_ns=item.polled_ns,
+            except Exception as exc:  # a worker defect: dead-lettered with its bytes, said
+                log.error(
+                    "event=decode_crashed topic=%s partition=%d offset=%d error=%r",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    exc,
+                    exc_info=exc,
                 )
+                dead.append((record, WorkerDefect(f"{type(exc).__name__}: {exc}"), epoch))
+                continue
+            item.epoch = epoch
             if item.error is not None:
                 failed.append((item, item.error))
                 continue
@@ -199,6 +203,32 @@ class Pipeline:
             self._spawn(self._dead_letter(dead))
         if failed:
             self._spawn(self.answer_errors(failed))
+
+    def _decode(
+        self,
+        record: ConsumerRecord[bytes, bytes],
+        tier: Tier,
+        config: ModelConfig,
+        tokenize: Tokenize | None,
+        *,
+        tracing: bool,
+    ) -> InHand:
+        item = decode_record(
+            record,
+            tier=tier,
+            config=config,
+            tokenize=tokenize,
+            max_samples=config.batching.max_batch_size,
+        )
+        if tracing and item.trace is not None and item.trace.sampled:
+            item.spans = RequestSpans.start(
+                record,
+                item.trace,
+                group=self.groups[tier],
+                attrs=self._attrs(item),
+                polled_ns=item.polled_ns,
+            )
+        return item
 
     def _attrs(self, item: InHand) -> RequestAttrs:
         version, engine = self.host.version, self.host.engine
@@ -451,9 +481,12 @@ class Pipeline:
             reason = f"could not deliver the result to {item.reply_to}: {error!r}"
             log.error("event=result_undeliverable request_id=%s reason=%r", item.request_id, reason)
             headers = h.dead_letter(
-                reason, topic=item.topic, partition=item.partition, offset=item.offset
+                reason,
+                topic=item.topic,
+                partition=item.partition,
+                offset=item.offset,
+                code="undeliverable",
             )
-            headers[0] = (h.ERROR_CODE, b"undeliverable")
             pending.append(Outgoing(DLQ, item.request_id.encode(), answer.outgoing.value, headers))
         await deliver_until_taken(self.publisher, pending)
         self.counts["dead_lettered"] += len(pending)
@@ -496,7 +529,7 @@ class Pipeline:
             record_stages(self.settings.model, tier, {k: np.asarray(v) for k, v in values.items()})
 
     async def _dead_letter(
-        self, records: list[tuple[ConsumerRecord[bytes, bytes], Unparseable, int]]
+        self, records: list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]]
     ) -> None:
         outgoing = [
             Outgoing(
@@ -504,7 +537,11 @@ class Pipeline:
                 record.key,
                 record.value or b"",
                 h.dead_letter(
-                    str(error), topic=record.topic, partition=record.partition, offset=record.offset
+                    str(error),
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                    code="unparseable" if isinstance(error, Unparseable) else "internal_error",
                 ),
             )
             for record, error, _ in records

@@ -120,9 +120,9 @@ def test_unanswerable_events_are_dead_lettered_with_their_bytes(
 
 
 def test_dead_letter_headers_say_why_and_where_from() -> None:
-    error = Unparseable("event is not JSON: " + "x" * 5000)
+    dead = DeadLetter(b"x", Unparseable("event is not JSON: " + "x" * 5000))
 
-    headers = dict(dead_letter_headers(error, topic="inferbus.ingest", partition=3, offset=41))
+    headers = dict(dead_letter_headers(dead, topic="inferbus.ingest", partition=3, offset=41))
 
     assert headers[h.ERROR_CODE] == b"unparseable"
     assert headers[h.ERROR_MESSAGE].startswith(b"event is not JSON")

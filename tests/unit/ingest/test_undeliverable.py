@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiokafka.errors import KafkaTimeoutError
 from aiokafka.structs import ConsumerRecord, RecordMetadata
 
@@ -92,3 +93,101 @@ async def test_a_dlq_that_cannot_be_written_is_retried_until_it_takes_the_record
     [dead] = publisher.sent
     assert dead.topic == DLQ
     assert ingest.offsets.in_flight(INGEST, 0) == 0
+
+
+# ---- ingest's own defects: answered or dead-lettered, never left for a restart --------------
+
+
+class RaisingPublisher(FailingPublisher):
+    """Raises out of `send_all` for its first `raises` calls (a defect, not a failed send)."""
+
+    def __init__(self, raises: int) -> None:
+        super().__init__(())
+        self.raises = raises
+
+    async def send_all(self, records: Sequence[Outgoing]) -> list[Any]:
+        if self.raises > 0:
+            self.raises -= 1
+            raise RuntimeError("publisher defect")
+        return await super().send_all(records)
+
+
+def raise_on(marker: bytes, real: Any) -> Any:
+    def handle_event(value: bytes | None, **kwargs: Any) -> Any:
+        if value is not None and marker in value:
+            raise ZeroDivisionError("handler defect")
+        return real(value, **kwargs)
+
+    return handle_event
+
+
+def records_at(*values: bytes) -> list[ConsumerRecord[bytes, bytes]]:
+    return [
+        ConsumerRecord(INGEST, 0, offset, 0, 0, None, value, None, len(value), 0, ())
+        for offset, value in enumerate(values)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("poisoned", "topic", "code"),
+    [
+        pytest.param(
+            json.dumps({**EVENT, "request_id": "r-boom"}).encode(),
+            RESULTS,
+            None,
+            id="names-a-request: answered internal_error",
+        ),
+        pytest.param(b"not json boom", DLQ, "internal_error", id="names-none: dead-lettered"),
+    ],
+)
+async def test_an_event_whose_handling_raises_is_answered_and_the_poll_goes_on(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    poisoned: bytes,
+    topic: str,
+    code: str | None,
+) -> None:
+    import services.ingest.app as app
+
+    monkeypatch.setattr(app, "handle_event", raise_on(b"boom", app.handle_event))
+    publisher = FailingPublisher(())
+    ingest = service(tmp_path, publisher)
+    good = json.dumps(EVENT).encode()
+    await ingest.handle(records_at(good, poisoned, good))
+
+    sent = {(o.topic, o.value) for o in publisher.sent}
+    assert sum(o.topic.startswith("inferbus.req.") for o in publisher.sent) == 2, sent
+    [failed] = [o for o in publisher.sent if o.topic == topic]
+    if code is None:
+        result = json.loads(failed.value)
+        assert result["request_id"] == "r-boom"
+        assert result["status"] == "internal_error"
+        assert "ZeroDivisionError: handler defect" in result["error"]["message"]
+    else:
+        assert failed.value == poisoned, "the producer's original bytes"
+        assert h.header(failed.headers, h.ERROR_CODE) == code
+        assert "handler defect" in (h.header(failed.headers, h.ERROR_MESSAGE) or "")
+    assert ingest.offsets.in_flight(INGEST, 0) == 0, "every record counts as answered"
+
+
+async def test_a_poll_whose_delivery_raises_is_dead_lettered_whole(tmp_path: Path) -> None:
+    publisher = RaisingPublisher(raises=1)
+    ingest = service(tmp_path, publisher)
+    values = [json.dumps({**EVENT, "request_id": f"r-{i}"}).encode() for i in range(3)]
+    await ingest.handle(records_at(*values))
+
+    assert [o.topic for o in publisher.sent] == [DLQ] * 3
+    assert [o.value for o in publisher.sent] == values
+    for dead in publisher.sent:
+        assert h.header(dead.headers, h.ERROR_CODE) == "internal_error"
+        assert "RuntimeError: publisher defect" in (h.header(dead.headers, h.ERROR_MESSAGE) or "")
+    assert ingest.depths.depth("inferbus.req.demo-mlp.interactive") in (None, 0), "released"
+    assert ingest.offsets.in_flight(INGEST, 0) == 0
+    assert ingest.counts["dead_lettered"] == 3
+
+
+async def test_when_even_the_dlq_path_raises_the_poll_stays_uncommitted(tmp_path: Path) -> None:
+    ingest = service(tmp_path, RaisingPublisher(raises=2))
+    with pytest.raises(RuntimeError, match="publisher defect"):
+        await ingest.handle(records_at(json.dumps(EVENT).encode()))
+    assert ingest.offsets.in_flight(INGEST, 0) == 1, "not committed past: redelivered"

@@ -149,3 +149,36 @@ async def test_a_request_that_expired_in_kafka_is_answered_at_poll() -> None:
     assert [(a["request_id"], a["status"]) for a in answered] == [("r0", "deadline_exceeded")]
     assert batcher.queued_samples("batch") == 1  # only the live one takes room
     assert offsets.committable() == {(TOPIC, 0): 1}
+
+
+async def test_a_record_whose_decoding_raises_is_dead_lettered_and_the_poll_goes_on(
+    monkeypatch: Any,
+) -> None:
+    # A defect in the worker's decoding (not a bad event) must not kill the poll loop or
+    # leave the record in hand: it goes to the DLQ with its bytes and `internal_error`.
+    import services.worker.pipeline as pipeline_module
+
+    real = pipeline_module.decode_record
+
+    def decode_record(record: ConsumerRecord[bytes, bytes], **kwargs: Any) -> InHand:
+        if record.offset == 1:
+            raise ZeroDivisionError("decoder defect")
+        return real(record, **kwargs)
+
+    monkeypatch.setattr(pipeline_module, "decode_record", decode_record)
+    pipeline, batcher, capture, offsets = stalled_pipeline(PollingHost())
+    far = time.time() * 1000 + 30_000
+    records = [polled(0, far), polled(1, far), polled(2, far)]
+    pipeline.take(records, "batch")
+    for _ in range(20):
+        await asyncio.sleep(0.01)
+        if capture.sent:
+            break
+    [dead] = capture.sent
+    assert dead.topic == "inferbus.dlq"
+    assert dead.value == records[1].value, "the record's own bytes"
+    assert h.header(dead.headers, h.ERROR_CODE) == "internal_error"
+    assert "ZeroDivisionError: decoder defect" in (h.header(dead.headers, h.ERROR_MESSAGE) or "")
+    assert batcher.queued_samples("batch") == 2, "the others are queued"
+    assert pipeline.in_hand == 2
+    assert offsets.committable() == {(TOPIC, 0): 0}, "offset 0 is still in the batcher"
