@@ -95,9 +95,16 @@ class Batcher(Generic[Item]):
         queue.entries.append(Entry(item, tier, samples, length, now))
         queue.samples += samples
 
-    def next_due_in(self, now: float) -> float | None:
-        """Seconds until some queue is due (0 = now), or None when all are empty."""
-        waits = [self._due_in(q, now) for q in self._queues.values() if q.entries]
+    def next_due_in(self, now: float, *, full_only: bool = False) -> float | None:
+        """Seconds until some queue is due (0 = now), or None when all are empty.
+
+        `full_only` (as in `next_batch`): only a full queue is due, and a partial one becomes
+        due by filling (a poll) or by the engine freeing, not by time: None unless full.
+        """
+        queues = [q for q in self._queues.values() if q.entries]
+        if full_only:
+            queues = [q for q in queues if q.samples >= self.policy.max_batch_size]
+        waits = [self._due_in(q, now) for q in queues]
         return min(waits) if waits else None
 
     def _due_in(self, queue: _Queue[Item], now: float) -> float:

@@ -258,10 +258,17 @@ class Pipeline:
                 swept = now
                 self._answer_expired(batcher.remove(lambda item: item.expired))
             batch = None
+            full_only = self._engine_batches > 0
             if self._engine_batches < depth:
-                batch = batcher.next_batch(now, full_only=self._engine_batches > 0)
+                batch = batcher.next_batch(now, full_only=full_only)
             if batch is None:
-                wait = batcher.next_due_in(now) if self._engine_batches < depth else None
+                # While a batch runs, a partial one waits for the engine (which wakes this
+                # loop), not for its delay: a due partial batch would otherwise spin here.
+                wait = (
+                    batcher.next_due_in(now, full_only=full_only)
+                    if self._engine_batches < depth
+                    else None
+                )
                 if len(batcher):  # what waits is swept for expired requests now and then
                     wait = min(wait if wait is not None else EXPIRY_SWEEP_S, EXPIRY_SWEEP_S)
                 self.wakeup.clear()

@@ -77,7 +77,10 @@ def test_full_only_skips_a_due_partial_batch() -> None:
     for i in range(3):
         add(b, f"p{i}", now=0.0)
     assert b.next_batch(DELAY, full_only=True) is None, "due by delay but not full"
+    assert b.next_due_in(DELAY) == 0.0
+    assert b.next_due_in(DELAY, full_only=True) is None, "no time makes it due: filling does"
     add(b, "p3", now=DELAY)
+    assert b.next_due_in(DELAY, full_only=True) == 0.0
     assert items(b.next_batch(DELAY, full_only=True)) == ["p0", "p1", "p2", "p3"]
 
 

@@ -182,3 +182,49 @@ async def test_a_record_whose_decoding_raises_is_dead_lettered_and_the_poll_goes
     assert batcher.queued_samples("batch") == 2, "the others are queued"
     assert pipeline.in_hand == 2
     assert offsets.committable() == {(TOPIC, 0): 0}, "offset 0 is still in the batcher"
+
+
+class OneBatchHost(PollingHost):
+    """An engine that takes a batch and never finishes it."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    async def run(self, *args: Any, **kwargs: Any) -> Any:
+        self.batches += 1
+        await asyncio.Event().wait()
+
+
+async def test_a_due_partial_batch_behind_a_running_one_waits_without_spinning() -> None:
+    # One batch in the engine, a partial one past its delay: it waits for the engine to free
+    # (which wakes the loop) instead of looping with a zero timeout until then.
+    host = OneBatchHost()
+    batcher: Batcher[InHand] = Batcher(BatchPolicy(max_batch_size=2, max_queue_delay_s=0.001))
+    pipeline = Pipeline(
+        settings=WorkerSettings(model="demo-mlp"),
+        instance_id="worker-test",
+        host=host,  # type: ignore[arg-type]
+        batcher=batcher,
+        publisher=Capture(),  # type: ignore[arg-type]
+        offsets=OffsetTracker(),
+        groups={"batch": "inferbus.workers.demo-mlp.batch"},
+    )
+    for offset in range(3):  # a full batch for the engine, then one left over
+        batcher.add(waiting(offset, 30.0), tier="batch", samples=1, length=None, now=0.0)
+    rounds = 0
+    next_batch = batcher.next_batch
+
+    def counted(now: float, *, full_only: bool = False) -> Any:
+        nonlocal rounds
+        rounds += 1
+        return next_batch(now, full_only=full_only)
+
+    batcher.next_batch = counted  # type: ignore[method-assign]
+    loop = asyncio.create_task(pipeline.engine_loop())
+    try:
+        await asyncio.sleep(0.3)
+    finally:
+        loop.cancel()
+    assert host.batches == 1
+    assert len(batcher) == 1, "the partial batch still waits for the engine"
+    assert rounds <= 5, f"the loop went round {rounds} times in 0.3 s"
