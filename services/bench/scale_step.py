@@ -74,6 +74,12 @@ PHASES = ("before", "step", "kill", "after")
 STALL_KEPT_S = 0.1
 """Stalls at least this long are kept in the report (for the plot)."""
 
+ASSUMED_TIME_TO_READY_S = 3.0
+"""Start to ready (s) the simulator takes when no worker became ready during the run."""
+ASSUMED_HANDOVER_PAUSE_S = 1.0
+"""Handover pause (s) the simulator takes when no moved partition was acquired by its new
+owner during the run."""
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -816,14 +822,41 @@ async def _kill_at(  # noqa: PLR0917 - one task's inputs
     )
 
 
+def measured_or_assumed(report: dict[str, Any]) -> tuple[float, float, list[str]]:
+    """The time-to-ready and handover pause the simulator takes from the live run, and one
+    note per input the run did not measure: the value assumed instead and why."""
+    assumed: list[str] = []
+    time_to_ready_s = _measured_time_to_ready(report["time_to_ready"])
+    if time_to_ready_s is None:
+        time_to_ready_s = ASSUMED_TIME_TO_READY_S
+        assumed.append(f"time_to_ready_s={time_to_ready_s}: no worker became ready during the run")
+    moved = report["handover"]["moved"]
+    # From the change to the new owner's acquisition: traffic-independent (the stall
+    # measure sees only pauses that records waited through).
+    handover_pause_s = moved["median_acquired_s"]
+    if handover_pause_s is None:
+        handover_pause_s = ASSUMED_HANDOVER_PAUSE_S
+        assumed.append(f"handover_pause_s={handover_pause_s}: {_why_no_handover(moved)}")
+    return time_to_ready_s, handover_pause_s, assumed
+
+
+def _measured_time_to_ready(time_to_ready: dict[str, Any]) -> float | None:
+    """Spawn to ready as the benchmark saw it; else start to ready as the worker said."""
+    spawn_to_ready: float | None = time_to_ready["spawn_to_ready_median_s"]
+    return spawn_to_ready if spawn_to_ready is not None else time_to_ready["median_s"]
+
+
+def _why_no_handover(moved: dict[str, Any]) -> str:
+    if not moved["count"]:
+        return "no partition moved to another worker during the run"
+    return f"none of the {moved['count']} moved partitions was acquired by a new owner"
+
+
 def compare_with_sim(
     report: dict[str, Any], options: ScaleStepOptions, offsets: Sequence[float], model_yaml: str
 ) -> dict[str, Any]:
     """The simulator on the same arrivals and settings; live and sim side by side."""
-    moved = report["handover"]["moved"]
-    ready = (
-        report["time_to_ready"]["spawn_to_ready_median_s"] or report["time_to_ready"]["median_s"]
-    )
+    time_to_ready_s, handover_pause_s, assumed = measured_or_assumed(report)
     workers = report["workers_over_time"]
     initial = next((n for t, n in reversed(workers) if t <= 0), options.min_replicas)
     inputs = StepSimInputs(
@@ -833,12 +866,8 @@ def compare_with_sim(
         max_queue_delay_ms=sim_model_config(options).batching.max_queue_delay_ms,
         slo_ms=options.slo_p99_ms,
         partitions=report["partitions"],
-        time_to_ready_s=ready if ready is not None else 3.0,
-        # From the change to the new owner's acquisition: traffic-independent (the stall
-        # measure sees only pauses that records waited through).
-        handover_pause_s=moved["median_acquired_s"]
-        if moved["median_acquired_s"] is not None
-        else 1.0,
+        time_to_ready_s=time_to_ready_s,
+        handover_pause_s=handover_pause_s,
         interval_s=options.interval_s,
         min_replicas=options.min_replicas,
         max_replicas=options.max_replicas,
@@ -869,6 +898,7 @@ def compare_with_sim(
     live["replica_seconds"], sim["replica_seconds"] = round(live_cost, 1), round(sim_cost, 1)
     out: dict[str, Any] = {
         "inputs": asdict(inputs),
+        "assumed": assumed,
         "side_by_side": step_sim.side_by_side(live, sim),
         "sim_actions": simulated.groups[0].actions,
         "sim_peak_replicas": max((t.replicas for t in simulated.ticks), default=None),

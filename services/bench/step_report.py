@@ -348,6 +348,8 @@ def handover_lines(report: Mapping[str, Any]) -> list[str]:
             for k, v in rows.items()
         ]
         lines.append("live vs sim: " + "; ".join(parts))
+        if sim.get("assumed"):
+            lines.append("sim assumed (not measured in this run): " + "; ".join(sim["assumed"]))
     for row in report.get("targets", []):
         verdict = {True: "met", False: "MISSED", None: "not measured"}[row["met"]]
         lines.append(f"target {row['measure']}: {row['value']} (target {row['target']}) {verdict}")
