@@ -55,7 +55,8 @@ class ThroughputOptions:
     intra_op_threads: int | None = None
     """Override the served engine's ONNX Runtime intra-op threads (0: all cores)."""
     ingest_instances: int = 1
-    workers: int = 1
+    workers: int | None = None
+    """Worker processes; None: `default_workers` (one per core on a CPU engine)."""
     encoding: str = "frame"
     """The load generator's request form: frame, b64 or list."""
     trace_ratio: float | None = None
@@ -111,6 +112,26 @@ def raw_engine_throughput(version: ModelVersion, seq_len: int, seconds: float) -
         "provider": engine.info.label,
         "intra_op_num_threads": version.config.engine.intra_op_num_threads,
     }
+
+
+def default_workers(cores: int, intra_op_threads: int, provider: str) -> tuple[int, str]:
+    """How many worker processes serve a model by default, and why.
+
+    An engine on the CPU with a fixed number of intra-op threads gets one worker per that
+    many cores: each worker's event loop, decoding and encoding then run beside its own
+    engine thread, where one worker on all cores leaves the bus work between its batches
+    on one core (measured on 2 cores, MiniLM: 2 workers x 1 thread 0.83-0.85 of raw ONNX
+    Runtime, 1 worker on all threads 0.68; docs/benchmarks.md). A GPU engine, a simulated
+    one, or one that takes all cores (0 threads) gets one worker.
+    """
+    if "CPUExecutionProvider" not in provider or "simulated" in provider:
+        return 1, f"1: the engine runs on {provider}, not on the CPU cores"
+    if intra_op_threads <= 0:
+        return 1, "1: its engine uses all cores (intra_op_num_threads 0)"
+    workers = max(cores // intra_op_threads, 1)
+    return workers, (
+        f"{workers}: {cores} cores / {intra_op_threads} intra-op thread(s) a worker (CPU engine)"
+    )
 
 
 def summarize(report: LoadReport) -> dict[str, Any]:
@@ -304,13 +325,23 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             raw_engine_throughput, reference, options.seq_len, options.raw_seconds
         )
         progress(f"raw engine: {raw['samples_per_s']:.0f} samples/s at batch {raw['batch_size']}")
+        workers, workers_why = (
+            (options.workers, "--workers")
+            if options.workers is not None
+            else default_workers(
+                os.cpu_count() or 1,
+                version.config.engine.intra_op_num_threads,
+                raw["provider"] if options.engine == "model" else "null engine (simulated)",
+            )
+        )
+        progress(f"workers: {workers_why}")
         deployment = Deployment(
             options.bootstrap,
             models_dir,
             [options.model],
             log_dir,
             ingest_instances=options.ingest_instances,
-            workers=options.workers,
+            workers=workers,
             env=_child_env(options, sink),
         )
         bootstrap = await deployment.start()
@@ -353,7 +384,8 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             "long_share": options.long_share,
             "encoding": options.encoding,
             "ingest_instances": options.ingest_instances,
-            "workers": options.workers,
+            "workers": workers,
+            "workers_chosen": workers_why,
             "trace_ratio": options.trace_ratio,
             "span_exports": sink.exports if sink is not None else None,
             "served_intra_op_threads": version.config.engine.intra_op_num_threads,

@@ -44,7 +44,14 @@ def throughput(
         int | None, typer.Option(help="Served engine's ONNX Runtime threads (0: all cores).")
     ] = None,
     ingest: Annotated[int, typer.Option(help="Ingest instances.")] = 1,
-    workers: Annotated[int, typer.Option(help="Worker processes.")] = 1,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker processes (default: one per core / the engine's intra-op threads "
+            "when it runs on the CPU, else 1).",
+            min=1,
+        ),
+    ] = None,
     encoding: Annotated[str, typer.Option(help="Request form: frame, b64 or list.")] = "frame",
     trace_ratio: Annotated[
         float | None,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -107,6 +109,10 @@ def drain_capacity(
     return interval_rate if known is None else alpha * interval_rate + (1 - alpha) * known
 
 
+KICKED_READ_GAP_S = 0.05
+"""Reads kicked by requests routed to a topic never read are at least this far apart."""
+
+
 class QueueDepths:
     """Lag of each tier topic's worker group: end offset - committed offset, per partition.
 
@@ -140,6 +146,8 @@ class QueueDepths:
         self._consumers: dict[str, AIOKafkaConsumer] = {}
         self._topics: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._unread_routed = asyncio.Event()
+        """A request was routed to a topic never read: the refresh loop runs at once."""
 
     def watch_models(self, models: list[str]) -> None:
         """Track the tier topics of these models."""
@@ -150,6 +158,8 @@ class QueueDepths:
         poll's later requests see it before its ack arrives."""
         self._in_flight[topic] = self._in_flight.get(topic, 0) + 1
         self._routed_at[topic] = time.monotonic()
+        if topic not in self._read_at:  # never read (a topic made since start): read it now
+            self._unread_routed.set()
 
     def forget(self) -> None:
         """The broker lost its logs: what was known of the old ones says nothing now."""
@@ -219,8 +229,20 @@ class QueueDepths:
         return in_flight + projected + ours
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="queue-depths")
+        """Read every watched tier topic once, then keep the routed ones fresh.
+
+        The first read is done before ingest takes traffic: a partition not read yet counts
+        all this ingest routed to it since it started (`depth`), so a fresh ingest under load
+        would otherwise reject, until its first refresh, requests its workers had long
+        consumed (measured: 333-960 of the first second's requests at the bus ceiling).
+        """
+        if self._task is not None:
+            return
+        try:
+            await self.refresh(self._topics)
+        except Exception as exc:  # the refresh loop retries; until then depths are partial
+            log.warning("event=queue_depth_first_read_failed error=%r", exc)
+        self._task = asyncio.create_task(self._run(), name="queue-depths")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -231,23 +253,28 @@ class QueueDepths:
 
     async def _run(self) -> None:
         while True:
+            self._unread_routed.clear()  # a kick from here on (even mid-read) is kept
             try:
                 await self.refresh()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the next refresh retries; depths keep their last value
                 log.warning("event=queue_depth_refresh_failed error=%r", exc)
-            await asyncio.sleep(self.refresh_s)
+            await asyncio.sleep(KICKED_READ_GAP_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._unread_routed.wait(), self.refresh_s)
 
-    async def refresh(self) -> None:
-        """Re-read committed offsets (and listed ends) of the tier topics routed to lately.
+    async def refresh(self, topics: Iterable[str] | None = None) -> None:
+        """Re-read committed offsets (and listed ends) of `topics`; by default the tier
+        topics routed to lately.
 
         An idle ingest reads nothing: depths only matter to the requests it routes.
         """
         by_group: dict[str, list[str]] = defaultdict(list)
         now = time.monotonic()
-        active = {t for t, at in self._routed_at.items() if now - at <= self.active_for_s}
-        for topic in sorted(self._topics & active):
+        if topics is None:
+            topics = {t for t, at in self._routed_at.items() if now - at <= self.active_for_s}
+        for topic in sorted(self._topics & set(topics)):
             parsed = parse_request_topic(topic)
             if parsed is not None:
                 by_group[worker_group(*parsed)].append(topic)

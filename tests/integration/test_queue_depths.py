@@ -1,0 +1,76 @@
+"""Ingest's queue depths against a real broker: known before the first request, and a
+topic never read is read as soon as a request is routed to it, not at the next refresh."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+
+from infra.kafka import make_consumer, make_producer
+from infra.topics import TopicSpec, ensure_topics
+from schemas.topics import request_topic, worker_group
+from services.ingest.catalog import QueueDepths
+
+pytestmark = pytest.mark.integration
+
+NEVER = 600_000
+"""A refresh interval no test waits for: only the first read and the kick can read."""
+
+
+async def consumed_backlog(broker: str, model: str, *, produced: int, committed: int) -> str:
+    """A model's interactive tier topic with `produced` records, its workers' group
+    committed at `committed`."""
+    topic = request_topic(model, "interactive")
+    await ensure_topics(broker, [TopicSpec(topic, 1)])
+    producer = make_producer(bootstrap=broker, client_id="depths-test")
+    group = make_consumer(
+        bootstrap=broker, group_id=worker_group(model, "interactive"), client_id="depths-test"
+    )
+    await producer.start()
+    await group.start()
+    try:
+        for i in range(produced):
+            await producer.send_and_wait(topic, f"r{i}".encode(), partition=0)
+        tp = TopicPartition(topic, 0)
+        group.assign([tp])
+        await group.commit({tp: OffsetAndMetadata(committed, "")})
+    finally:
+        await group.stop()
+        await producer.stop()
+    return topic
+
+
+async def test_a_fresh_ingest_knows_the_depth_before_its_first_request(broker: str) -> None:
+    model = f"depths-{uuid.uuid4().hex[:8]}"
+    topic = await consumed_backlog(broker, model, produced=10, committed=7)
+    depths = QueueDepths(broker, refresh_ms=NEVER)
+    depths.watch_models([model])
+    await depths.start()
+    try:
+        assert depths.depth(topic) == 3
+        depths.reserve(topic)
+        assert depths.depth(topic) == 4, "the routed request counts at once"
+    finally:
+        await depths.stop()
+
+
+async def test_a_topic_never_read_is_read_when_a_request_is_routed_to_it(broker: str) -> None:
+    model = f"depths-{uuid.uuid4().hex[:8]}"
+    depths = QueueDepths(broker, refresh_ms=NEVER)
+    await depths.start()  # watching nothing yet: the topic comes later (a new model)
+    try:
+        topic = await consumed_backlog(broker, model, produced=10, committed=4)
+        depths.watch_models([model])
+        depths.reserve(topic)
+        assert depths.depth(topic) == 1, "only the reservation is known yet"
+        for _ in range(250):  # up to 5 s; the refresh interval is ten minutes
+            if depths.depth(topic) != 1:
+                break
+            await asyncio.sleep(0.02)
+        assert depths.depth(topic) == 7, "read at once: 10 - 4 committed, +1 in flight"
+    finally:
+        await depths.stop()
