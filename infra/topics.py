@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
@@ -123,6 +124,27 @@ async def partition_count(bootstrap: str, topic: str) -> int:
 BROKER_EVENT_KEY = b"__broker__"
 """Key of the registry record that says the broker lost its logs and topics were re-created:
 every instance reads its partitions from the start again (`services.runtime`)."""
+
+
+def recreated_topics(note: bytes | None) -> frozenset[str] | None:
+    """The logs a BROKER_EVENT_KEY note says started over; None: every log.
+
+    Only models' tier topics are taken by name: those are made when a model is added (its
+    topics are new, and only they are read from the start). A note naming any other topic
+    means the broker lost its state, where a topic some client wrote to first (made by the
+    write, so not named) started over too. A note that names nothing readable is read as
+    every log as well: reading too much again repeats answers, too little loses requests.
+    """
+    try:
+        raw = orjson.loads(note or b"")
+    except orjson.JSONDecodeError:
+        return None
+    named = raw.get("topics") if isinstance(raw, dict) else None
+    if not isinstance(named, list) or not all(isinstance(t, str) for t in named):
+        return None
+    if any(topics.parse_request_topic(t) is None for t in named):
+        return None
+    return frozenset(named)
 
 
 AWAY_RETRY_S = 0.2

@@ -240,8 +240,9 @@ class IngestService:
                 await asyncio.sleep(1.0)
                 continue
             if self.membership.broker_restarts != self._seen_restarts:
+                restarted = self.membership.restarted_since(self._seen_restarts)
                 self._seen_restarts = self.membership.broker_restarts
-                self.depths.forget()
+                self.depths.forget(restarted)
             if not records:
                 continue
             await slots.acquire()

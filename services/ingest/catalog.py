@@ -161,8 +161,13 @@ class QueueDepths:
         if topic not in self._read_at:  # never read (a topic made since start): read it now
             self._unread_routed.set()
 
-    def forget(self) -> None:
-        """The broker lost its logs: what was known of the old ones says nothing now."""
+    def forget(self, topics: frozenset[str] | None = None) -> None:
+        """The logs of `topics` (None: all) started over: what was known of the old ones
+        says nothing now."""
+
+        def gone(topic: str) -> bool:
+            return topics is None or topic in topics
+
         for table in (
             self._acked_end,
             self._first_acked,
@@ -170,13 +175,18 @@ class QueueDepths:
             self._listed_end,
             self._end_at_read,
         ):
-            table.clear()
-        self._read_at.clear()
-        self._commit_rate.clear()
-        self._partitions.clear()
-        self._last_committed.clear()
-        self._last_depth.clear()
-        self._rates.clear()
+            for tp in [tp for tp in table if gone(tp.topic)]:
+                del table[tp]
+        for by_topic in (
+            self._read_at,
+            self._commit_rate,
+            self._partitions,
+            self._last_committed,
+            self._last_depth,
+            self._rates,
+        ):
+            for topic in [t for t in by_topic if gone(t)]:
+                del by_topic[topic]
 
     def drain_rate(self, topic: str) -> float | None:
         """Requests per second the topic's workers commit while they work through a backlog

@@ -287,12 +287,13 @@ class OwnedConsumer:
         if now - self._last_position_check >= self.options.position_check_s:
             self._last_position_check = now
             if await self._overrun():
-                self.membership.broker_restarts += 1
+                self.membership.logs_restarted(None)
             else:
                 await self._catch_up_behind_position()
         if self.membership.broker_restarts != self._seen_restarts:
+            restarted = self.membership.restarted_since(self._seen_restarts)
             self._seen_restarts = self.membership.broker_restarts
-            await self._read_all_again()
+            await self._read_again(restarted)
         return records
 
     async def tend(self) -> None:
@@ -381,14 +382,21 @@ class OwnedConsumer:
             )
             self._consumer.seek(tp, offset)
 
-    async def _read_all_again(self) -> None:
-        """Every log is new: read every partition held from its beginning. What was read
-        of the new logs already comes again (answers repeat; clients drop repeats by id),
-        and nothing written to them since the restart is skipped."""
-        tps = [
+    async def _read_again(self, topics: frozenset[str] | None) -> None:
+        """The logs of `topics` (None: every log) are new: read the partitions held of them
+        from their beginning. What was read of the new logs already comes again (answers
+        repeat; clients drop repeats by id), and nothing written since is skipped. Other
+        topics' partitions go on where they were: a new model's topics being made must
+        not replay every other log."""
+        held = [
             TopicPartition(g.topic, p) for g in self._groups for p in g.owned - g.releasing
         ] + list(self._control)
-        log.warning("event=reading_from_the_start partitions=%d", len(tps))
+        tps = [tp for tp in held if topics is None or tp.topic in topics]
+        log.warning(
+            "event=reading_from_the_start partitions=%d topics=%s",
+            len(tps),
+            "all" if topics is None else ",".join(sorted(topics)),
+        )
         for tp in tps:
             self.offsets.forget(tp.topic, tp.partition)
         if tps:

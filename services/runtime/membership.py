@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from infra.registry import RegistryTable, decode, fold, is_live, tombstone
 from infra.rollout.state import RolloutBook
 from infra.tasks import cancel_and_wait
-from infra.topics import BROKER_EVENT_KEY
+from infra.topics import BROKER_EVENT_KEY, recreated_topics
 from schemas.telemetry import InstanceRecord, InstanceState
 from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS, Tier
 from services.runtime.ownership import Member
@@ -123,9 +123,27 @@ class Membership:
         """When the last record that reached the broker was made (others time the lease
         from it)."""
         self._broker_notes: set[bytes] = set()
-        self.broker_restarts = 0
-        """Bumped when a consumer of this instance finds a log that started over: the broker
-        lost its state, every log is new, and every consumer reads its partitions again."""
+        self._restarted: list[frozenset[str] | None] = []
+        """Each time logs started over, the topics whose logs did (None: every topic)."""
+
+    @property
+    def broker_restarts(self) -> int:
+        """How many times logs started over (a note heard, or a consumer's own finding)."""
+        return len(self._restarted)
+
+    def logs_restarted(self, topics: frozenset[str] | None) -> None:
+        """The logs of `topics` (None: of every topic) started over: the broker lost them,
+        or they were made for the first time. Consumers read those partitions again."""
+        self._restarted.append(topics)
+
+    def restarted_since(self, seen: int) -> frozenset[str] | None:
+        """The topics whose logs started over after the first `seen` restarts (None: all)."""
+        topics: set[str] = set()
+        for named in self._restarted[seen:]:
+            if named is None:
+                return None
+            topics |= named
+        return frozenset(topics)
 
     # ---- this instance -----------------------------------------------------------------
 
@@ -210,8 +228,13 @@ class Membership:
             # once per note (reading from the start reads the note again).
             if value is not None and value not in self._broker_notes:
                 self._broker_notes.add(value)
-                log.warning("event=topics_recreated_heard instance=%s", self.identity.instance_id)
-                self.broker_restarts += 1
+                topics = recreated_topics(value)
+                log.warning(
+                    "event=topics_recreated_heard instance=%s topics=%s",
+                    self.identity.instance_id,
+                    "all" if topics is None else ",".join(sorted(topics)),
+                )
+                self.logs_restarted(topics)
             return
         try:
             record = decode(value)

@@ -396,3 +396,24 @@ def test_a_partition_being_read_and_never_acked_counts_nothing() -> None:
     queue = depths(acks=[(T, 0, 9)], committed={tp(0): 4})
     queue._partitions[T].add(tp(1))
     assert queue.depth(T) == 6
+
+
+@pytest.mark.parametrize(
+    ("restarted", "depth_t", "depth_other"),
+    [
+        # Kept: 6 (10 acked - 4 committed at the read) + 11 routed since = 17, and 5 + 11.
+        # Forgotten: only what was routed since its log started over, from its next ack.
+        pytest.param(frozenset({OTHER}), 17, 1, id="other-topic-only"),
+        pytest.param(frozenset({T}), 1, 16, id="this-topic-only"),
+        pytest.param(None, 1, 1, id="every-topic"),
+    ],
+)
+def test_forgetting_restarted_logs_keeps_what_is_known_of_the_others(
+    restarted: frozenset[str] | None, depth_t: int, depth_other: int
+) -> None:
+    queue = depths(acks=[(T, 0, 9), (OTHER, 0, 9)], committed={tp(0): 4, tp(0, OTHER): 5})
+    assert (queue.depth(T), queue.depth(OTHER)) == (6, 5)
+    queue.forget(restarted)
+    queue.observe_ack(T, 0, 20)
+    queue.observe_ack(OTHER, 0, 20)
+    assert (queue.depth(T), queue.depth(OTHER)) == (depth_t, depth_other)

@@ -162,3 +162,66 @@ async def test_a_failed_publish_does_not_renew_the_lease() -> None:
     with pytest.raises(ConnectionError):
         await m.publish()
     assert m.lease_lapsed()
+
+
+# ---- logs that started over --------------------------------------------------------------
+
+
+NEW = "inferbus.req.new-model.interactive"
+NEW_BATCH = "inferbus.req.new-model.batch"
+
+
+def note(topics: list[str] | None, at: float = 1.0) -> bytes:
+    body: dict[str, Any] = {"event": "topics_recreated", "at": at}
+    if topics is not None:
+        body["topics"] = topics
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (note([NEW, NEW_BATCH]), frozenset({NEW, NEW_BATCH})),
+        (note([NEW, "inferbus.ingest"]), None),
+        (note([]), frozenset()),
+        (note(None), None),
+        (b'{"event": "broker_back"}', None),
+        (b"not json", None),
+        (b'{"topics": "a"}', None),
+        (b'{"topics": [1, 2]}', None),
+        (b"[]", None),
+    ],
+    ids=[
+        "tier-topics",
+        "a-core-topic-too",
+        "none-named",
+        "no-list",
+        "broker-back",
+        "garbage",
+        "not-a-list",
+        "not-str",
+        "array",
+    ],
+)
+def test_a_note_names_the_topics_that_started_over_or_means_all(
+    value: bytes, expected: frozenset[str] | None
+) -> None:
+    from infra.topics import recreated_topics
+
+    assert recreated_topics(value) == expected
+
+
+def test_restarts_are_counted_once_per_note_and_name_their_topics() -> None:
+    from infra.topics import BROKER_EVENT_KEY
+
+    m = membership(Clock(), [])
+    m.observe(INSTANCES, BROKER_EVENT_KEY, note([NEW]))
+    m.observe(INSTANCES, BROKER_EVENT_KEY, note([NEW]))
+    assert m.broker_restarts == 1, "the same note read again (from the start) counts once"
+    assert m.restarted_since(0) == {NEW}
+    m.observe(INSTANCES, BROKER_EVENT_KEY, note([NEW_BATCH], at=2.0))
+    assert m.restarted_since(0) == {NEW, NEW_BATCH}
+    assert m.restarted_since(1) == {NEW_BATCH}
+    m.logs_restarted(None)  # a consumer found a log that went back: every log
+    assert m.restarted_since(1) is None
+    assert m.restarted_since(3) == frozenset()
