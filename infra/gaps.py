@@ -11,14 +11,17 @@ The sign is a gap in the offsets a fetch returns. `GapGuard` (pure) holds back w
 a gap and has the reader read again from the gap's start, until the gap fills or has
 stood for `wait_s`; then the reader moves past it. A gap that stands is normal on Kafka
 (transaction markers, compacted records), so the wait is short: what it costs there is
-one re-read per gap, at most `wait_s` late.
+one re-read per gap, at most `wait_s` late. And a gap whose next record was written long
+before it is read (`HISTORIC_GAP_S`) is history, not a batch still arriving: it is passed
+at once, so reading a compacted topic (the registry, the rollouts) from its start on Kafka
+does not wait `wait_s` at every compacted-away record.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -28,6 +31,10 @@ log = logging.getLogger(__name__)
 
 GAP_WAIT_S = 0.3
 """How long a gap may stand before the reader moves past it (Tansu fills one in ms)."""
+
+HISTORIC_GAP_S = 10.0
+"""A gap followed by a record written at least this long before it is read is passed at
+once: a batch that is not readable yet is behind records written moments ago."""
 
 
 class HasOffset(Protocol):
@@ -52,12 +59,16 @@ class GapGuard:
     """Per partition, the next offset expected and the gap waited on (pure; `now` given)."""
 
     wait_s: float = GAP_WAIT_S
+    wall_clock: Callable[[], float] = time.time
+    """Epoch seconds, to age the record after a gap (its timestamp is epoch ms)."""
     _next: dict[TopicPartition, int] = field(default_factory=dict)
     _waiting: dict[TopicPartition, tuple[int, float]] = field(default_factory=dict)
     gaps_filled: int = 0
     """Gaps that filled on a re-read: records a plain reader would have missed."""
     gaps_passed: int = 0
     """Gaps that stood for `wait_s` and were passed."""
+    gaps_historic: int = 0
+    """Gaps passed at once: the record after them was old (compaction, markers)."""
 
     def admit(self, tp: TopicPartition, records: Sequence[R], now: float) -> Admitted[R]:
         """The records to hand on, in offset order, up to the first gap still waited on."""
@@ -76,10 +87,13 @@ class GapGuard:
             offset = record.offset
             if offset < expected:
                 continue  # a repeat within one fetch (no broker should): handed on already
-            if offset > expected and not self._passable(tp, expected, now):
+            if offset > expected and self._historic(record):
+                self.gaps_historic += 1
+                self._waiting.pop(tp, None)
+            elif offset > expected and not self._passable(tp, expected, now):
                 self._next[tp] = expected
                 return Admitted(kept, seek_to=expected)
-            if offset > expected:
+            elif offset > expected:
                 self.gaps_passed += 1
                 self._waiting.pop(tp, None)
             kept.append(record)
@@ -92,6 +106,12 @@ class GapGuard:
             self.gaps_filled += 1
         self._next[tp] = last + 1
         return Admitted(records)
+
+    def _historic(self, after_gap: R) -> bool:
+        written_ms = getattr(after_gap, "timestamp", None)
+        if not isinstance(written_ms, int) or written_ms <= 0:
+            return False
+        return self.wall_clock() - written_ms / 1000 >= HISTORIC_GAP_S
 
     def _passable(self, tp: TopicPartition, start: int, now: float) -> bool:
         waited = self._waiting.get(tp)

@@ -13,6 +13,8 @@ TP = TopicPartition("t", 0)
 @dataclass(frozen=True)
 class Rec:
     offset: int
+    timestamp: int = -1
+    """Epoch ms the record was written (-1: unknown, as in most tests)."""
 
 
 def recs(*offsets: int) -> list[Rec]:
@@ -84,6 +86,38 @@ def test_counts_filled_and_passed_gaps() -> None:
     guard.admit(TP, recs(4), 0.02)
     guard.admit(TP, recs(4), 0.5)
     assert (guard.gaps_filled, guard.gaps_passed) == (1, 1)
+
+
+NOW_S = 1_000.0
+
+
+@pytest.mark.parametrize(
+    ("written_s_ago", "admitted", "seek_to", "historic"),
+    [
+        pytest.param(100.0, [0, 5], None, 1, id="old: compacted away, passed at once"),
+        pytest.param(10.0, [0, 5], None, 1, id="at the threshold: passed"),
+        pytest.param(1.0, [0], 1, 0, id="fresh: a batch still arriving, waited for"),
+    ],
+)
+def test_a_gap_behind_an_old_record_is_history(
+    written_s_ago: float, admitted: list[int], seek_to: int | None, historic: int
+) -> None:
+    guard = GapGuard(wait_s=0.3, wall_clock=lambda: NOW_S)
+    written_ms = int((NOW_S - written_s_ago) * 1000)
+    got = guard.admit(TP, [Rec(0, written_ms), Rec(5, written_ms)], 0.0)
+    assert (offsets(got.records), got.seek_to) == (admitted, seek_to)
+    assert (guard.gaps_historic, guard.gaps_passed) == (historic, 0)
+
+
+def test_a_compacted_topic_is_read_through_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    consumer, guard = Consumer(), GapGuard(wait_s=0.3, wall_clock=lambda: NOW_S)
+    compacted = [Rec(o, 1_000) for o in (0, 3, 4, 9, 12)]  # written long ago
+    out = admit_in_order(consumer, guard, {TP: compacted}, 0.0)
+    assert offsets(out[TP]) == [0, 3, 4, 9, 12]
+    assert consumer.sought == []
+    assert not [r for r in caplog.records if "offset_gap" in r.getMessage()]
 
 
 def test_forget_drops_the_expected_order() -> None:
