@@ -256,6 +256,7 @@ class OwnedConsumer:
         if fenced:
             await self._fence()
         try:
+            await self._read_control()
             batches = await self._consumer.getmany(
                 timeout_ms=timeout_ms, max_records=min(max_records or limit, limit)
             )
@@ -296,9 +297,34 @@ class OwnedConsumer:
             await self._read_again(restarted)
         return records
 
+    async def _read_control(self) -> None:
+        """Fold the registry, decision and rollout records fetched so far, asked for apart
+        from the data and first.
+
+        aiokafka hands out buffered records partition by partition in the order they were
+        fetched, so under a backlog, with `max_records` the engine's little room, the data
+        partitions' buffers came first for seconds on end: the registry view went stale,
+        the others' leases seemed to lapse, and a backlogged worker took partitions their
+        owners still served (seen live: two MiniLM workers both owning all 12 partitions
+        after a scale-out under overload).
+        """
+        if not self._control:
+            return
+        batches = await self._consumer.getmany(*self._control, timeout_ms=0)
+        batches = admit_in_order(self._consumer, self.gaps, batches, time.monotonic())
+        self._delivered.update(batches)
+        for tp, batch in batches.items():
+            for record in batch:
+                self.membership.observe(tp.topic, record.key, record.value)
+
     async def tend(self) -> None:
-        """Between polls (the caller is not fetching): give up partitions if the lease
-        lapsed, and follow what is known of the group's membership."""
+        """Between polls (the caller is not fetching data): read the registry and the
+        decisions fetched meanwhile, give up partitions if the lease lapsed, and follow
+        what is known of the group's membership."""
+        try:
+            await self._read_control()
+        except KafkaError as exc:  # the next poll rebuilds a broken consumer
+            log.warning("event=control_read_failed client=%s error=%r", self.client_id, exc)
         if self.membership.lease_lapsed():
             await self._fence()
             return
