@@ -64,16 +64,24 @@ class StackOptions:
     ingest_instances: int = 1
     """Ingest processes, one consumer group: they share the ingest topics' partitions."""
     worker_budget: int | None = None
-    """Most workers at once over all groups (the policy's global budget); None: this
-    machine's cores, or the workers started if more: workers on one host share its CPU
-    and more of them than cores only slows each down."""
+    """Most workers at once over all groups (the policy's global budget); None:
+    `local_worker_budget`."""
 
 
 def local_worker_budget(requested: int | None, cores: int, started: int) -> int:
-    """The global replica budget `inferbus up` gives its scaler."""
+    """The global replica budget `inferbus up` gives its scaler: the workers started (each
+    group's floor; most groups are idle at any time, and an idle worker costs next to no
+    CPU) plus one per core beyond the first, so that one busy group can run a worker on
+    every core. More busy workers than cores on one host only slow each other down.
+
+    Measured (docs/operations.md): with MiniLM alone on 2 cores, three tiers start three
+    workers; a budget of the cores (the rule before) left the busy interactive group at its
+    one worker, the scaler granting 1 of the 8 it asked for, at ~290 of the ~430 req/s two
+    workers serve.
+    """
     if requested is not None:
         return requested
-    return max(cores, started)
+    return started + max(cores - 1, 0)
 
 
 def _ms(value: float | None) -> str:
