@@ -417,3 +417,39 @@ def test_forgetting_restarted_logs_keeps_what_is_known_of_the_others(
     queue.observe_ack(T, 0, 20)
     queue.observe_ack(OTHER, 0, 20)
     assert (queue.depth(T), queue.depth(OTHER)) == (depth_t, depth_other)
+
+
+@pytest.mark.parametrize(
+    ("routed_s_ago", "asked", "read"),
+    [
+        pytest.param(1.0, False, [T], id="routed-lately"),
+        pytest.param(60.0, False, [], id="idle-not-read"),
+        # Every request rejected, nothing routed for a minute: admission still asks, so the
+        # depth is still read (it stayed at the figure that rejected them before).
+        pytest.param(60.0, True, [T], id="rejecting-still-read"),
+    ],
+)
+async def test_refresh_reads_the_topics_routed_to_or_asked_about(
+    routed_s_ago: float, asked: bool, read: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = QueueDepths("unused:9092", refresh_ms=500, active_for_s=10.0)
+    queue.watch_models(["demo-mlp"])
+    queue._routed_at[T] = time.monotonic() - routed_s_ago
+    if asked:
+        queue.wanted(T)
+    refreshed: list[str] = []
+
+    async def refresh_group(group: str, topics: list[str]) -> None:
+        refreshed.extend(topics)
+
+    monkeypatch.setattr(queue, "_refresh_group", refresh_group)
+    await queue.refresh()
+    assert refreshed == read
+
+
+def test_admission_asking_for_a_depth_marks_the_topic_wanted(tmp_path: Path) -> None:
+    write_demo_models(tmp_path)
+    queue = QueueDepths("unused:9092", refresh_ms=500)
+    catalog = CachedModelCatalog(ModelRepository(tmp_path), refresh_s=60, depths=queue)
+    catalog.queue_depth(T)
+    assert T in queue._wanted_at
