@@ -29,9 +29,9 @@ TIER: Tier = "interactive"
 RESUME_BOUND_S = 15.0
 DOWNSTREAM_LOSS = (
     "most requests a plain producer loses over a Tansu restart are readable on the ingest "
-    "topic afterwards: they were lost past it (ingest's and the workers' own produces in the "
-    "seconds after the return, where Tansu's phantom acks apply to every producer; not "
-    "traced further). InferenceClient resends what has no answer and loses none "
+    "topic afterwards and absent from the tier topic: lost between ingest's read and the "
+    "tier topic in the seconds after the return (not traced further: an open defect, "
+    "docs/reliability.md). InferenceClient resends what has no answer and loses none "
     "(broker-restart-client); a plain producer must resend by request id itself"
 )
 TANSU_PHANTOM = (
