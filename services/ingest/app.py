@@ -56,6 +56,7 @@ from services.ingest.spans import IngestSpans
 from services.runtime.answers import (
     Outgoing,
     Publisher,
+    dead_letter_of,
     deliver_until_taken,
     result_headers,
 )
@@ -366,21 +367,7 @@ class IngestService:
             f"ingest failed while delivering this event's poll: {type(exc).__name__}: {exc} "
             "(it may also have been routed or answered)"
         )
-        dead = [
-            Outgoing(
-                DLQ,
-                record.key,
-                record.value or b"",
-                h.dead_letter(
-                    reason,
-                    topic=record.topic,
-                    partition=record.partition,
-                    offset=record.offset,
-                    code="internal_error",
-                ),
-            )
-            for record in records
-        ]
+        dead = [dead_letter_of(record, reason, code="internal_error") for record in records]
         await deliver_until_taken(self.publisher, dead)
         self.counts["dead_lettered"] += len(dead)
 
@@ -468,14 +455,7 @@ class IngestService:
                     acks[index] = ack
                     continue
                 reason = f"{reason}; and the error result to {request.reply_to}: {ack!r}"
-            headers = h.dead_letter(
-                reason,
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                code="undeliverable",
-            )
-            second.append(Outgoing(DLQ, record.key, record.value or b"", headers))
+            second.append(dead_letter_of(record, reason, code="undeliverable"))
         await deliver_until_taken(self.publisher, second)
         self.counts["dead_lettered"] += len(second)
 

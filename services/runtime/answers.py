@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 import orjson
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, ConsumerRecord
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -33,6 +33,7 @@ from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.frames import join_frame
 from schemas.result import Status
 from schemas.tensors import dtype_name
+from schemas.topics import DLQ
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +303,16 @@ class Publisher:
         partition = self._next_partition.get(topic, -1) + 1
         self._next_partition[topic] = partition
         return partition % partitions
+
+
+def dead_letter_of(
+    record: ConsumerRecord[bytes, bytes], reason: str, *, code: h.DeadLetterCode
+) -> Outgoing:
+    """The DLQ record for a consumed record: its own key and bytes, why, and where from."""
+    headers = h.dead_letter(
+        reason, topic=record.topic, partition=record.partition, offset=record.offset, code=code
+    )
+    return Outgoing(DLQ, record.key, record.value or b"", headers)
 
 
 async def deliver_until_taken(publisher: Publisher, records: Sequence[Outgoing]) -> None:

@@ -34,6 +34,7 @@ from schemas.topics import DLQ, Tier
 from services.runtime.answers import (
     Outgoing,
     Publisher,
+    dead_letter_of,
     deliver_until_taken,
     encode_result,
     result_headers,
@@ -539,17 +540,10 @@ class Pipeline:
         self, records: list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]]
     ) -> None:
         outgoing = [
-            Outgoing(
-                DLQ,
-                record.key,
-                record.value or b"",
-                h.dead_letter(
-                    str(error),
-                    topic=record.topic,
-                    partition=record.partition,
-                    offset=record.offset,
-                    code="unparseable" if isinstance(error, Unparseable) else "internal_error",
-                ),
+            dead_letter_of(
+                record,
+                str(error),
+                code="unparseable" if isinstance(error, Unparseable) else "internal_error",
             )
             for record, error, _ in records
         ]
