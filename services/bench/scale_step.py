@@ -34,6 +34,7 @@ from infra.models.config import (
     SimConfig,
     TierSlo,
 )
+from infra.scan import find_in_log
 from scaler.collector.collector import CollectorConfig, GroupCollection
 from scaler.service import ScalerService
 from scaler.signals import PolicyConfig
@@ -59,7 +60,6 @@ from services.bench.step_sim import StepSimInputs
 from services.bench.step_watch import (
     ProcessSamples,
     TopicWatch,
-    find_in_log,
     kill,
     pick_victim,
     sample_processes,

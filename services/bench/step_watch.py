@@ -236,31 +236,3 @@ def _command(pid: int, width: int = 100) -> str:
     except OSError:
         return f"pid {pid} (gone)"
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:width] or f"pid {pid}"
-
-
-async def find_in_log(
-    bootstrap: str, topic: str, ids: set[str], quiet_s: float = 3.0, most_s: float = 60.0
-) -> dict[str, list[tuple[int, int]]]:
-    """Read `topic` from its start and say where each of `ids` is: request id -> every
-    (partition, offset) a record keyed by it has (empty: not in the log). Reads until no
-    record came for `quiet_s` (or `most_s` in all)."""
-    found: dict[str, list[tuple[int, int]]] = {i: [] for i in ids}
-    consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id="inferbus-bench-scan")
-    await start_with_retry(consumer.start, what="bench-scan")
-    try:
-        await consumer.topics()
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        started = last = time.monotonic()
-        while time.monotonic() - last < quiet_s and time.monotonic() - started < most_s:
-            batches = await consumer.getmany(timeout_ms=500)
-            for tp, records in batches.items():
-                last = time.monotonic()
-                for record in records:
-                    key = record.key.decode(errors="replace") if record.key else ""
-                    if key in found:
-                        found[key].append((tp.partition, record.offset))
-    finally:
-        await consumer.stop()
-    return found

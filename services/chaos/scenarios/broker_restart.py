@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
-from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka import ConsumerRecord
 
-from infra.kafka import make_consumer
+from infra.scan import find_in_log
 from schemas.errors import Unparseable
 from schemas.parse import load_object, split_event
 from schemas.topics import Tier, ingest_topic
@@ -145,37 +144,8 @@ async def readable_request_ids(bootstrap: str, topic: str, wanted: set[str]) -> 
     acks after a restart, scripts/tansu_phantom.py). Replaces a fixed time window after
     the return, which a loaded machine stretched past (losses 9.6 s after, in one trial).
     """
-    if not wanted:
-        return set()
-    consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id="chaos-phantom")
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        if not tps:
-            return set()
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        found: set[str] = set()
-        deadline = time.monotonic() + READ_LOG_S
-        while time.monotonic() < deadline and await _behind(consumer, ends):
-            batches = await consumer.getmany(timeout_ms=200)
-            for records in batches.values():
-                found.update(r for r in map(_request_id, records) if r in wanted)
-        return found
-    finally:
-        await consumer.stop()
-
-
-async def _behind(consumer: Any, ends: dict[TopicPartition, int]) -> bool:
-    for tp, end in ends.items():
-        if await consumer.position(tp) < end:
-            return True
-    return False
-
-
-READ_LOG_S = 20.0
-"""The most the read of the ingest topic may take (a short run's log reads in well under 1 s)."""
+    found = await find_in_log(bootstrap, topic, wanted, quiet_s=1.0, ident=_request_id)
+    return {request_id for request_id, at in found.items() if at}
 
 
 def _request_id(record: ConsumerRecord[bytes, bytes]) -> str | None:
