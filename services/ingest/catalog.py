@@ -252,7 +252,7 @@ class QueueDepths:
         return in_flight + projected + ours
 
     async def start(self) -> None:
-        """Read every watched tier topic once, then keep the routed ones fresh.
+        """Read every watched tier topic once, then keep those routed to or asked about fresh.
 
         The first read is done before ingest takes traffic: a partition not read yet counts
         all this ingest routed to it since it started (`depth`), so a fresh ingest under load
