@@ -237,7 +237,10 @@ class TopicKeeper:
             log.warning(
                 "event=topics_recreated count=%d topics=%s", len(created), ",".join(created)
             )
-            self._unannounced.extend(created)
+            # After an outage the broker lost its state, whatever this round found missing:
+            # a round that failed half-way may have made some topics unannounced. Name every
+            # topic then, so that readers take it as every log starting over.
+            self._unannounced.extend([spec.name for spec in specs] if self._away else created)
         if self._unannounced and self.announce is not None:
             # Said until it is heard: a failed announcement is retried next round.
             await self.announce(list(self._unannounced))

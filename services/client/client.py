@@ -21,14 +21,14 @@ from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
-from infra.topics import BROKER_EVENT_KEY, recreated_topics
+from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
 from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.frames import FrameError, join_frame
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
 from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
-from schemas.topics import INGEST, INSTANCES, RESULTS, TIERS, Tier, ingest_topic
+from schemas.topics import INSTANCES, RESULTS, Tier, ingest_topic
 from services.runtime.answers import Outgoing, Publisher
 from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
@@ -142,8 +142,6 @@ class InferenceClient:
     ) -> None:
         self.bootstrap = bootstrap
         self.reply_to = reply_to
-        self._own_topics = frozenset({reply_to, INGEST, *(ingest_topic(t) for t in TIERS)})
-        """The logs this client writes and reads: a note that they started over concerns it."""
         self.tenant = tenant
         self.client_id = client_id or f"inferbus-client-{uuid.uuid4().hex[:8]}"
         self.see_all_results = see_all_results
@@ -423,14 +421,14 @@ class InferenceClient:
                     self._deliver(record)
 
     def _broker_note(self, record: ConsumerRecord[bytes, bytes]) -> bool:
-        """A new note that the logs this client uses started over (its reply topic or an
-        ingest topic was re-created). A note about other topics (a new model's being
-        made) changes nothing here."""
+        """A new note that topics were made. Every one is taken as a possible restart: a
+        resend costs a repeat (dropped by id), a missed restart a lost request (a note
+        naming only a new model's topics once left a request sent while the broker was
+        down unanswered)."""
         if record.key != BROKER_EVENT_KEY or record.value in self._notes:
             return False
         self._notes.add(record.value or b"")
-        topics = recreated_topics(record.value)
-        return topics is None or bool(topics & self._own_topics)
+        return True
 
     def _deliver(self, record: ConsumerRecord[bytes, bytes]) -> None:
         if record.value is None:
