@@ -52,21 +52,25 @@ def records_behind(
     ends: Mapping[TopicPartition, int],
     positions: Mapping[TopicPartition, int],
     delivered: Set[TopicPartition],
-) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-    """(where to seek, the ends now seen at rest).
+) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int]]:
+    """(where to seek, None meaning the log's beginning; the ends now seen at rest).
 
-    A partition whose end moved past the end last seen at rest, none of whose records
-    came since, with our position past the new end, has records behind our position:
-    read on from the end seen at rest. An end is seen at rest when none of its records
-    came in the interval before it (an end can lag records a fetch already returned)."""
-    seeks: dict[TopicPartition, int] = {}
+    A partition none of whose records came during the interval, with our position past
+    its log's end, has records behind our position. If the end moved on from the end
+    last seen at rest, read on from that end; otherwise (first sight, or a log that
+    started over below it) read the log from its beginning: our position belongs to an
+    earlier log (a broker that lost its logs, or an offset committed to the new broker
+    from the old one's count), and every record of this log may be unread. An end is
+    seen at rest when none of its records came in the interval before it (an end can lag
+    records a fetch already returned)."""
+    seeks: dict[TopicPartition, int | None] = {}
     rest: dict[TopicPartition, int] = {}
     for tp, end in ends.items():
         if tp in delivered:
             continue
-        before = at_rest.get(tp)
-        if before is not None and before < end < positions[tp]:
-            seeks[tp] = before
+        if end < positions[tp]:
+            before = at_rest.get(tp)
+            seeks[tp] = before if before is not None and before < end else None
         else:
             rest[tp] = end
     return seeks, rest
@@ -146,6 +150,8 @@ class OwnedConsumer:
         self._last_rebalance = 0.0
         self._releases: set[asyncio.Task[None]] = set()
         self._commit_wanted = asyncio.Event()
+        self._check_commits = False
+        """A commit failed since the last one taken: check the next against the logs' ends."""
         self._committing: asyncio.Task[None] | None = None
         self._rebalance_lock = asyncio.Lock()
         self._started = False
@@ -374,11 +380,14 @@ class OwnedConsumer:
         return False
 
     async def _catch_up_behind_position(self) -> None:
-        """Records written behind our position: a log's end moved on since it was last seen
-        at rest, nothing of it came to us, and our position is past that end. A broker that
-        lost its logs can do this (Tansu keeps records produced to a topic it no longer
-        knows, then numbers the re-created topic's records from a lower offset); we would
-        never read them. Read on from the end seen at rest (a repeat at worst).
+        """Records written behind our position: nothing of a partition came to us and our
+        position is past its log's end. A broker that lost its logs does this (Tansu keeps
+        records produced to a topic it no longer knows, then numbers the re-created
+        topic's records from a lower offset), and so does an offset committed to a fresh
+        broker from the old one's count (a commit retried across the restart; seen live:
+        a worker took a partition at committed 55 whose new log ended at 10, and skipped
+        those 10 requests). Read on from the end seen at rest, or the whole log when
+        there is none below (a repeat at worst).
 
         An end counts as seen at rest when nothing of its partition came in the whole
         check interval before it: a log's end can lag the records a fetch already
@@ -399,14 +408,17 @@ class OwnedConsumer:
         for tp, offset in seeks.items():
             log.warning(
                 "event=records_behind_position topic=%s partition=%d position=%d end=%d "
-                "from=%d (reading them)",
+                "from=%s (reading them)",
                 tp.topic,
                 tp.partition,
                 positions[tp],
                 ends[tp],
-                offset,
+                "beginning" if offset is None else offset,
             )
-            self._consumer.seek(tp, offset)
+            if offset is None:
+                await self._consumer.seek_to_beginning(tp)
+            else:
+                self._consumer.seek(tp, offset)
 
     async def _read_again(self, topics: frozenset[str] | None) -> None:
         """The logs of `topics` (None: every log) are new: read the partitions held of them
@@ -611,6 +623,7 @@ class OwnedConsumer:
             except KafkaError as exc:
                 # Uncommitted records are repeated by whoever reads them next: no loss.
                 log.warning("event=commit_failed error=%r (retried)", exc)
+                self._check_commits = True
                 await asyncio.sleep(0.5)
                 self._commit_wanted.set()
                 continue
@@ -627,7 +640,33 @@ class OwnedConsumer:
                 for (topic, partition), offset in committable.items()
                 if topic == group.topic and partition in group.owned
             }
+            if offsets and self._check_commits:
+                offsets = await self._within_log(group.topic, offsets)
             if offsets:
                 await group.committer.commit(offsets)
                 done.update({(group.topic, p): o for p, o in offsets.items()})
         self.offsets.mark_committed(done)
+        self._check_commits = False
+
+    async def _within_log(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
+        """The offsets not past their log's end; asked after a failed commit, when the
+        broker may have come back without its logs. An offset counted on the old broker's
+        log, committed to the new one, would make the partition's next reader skip the
+        new log's records up to it (seen live: a worker took a partition at 55 whose new
+        log ended at 10). What is past the end is not committed, and the logs count as
+        started over: every reader takes its partitions from their beginning again."""
+        ends = await self._consumer.end_offsets([TopicPartition(topic, p) for p in offsets])
+        past = {p: o for p, o in offsets.items() if o > ends[TopicPartition(topic, p)]}
+        if not past:
+            return offsets
+        log.warning(
+            "event=commit_past_log_end topic=%s offsets=%s ends=%s (not committed; the "
+            "broker lost its logs: reading them again)",
+            topic,
+            past,
+            {p: ends[TopicPartition(topic, p)] for p in past},
+        )
+        for partition in past:
+            self.offsets.forget(topic, partition)
+        self.membership.logs_restarted(None)
+        return {p: o for p, o in offsets.items() if p not in past}

@@ -1,5 +1,5 @@
 """`find_in_log` reads a topic from its start and says where each id is, by key or by any
-identity read from the record."""
+identity read from the record; `scan_log` also says which offsets held two records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from aiokafka import ConsumerRecord
 
 from infra.kafka import make_producer
-from infra.scan import find_in_log
+from infra.scan import find_in_log, scan_log
 from infra.topics import TopicSpec, ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -41,3 +41,6 @@ async def test_find_in_log(
     kwargs = {} if ident is None else {"ident": ident}
     where = await find_in_log(broker, topic, wanted, quiet_s=0.5, **kwargs)  # type: ignore[arg-type]
     assert {i: len(at) for i, at in where.items()} == found
+    scan = await scan_log(broker, topic, wanted, quiet_s=0.5, **kwargs)  # type: ignore[arg-type]
+    assert scan.found == where
+    assert scan.shared == frozenset(), "a healthy log holds one record per offset"

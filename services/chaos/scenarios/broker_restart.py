@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from aiokafka import ConsumerRecord
 
-from infra.scan import find_in_log
+from infra.scan import LogScan, scan_log
 from schemas.errors import Unparseable
 from schemas.parse import load_object, split_event
 from schemas.topics import Tier, ingest_topic
@@ -26,18 +26,12 @@ CLIENT_NAME = "broker-restart-client"
 CLIENT_SUMMARY = "the same, requests sent with InferenceClient (waits, resubmits)"
 TIER: Tier = "interactive"
 RESUME_BOUND_S = 15.0
-DOWNSTREAM_LOSS = (
-    "most requests a plain producer loses over a Tansu restart are readable on the ingest "
-    "topic afterwards and absent from the tier topic: lost between ingest's read and the "
-    "tier topic in the seconds after the return (not traced further: an open defect, "
-    "docs/reliability.md). InferenceClient resends what has no answer and loses none "
-    "(broker-restart-client); a plain producer must resend by request id itself"
-)
 TANSU_PHANTOM = (
-    "Tansu (memory storage) acks records produced to a topic it lost in the restart, then "
-    "numbers the re-created topic's records from lower offsets: a producer without "
-    "inferbus's client (no resend after a restart) can lose some of what it sends in the "
-    "seconds after the broker's return (docs/reliability.md, scripts/tansu_phantom.py)"
+    "Tansu (memory storage) acks records produced to a topic it lost in the restart and "
+    "numbers the re-created topic's records from lower offsets, so some offsets hold two "
+    "records and a reader by offset sees one: a producer without inferbus's client (no "
+    "resend after a restart) can lose some of what it sends in the seconds around the "
+    "broker's return (docs/reliability.md, scripts/tansu_phantom.py)"
 )
 
 
@@ -85,16 +79,16 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
         await r.settle()
         fates = r.fates()
         lost_ids = {f.sent.request_id for f in fates if f.outcome == LOST and f.sent.request_id}
-        readable = await readable_request_ids(r.stack.bootstrap, ingest_topic(TIER), lost_ids)
+        causes = loss_causes(lost_ids, await scan_ingest_topic(r.stack.bootstrap, lost_ids))
     phases = tally_by(fates, lambda f: f.sent.phase)
     after = phases.get("after", tally([]))
     recover = first_ok_sent_after(fates, back_at)
     last_loss = last_loss_sent_after(fates, back_at)
-    phantom_only = Check(
-        "every loss is a record the broker acked and never made readable (phantom acks)",
-        not readable,
-        phantom_detail(len(lost_ids), readable, last_loss),
-        broker_defect=DOWNSTREAM_LOSS,
+    brokers_only = Check(
+        "every loss is the broker's: acked and never readable, or readable only at an "
+        "offset it gave another record too",
+        not causes.ours,
+        loss_detail(causes, last_loss),
     )
     return r.report(
         summary=CLIENT_SUMMARY if sizes.via_client else SUMMARY,
@@ -114,7 +108,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
             ),
             # The client resends what a restart lost: nothing sent in any phase may be lost.
             *([none_lost(tally(fates), note="every phase")] if sizes.via_client else []),
-            *([] if sizes.via_client else [phantom_only]),
+            *([] if sizes.via_client else [brokers_only]),
         ],
         phases=phases,
         extras={
@@ -125,27 +119,54 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
     )
 
 
-def phantom_detail(lost: int, readable: set[str], last_loss_s: float | None) -> str:
-    """What the phantom-ack check found, in words."""
+@dataclass(frozen=True)
+class LossCauses:
+    """Where the plain producer's lost requests went, read back from the ingest topic."""
+
+    never_readable: frozenset[str]
+    """Acked by the broker and never kept (Tansu's phantom acks, scripts/tansu_phantom.py)."""
+    shadowed: frozenset[str]
+    """Readable only at an offset the broker also gave another record: a reader by offset
+    (every Kafka consumer) sees one of the two, so the other is lost at the broker."""
+    ours: frozenset[str]
+    """Readable alone at its offset: inferbus read past it or dropped it, a defect."""
+
+
+def loss_causes(lost: set[str], scan: LogScan) -> LossCauses:
+    """Sort lost request ids by what the ingest topic shows of each."""
+    never, shadowed, ours = set(), set(), set()
+    for request_id in lost:
+        where = scan.found.get(request_id, [])
+        if not where:
+            never.add(request_id)
+        elif all(at in scan.shared for at in where):
+            shadowed.add(request_id)
+        else:
+            ours.add(request_id)
+    return LossCauses(frozenset(never), frozenset(shadowed), frozenset(ours))
+
+
+def loss_detail(causes: LossCauses, last_loss_s: float | None) -> str:
+    """What the loss check found, in words."""
+    lost = len(causes.never_readable) + len(causes.shadowed) + len(causes.ours)
     if not lost:
         return "none lost"
     when = "" if last_loss_s is None else f"; last sent {last_loss_s:.1f} s after the return"
-    if not readable:
-        return f"{lost} lost, none of them ever readable on the ingest topic{when}"
-    shown = ", ".join(sorted(readable)[:5])
-    return f"{len(readable)} of {lost} lost were readable on the ingest topic: {shown}{when}"
+    said = (
+        f"{lost} lost: {len(causes.never_readable)} never readable on the ingest topic, "
+        f"{len(causes.shadowed)} at an offset the broker gave another record too, "
+        f"{len(causes.ours)} readable alone"
+    )
+    if causes.ours:
+        said += " (" + ", ".join(sorted(causes.ours)[:5]) + ")"
+    return said + when
 
 
-async def readable_request_ids(bootstrap: str, topic: str, wanted: set[str]) -> set[str]:
-    """Which of `wanted` request ids the broker serves on `topic` now, read from its start.
-
-    A lost request whose record is there was lost by inferbus after the broker made it
-    readable; one that is not was acked by the broker and never kept (Tansu's phantom
-    acks after a restart, scripts/tansu_phantom.py). Replaces a fixed time window after
-    the return, which a loaded machine stretched past (losses 9.6 s after, in one trial).
-    """
-    found = await find_in_log(bootstrap, topic, wanted, quiet_s=1.0, ident=_request_id)
-    return {request_id for request_id, at in found.items() if at}
+async def scan_ingest_topic(bootstrap: str, wanted: set[str]) -> LogScan:
+    """The ingest topic read from its start: where each of `wanted` request ids is, and
+    which offsets hold more than one record. Replaces a fixed time window after the
+    return, which a loaded machine stretched past (losses 9.6 s after, in one trial)."""
+    return await scan_log(bootstrap, ingest_topic(TIER), wanted, quiet_s=1.0, ident=_request_id)
 
 
 def _request_id(record: ConsumerRecord[bytes, bytes]) -> str | None:

@@ -1,0 +1,54 @@
+"""The broker-restart scenario sorts its plain producer's losses by what the ingest topic
+shows of each: never readable, readable only at an offset shared with another record
+(both the broker's), or readable alone (inferbus's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.scan import LogScan
+from services.chaos.scenarios.broker_restart import LossCauses, loss_causes, loss_detail
+
+SCAN = LogScan(
+    found={"gone": [], "twin": [(0, 4)], "alone": [(1, 7)], "both": [(0, 4), (2, 9)]},
+    shared=frozenset({(0, 4)}),
+)
+
+
+@pytest.mark.parametrize(
+    ("lost", "never", "shadowed", "ours"),
+    [
+        pytest.param(set(), set(), set(), set(), id="none"),
+        pytest.param({"gone"}, {"gone"}, set(), set(), id="phantom-ack"),
+        pytest.param({"twin"}, set(), {"twin"}, set(), id="shadowed-by-a-twin"),
+        pytest.param({"alone"}, set(), set(), {"alone"}, id="readable-alone-is-ours"),
+        pytest.param({"both"}, set(), set(), {"both"}, id="one-copy-alone-is-ours"),
+        pytest.param({"unscanned"}, {"unscanned"}, set(), set(), id="not-asked-is-never-seen"),
+    ],
+)
+def test_loss_causes(lost: set[str], never: set[str], shadowed: set[str], ours: set[str]) -> None:
+    assert loss_causes(lost, SCAN) == LossCauses(
+        frozenset(never), frozenset(shadowed), frozenset(ours)
+    )
+
+
+@pytest.mark.parametrize(
+    ("causes", "last_loss_s", "expected"),
+    [
+        pytest.param(LossCauses(frozenset(), frozenset(), frozenset()), None, "none lost"),
+        pytest.param(
+            LossCauses(frozenset({"a"}), frozenset({"b", "c"}), frozenset()),
+            1.5,
+            "3 lost: 1 never readable on the ingest topic, 2 at an offset the broker gave "
+            "another record too, 0 readable alone; last sent 1.5 s after the return",
+        ),
+        pytest.param(
+            LossCauses(frozenset(), frozenset(), frozenset({"r2", "r1"})),
+            None,
+            "2 lost: 0 never readable on the ingest topic, 0 at an offset the broker gave "
+            "another record too, 2 readable alone (r1, r2)",
+        ),
+    ],
+)
+def test_loss_detail(causes: LossCauses, last_loss_s: float | None, expected: str) -> None:
+    assert loss_detail(causes, last_loss_s) == expected
