@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError
 
@@ -203,3 +203,25 @@ async def stop_consume_loop(task: asyncio.Task[None] | None, consumer: Any) -> N
         await cancel_and_wait(task)
     if consumer is not None:
         await consumer.stop()
+
+
+async def committed_offsets(
+    consumer: AIOKafkaConsumer, tps: Sequence[TopicPartition]
+) -> dict[TopicPartition, int | None]:
+    """The consumer's group's committed offset of each of `tps` (None: none committed).
+
+    One OffsetFetch request for all of them: aiokafka's `committed()` asks one partition
+    per request, and a tier topic has 12, read by ingest at every depth refresh and by the
+    scaler's collector every tick; each request is broker CPU. aiokafka's group
+    coordinator takes a list but has no public method for it; if that ever changes, this
+    asks partition by partition as before (correct, only the saving is lost)."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    fetch = getattr(coordinator, "fetch_committed_offsets", None)
+    if fetch is None:
+        return {tp: await consumer.committed(tp) for tp in tps}
+    found = await fetch(list(tps))
+    out: dict[TopicPartition, int | None] = {}
+    for tp in tps:
+        at = found.get(tp)
+        out[tp] = None if at is None or at.offset < 0 else at.offset
+    return out

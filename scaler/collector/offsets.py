@@ -83,31 +83,24 @@ class GroupOffsetReader:
         tps = [TopicPartition(self.topic, p) for p in partitions]
         if not tps:
             return OffsetsAnswer((), (), {})
-        ends_raw, starts_raw, committed_raw = await asyncio.gather(
+        ends_raw, starts_raw, committed = await asyncio.gather(
             consumer.end_offsets(tps),
             consumer.beginning_offsets(tps),
-            asyncio.gather(*(consumer.committed(tp) for tp in tps), return_exceptions=True),
+            _committed_or_none(consumer, tps, self.group),
         )
         ends: dict[int, int] = {tp.partition: int(v) for tp, v in ends_raw.items()}
         starts: dict[int, int] = {tp.partition: int(v) for tp, v in starts_raw.items()}
         branches = await self._true_ends(ends, starts)
         answers = []
-        for tp, committed in zip(tps, committed_raw, strict=True):
-            if isinstance(committed, BaseException):
-                log.warning(
-                    "committed offset unreadable group=%s partition=%d error=%r",
-                    self.group,
-                    tp.partition,
-                    committed,
-                )
+        for tp in tps:
             p = tp.partition
             answers.append(
                 PartitionOffsets(
                     partition=p,
                     end=ends.get(p),
                     beginning=starts.get(p),
-                    committed=None if isinstance(committed, BaseException) else committed,
-                    answered=not isinstance(committed, BaseException),
+                    committed=None if committed is None else committed.get(tp),
+                    answered=committed is not None,
                 )
             )
         return OffsetsAnswer(partitions, tuple(answers), branches)
@@ -194,3 +187,18 @@ class GroupOffsetReader:
         if self._consumer is None:
             raise RuntimeError(f"offset reader for {self.group} is not started")
         return self._consumer
+
+
+async def _committed_or_none(
+    consumer: Any, tps: list[Any], group: str
+) -> dict[Any, int | None] | None:
+    """The group's committed offsets of `tps` in one request; None (said) if unreadable."""
+    from aiokafka.errors import KafkaError
+
+    from infra.kafka import committed_offsets
+
+    try:
+        return await committed_offsets(consumer, tps)
+    except KafkaError as exc:
+        log.warning("committed offsets unreadable group=%s error=%r", group, exc)
+        return None

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from infra.kafka import make_consumer
+from infra.kafka import committed_offsets, make_consumer
 from infra.models.config import ModelConfig
 from infra.models.repository import ModelRepository
 from infra.tasks import cancel_and_wait
@@ -321,12 +321,12 @@ class QueueDepths:
             ends = await consumer.end_offsets(tps)
             self._listed_end.update(ends)
             self._read_at[topic] = time.monotonic()
+            # The ends just before their committed offsets are read: what was routed after
+            # is counted apart (`depth`), and a commit that lands during the read can only
+            # make the pair err low.
             for tp in tps:
-                # The end just before its committed offset is read: what was routed after
-                # is counted apart (`depth`), and a commit that lands during the read can
-                # only make the pair err low.
                 self._end_at_read[tp] = self._acked_end.get(tp, 0)
-                committed = await consumer.committed(tp)
+            for tp, committed in (await committed_offsets(consumer, tps)).items():
                 self._committed[tp] = committed if committed is not None else 0
                 self._partitions[topic].add(tp)
             interval_rate = self._interval_rate(topic, sum(self._committed[tp] for tp in tps))

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from infra.kafka import make_consumer, start_with_retry
+from infra.kafka import committed_offsets, make_consumer, start_with_retry
 
 
 class Committer:
@@ -37,10 +37,9 @@ class Committer:
 
     async def committed(self, partitions: Iterable[int]) -> dict[int, int | None]:
         """The group's committed offset per partition (None: nothing committed yet)."""
-        out: dict[int, int | None] = {}
-        for partition in partitions:
-            out[partition] = await self._consumer.committed(TopicPartition(self.topic, partition))
-        return out
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+        found = await committed_offsets(self._consumer, tps)
+        return {tp.partition: offset for tp, offset in found.items()}
 
     async def commit(self, offsets: Mapping[int, int]) -> None:
         """Commit `partition -> next offset to read`; raises the broker's error."""
