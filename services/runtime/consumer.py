@@ -634,6 +634,7 @@ class OwnedConsumer:
         if not committable:
             return
         done: dict[tuple[str, int], int] = {}
+        withheld = False
         for group in self._groups:
             offsets = {
                 partition: offset
@@ -641,32 +642,35 @@ class OwnedConsumer:
                 if topic == group.topic and partition in group.owned
             }
             if offsets and self._check_commits:
-                offsets = await self._within_log(group.topic, offsets)
+                within = await self._within_log(group.topic, offsets)
+                withheld |= len(within) < len(offsets)
+                offsets = within
             if offsets:
                 await group.committer.commit(offsets)
                 done.update({(group.topic, p): o for p, o in offsets.items()})
         self.offsets.mark_committed(done)
-        self._check_commits = False
+        self._check_commits = withheld
 
     async def _within_log(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         """The offsets not past their log's end; asked after a failed commit, when the
         broker may have come back without its logs. An offset counted on the old broker's
         log, committed to the new one, would make the partition's next reader skip the
         new log's records up to it (seen live: a worker took a partition at 55 whose new
-        log ended at 10). What is past the end is not committed, and the logs count as
-        started over: every reader takes its partitions from their beginning again."""
+        log ended at 10).
+
+        What is past the end is held back and asked again at the next commit, not
+        dropped: a log's end can lag records a fetch already returned, and then the next
+        commit takes it. A broker that did lose its logs is found by the consumers' own
+        checks (a control log ending before our position, the keeper's note), which read
+        the logs again and forget these offsets."""
         ends = await self._consumer.end_offsets([TopicPartition(topic, p) for p in offsets])
         past = {p: o for p, o in offsets.items() if o > ends[TopicPartition(topic, p)]}
-        if not past:
-            return offsets
-        log.warning(
-            "event=commit_past_log_end topic=%s offsets=%s ends=%s (not committed; the "
-            "broker lost its logs: reading them again)",
-            topic,
-            past,
-            {p: ends[TopicPartition(topic, p)] for p in past},
-        )
-        for partition in past:
-            self.offsets.forget(topic, partition)
-        self.membership.logs_restarted(None)
+        if past:
+            log.warning(
+                "event=commit_past_log_end topic=%s offsets=%s ends=%s (held back: the "
+                "broker may have lost its logs)",
+                topic,
+                past,
+                {p: ends[TopicPartition(topic, p)] for p in past},
+            )
         return {p: o for p, o in offsets.items() if p not in past}
