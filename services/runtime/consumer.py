@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, start_with_retry
@@ -55,22 +55,25 @@ def records_behind(
 ) -> tuple[dict[TopicPartition, int | None], dict[TopicPartition, int]]:
     """(where to seek, None meaning the log's beginning; the ends now seen at rest).
 
-    A partition none of whose records came during the interval, with our position past
-    its log's end, has records behind our position. If the end moved on from the end
-    last seen at rest, read on from that end; otherwise (first sight, or a log that
-    started over below it) read the log from its beginning: our position belongs to an
-    earlier log (a broker that lost its logs, or an offset committed to the new broker
-    from the old one's count), and every record of this log may be unread. An end is
-    seen at rest when none of its records came in the interval before it (an end can lag
-    records a fetch already returned)."""
+    A partition none of whose records came during the interval, whose end moved past the
+    end last seen at rest while our position is past the new end, has records behind our
+    position: read on from the end seen at rest. One whose end went back below the end
+    seen at rest started over (an end never goes back on a kept log): read it from its
+    beginning. An end is seen at rest when none of its records came in the interval
+    before it (an end can lag records a fetch already returned).
+
+    An end short of our position alone says nothing: Tansu reports a log's end as its
+    last batch's first offset + 1, short of a position inside a batch of many records."""
     seeks: dict[TopicPartition, int | None] = {}
     rest: dict[TopicPartition, int] = {}
     for tp, end in ends.items():
         if tp in delivered:
             continue
-        if end < positions[tp]:
-            before = at_rest.get(tp)
-            seeks[tp] = before if before is not None and before < end else None
+        before = at_rest.get(tp)
+        if before is not None and end < before and end < positions[tp]:
+            seeks[tp] = None
+        elif before is not None and before < end < positions[tp]:
+            seeks[tp] = before
         else:
             rest[tp] = end
     return seeks, rest
@@ -106,6 +109,11 @@ class ConsumerOptions:
     commit_interval_s: float = 0.1
     """Commits coalesce: at most one per this interval while records flow (every commit is
     a broker request; a crash repeats at most this much, which at-least-once allows)."""
+    commit_timeout_s: float = 2.0
+    """A commit not answered within this counts as failed, and the next is asked whether the
+    broker kept its logs first: aiokafka retries a commit until a broker answers, and one
+    sent to a broker that went away landed on the fresh one that replaced it, with the old
+    log's offsets."""
 
 
 class OwnedConsumer:
@@ -246,7 +254,10 @@ class OwnedConsumer:
             self._committing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._committing
-        await self._commit_now()
+        try:
+            await self._commit_now()
+        except (KafkaError, TimeoutError) as exc:  # the next owner repeats what is not
+            log.warning("event=final_commit_failed error=%r", exc)
         for group in self._groups:
             await group.committer.stop()
         await self._consumer.stop()
@@ -347,37 +358,42 @@ class OwnedConsumer:
             self.pacer.hold_until(needed_at)
 
     async def _overrun(self) -> bool:
+        """Whether the broker lost its state, as far as can be told now (`_logs_lost`)."""
+        try:
+            return await self._logs_lost() is True
+        except (KafkaError, TimeoutError):
+            return False  # the broker is away; asked again next round
+
+    async def _logs_lost(self) -> bool | None:
         """Whether the registry's or the decisions' log ends before our position: the
         broker lost its state and counts offsets from 0 again (Tansu does not say so; it
-        returns nothing).
+        returns nothing). None: cannot tell now (a control topic the broker does not know
+        yet). False for a consumer without control partitions. Raises the broker's error.
 
         Only these logs tell: their records go one per batch, and Tansu reports a log's
         end as its last batch's first offset + 1, which is short of a position inside a
         batch of many records (the data topics' case) without any restart.
         """
         tps = list(self._control)
+        if not tps:
+            return False
         # Only partitions the broker knows now: one it lost (not re-created yet) would fail
         # the whole ListOffsets request.
         cluster = self._consumer._client.cluster
-        tps = [tp for tp in tps if tp.partition in (cluster.partitions_for_topic(tp.topic) or ())]
-        if not tps:
-            return False
-        try:
-            ends = await self._consumer.end_offsets(tps)
-            for tp, end in ends.items():
-                position = await asyncio.wait_for(self._consumer.position(tp), 1.0)
-                if position > end:
-                    log.warning(
-                        "event=broker_lost_its_logs topic=%s partition=%d position=%d end=%d",
-                        tp.topic,
-                        tp.partition,
-                        position,
-                        end,
-                    )
-                    return True
-        except (KafkaError, TimeoutError):
-            return False  # the broker is away; asked again next round
-        return False
+        known = [tp for tp in tps if tp.partition in (cluster.partitions_for_topic(tp.topic) or ())]
+        ends = await self._consumer.end_offsets(known) if known else {}
+        for tp, end in ends.items():
+            position = await asyncio.wait_for(self._consumer.position(tp), 1.0)
+            if position > end:
+                log.warning(
+                    "event=broker_lost_its_logs topic=%s partition=%d position=%d end=%d",
+                    tp.topic,
+                    tp.partition,
+                    position,
+                    end,
+                )
+                return True
+        return None if len(known) < len(tps) else False
 
     async def _catch_up_behind_position(self) -> None:
         """Records written behind our position: nothing of a partition came to us and our
@@ -592,7 +608,7 @@ class OwnedConsumer:
             )
         try:
             await self._commit_now()
-        except KafkaError as exc:
+        except (KafkaError, TimeoutError) as exc:
             log.warning("event=release_commit_failed group=%s error=%r", group.group, exc)
         for partition in parts:
             self.offsets.forget(group.topic, partition)
@@ -620,7 +636,7 @@ class OwnedConsumer:
             self._commit_wanted.clear()
             try:
                 await self._commit_now()
-            except KafkaError as exc:
+            except (KafkaError, TimeoutError) as exc:
                 # Uncommitted records are repeated by whoever reads them next: no loss.
                 log.warning("event=commit_failed error=%r (retried)", exc)
                 self._check_commits = True
@@ -633,44 +649,37 @@ class OwnedConsumer:
         committable = self.offsets.committable()
         if not committable:
             return
+        if self._check_commits and not await self._logs_kept():
+            return
         done: dict[tuple[str, int], int] = {}
-        withheld = False
         for group in self._groups:
             offsets = {
                 partition: offset
                 for (topic, partition), offset in committable.items()
                 if topic == group.topic and partition in group.owned
             }
-            if offsets and self._check_commits:
-                within = await self._within_log(group.topic, offsets)
-                withheld |= len(within) < len(offsets)
-                offsets = within
             if offsets:
-                await group.committer.commit(offsets)
+                await asyncio.wait_for(
+                    group.committer.commit(offsets), self.options.commit_timeout_s
+                )
                 done.update({(group.topic, p): o for p, o in offsets.items()})
         self.offsets.mark_committed(done)
-        self._check_commits = withheld
+        self._check_commits = False
 
-    async def _within_log(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
-        """The offsets not past their log's end; asked after a failed commit, when the
-        broker may have come back without its logs. An offset counted on the old broker's
-        log, committed to the new one, would make the partition's next reader skip the
-        new log's records up to it (seen live: a worker took a partition at 55 whose new
-        log ended at 10).
+    async def _logs_kept(self) -> bool:
+        """After a failed commit: may the offsets in hand be committed? A commit retried
+        across a broker restart wrote the old log's offset to the fresh broker, and the
+        partition's next reader skipped the new log up to it (seen live: a worker took a
+        partition at 55 whose new log ended at 10 and never answered those 10 requests).
 
-        What is past the end is held back and asked again at the next commit, not
-        dropped: a log's end can lag records a fetch already returned, and then the next
-        commit takes it. A broker that did lose its logs is found by the consumers' own
-        checks (a control log ending before our position, the keeper's note), which read
-        the logs again and forget these offsets."""
-        ends = await self._consumer.end_offsets([TopicPartition(topic, p) for p in offsets])
-        past = {p: o for p, o in offsets.items() if o > ends[TopicPartition(topic, p)]}
-        if past:
-            log.warning(
-                "event=commit_past_log_end topic=%s offsets=%s ends=%s (held back: the "
-                "broker may have lost its logs)",
-                topic,
-                past,
-                {p: ends[TopicPartition(topic, p)] for p in past},
-            )
-        return {p: o for p, o in offsets.items() if p not in past}
+        False when the broker lost its logs (they are read again, which forgets these
+        offsets); raises while that cannot be told yet, so the commit is retried. A
+        consumer without control partitions cannot tell and commits (ingest's batch-tier
+        consumer: its sibling with the control partitions finds the restart)."""
+        lost = await asyncio.wait_for(self._logs_lost(), self.options.commit_timeout_s)
+        if lost is None:
+            raise KafkaConnectionError("not yet known whether the broker kept its logs")
+        if lost:
+            self.membership.logs_restarted(None)
+            return False
+        return True

@@ -17,14 +17,14 @@ BEGINNING = -1
     [
         pytest.param(None, 5, 5, False, None, 5, id="first-sight-is-the-baseline"),
         pytest.param(5, 5, 5, False, None, 5, id="nothing-new"),
-        pytest.param(None, 10, 55, False, BEGINNING, None, id="first-sight-past-the-end"),
+        pytest.param(None, 10, 55, False, None, 10, id="first-sight-past-the-end-waits"),
         pytest.param(5, 7, 7, False, None, 7, id="new-records-at-our-position"),
         pytest.param(5, 9, 7, False, None, 9, id="new-records-ahead-of-us-are-lag"),
         pytest.param(25, 29, 103, False, 25, None, id="new-records-behind-us"),
         pytest.param(25, 29, 103, True, None, None, id="records-came-no-verdict"),
         pytest.param(4, 5, 6, True, None, None, id="a-stale-end-after-a-fetch"),
         pytest.param(500, 3, 501, False, BEGINNING, None, id="a-log-that-started-over"),
-        pytest.param(3, 3, 501, False, BEGINNING, None, id="past-an-end-that-did-not-move"),
+        pytest.param(10, 10, 14, False, None, 10, id="inside-a-last-batch-of-many"),
     ],
 )
 def test_records_behind(
