@@ -31,22 +31,6 @@ class LogScan:
     same offsets."""
 
 
-async def find_in_log(
-    bootstrap: str,
-    topic: str,
-    ids: set[str],
-    quiet_s: float = 3.0,
-    most_s: float = 60.0,
-    *,
-    ident: Callable[[ConsumerRecord[bytes, bytes]], str | None] = record_key,
-) -> dict[str, list[tuple[int, int]]]:
-    """Read `topic` from its start and say where each of `ids` is: id -> every
-    (partition, offset) of a record whose `ident` it is (empty: not in the log). Reads
-    until no record came for `quiet_s` (or `most_s` in all)."""
-    scan = await scan_log(bootstrap, topic, ids, quiet_s, most_s, ident=ident)
-    return scan.found
-
-
 async def scan_log(
     bootstrap: str,
     topic: str,
@@ -56,7 +40,9 @@ async def scan_log(
     *,
     ident: Callable[[ConsumerRecord[bytes, bytes]], str | None] = record_key,
 ) -> LogScan:
-    """`find_in_log`, and the offsets at which the broker served more than one record."""
+    """Read `topic` from its start and say where each of `ids` is (`LogScan.found`, by
+    `ident`), and which offsets held more than one record. Reads until no record came
+    for `quiet_s` (or `most_s` in all)."""
     found: dict[str, list[tuple[int, int]]] = {i: [] for i in ids}
     held: dict[tuple[int, int], set[str | None]] = defaultdict(set)
     if not ids:

@@ -34,7 +34,7 @@ from infra.models.config import (
     SimConfig,
     TierSlo,
 )
-from infra.scan import find_in_log
+from infra.scan import scan_log
 from scaler.collector.collector import CollectorConfig, GroupCollection
 from scaler.service import ScalerService
 from scaler.signals import PolicyConfig
@@ -626,7 +626,7 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
                     # none at all (and is the request on the tier topic)?
                     missing = set(gen.unanswered())
                     progress(f"{len(missing)} unanswered: looking for them in {RESULTS}")
-                    in_results = await find_in_log(bootstrap, RESULTS, missing)
+                    in_results = (await scan_log(bootstrap, RESULTS, missing)).found
             finally:
                 reporter.cancel()
                 if killer is not None:

@@ -1,5 +1,5 @@
-"""`find_in_log` reads a topic from its start and says where each id is, by key or by any
-identity read from the record; `scan_log` also says which offsets held two records."""
+"""`scan_log` reads a topic from its start and says where each id is, by key or by any
+identity read from the record, and which offsets held two records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from aiokafka import ConsumerRecord
 
 from infra.kafka import make_producer
-from infra.scan import find_in_log, scan_log
+from infra.scan import scan_log
 from infra.topics import TopicSpec, ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -26,7 +26,7 @@ def value_text(record: ConsumerRecord[bytes, bytes]) -> str | None:
         pytest.param(value_text, {"v1", "nope"}, {"v1": 1, "nope": 0}, id="by-value"),
     ],
 )
-async def test_find_in_log(
+async def test_scan_log(
     broker: str, ident: object, wanted: set[str], found: dict[str, int]
 ) -> None:
     topic = f"scan-{uuid.uuid4().hex[:8]}"
@@ -39,8 +39,6 @@ async def test_find_in_log(
     finally:
         await producer.stop()
     kwargs = {} if ident is None else {"ident": ident}
-    where = await find_in_log(broker, topic, wanted, quiet_s=0.5, **kwargs)  # type: ignore[arg-type]
-    assert {i: len(at) for i, at in where.items()} == found
     scan = await scan_log(broker, topic, wanted, quiet_s=0.5, **kwargs)  # type: ignore[arg-type]
-    assert scan.found == where
+    assert {i: len(at) for i, at in scan.found.items()} == found
     assert scan.shared == frozenset(), "a healthy log holds one record per offset"
