@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -159,29 +158,14 @@ class GroupOffsetReader:
         """(offset, timestamp ms) of the records of one fetch per partition, in offset order."""
         from aiokafka import TopicPartition
 
-        if not start_at:
-            return {}
-        consumer = self._require()
-        tps = {p: TopicPartition(self.topic, p) for p in start_at}
-        consumer.assign(list(tps.values()))
-        try:
-            for p, tp in tps.items():
-                consumer.seek(tp, start_at[p])
-            found: dict[int, list[tuple[int, int]]] = {}
-            deadline = time.monotonic() + self._timeout_s / 2
-            while len(found) < len(tps):
-                left_ms = int((deadline - time.monotonic()) * 1000)
-                if left_ms <= 0:
-                    break
-                waiting = [tp for p, tp in tps.items() if p not in found]
-                batch = await consumer.getmany(*waiting, timeout_ms=left_ms)
-                for tp, messages in batch.items():
-                    if messages:
-                        found[tp.partition] = [(m.offset, m.timestamp) for m in messages]
-            return found
-        finally:
-            # Drop the assignment so the fetcher does not keep prefetching between collections.
-            consumer.unsubscribe()
+        from infra.log_end import fetch_once
+
+        starts = {TopicPartition(self.topic, p): offset for p, offset in start_at.items()}
+        fetched = await fetch_once(self._require(), starts, self._timeout_s / 2)
+        return {
+            tp.partition: [(m.offset, m.timestamp) for m in records]
+            for tp, records in fetched.items()
+        }
 
     def _require(self) -> Any:
         if self._consumer is None:

@@ -26,6 +26,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, start_with_retry
+from infra.log_end import fetch_once
 from infra.pacing import FetchPacer
 from schemas.errors import InferbusError
 from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS
@@ -77,6 +78,20 @@ def records_behind(
         else:
             rest[tp] = end
     return seeks, rest
+
+
+def past_log_end(position: int, reported_end: int, highest_seen: int | None) -> bool:
+    """Whether a position is past its log's true end: the broker reported `reported_end`,
+    and a fetch from the last batch's first offset saw `highest_seen` (None: nothing came).
+
+    A position past the reported end alone is normal on Tansu, which reports the last
+    batch's first offset + 1; only the batch's own last offset tells. An empty log (end 0)
+    needs no read. Nothing seen: not known, so not past."""
+    if reported_end <= 0:
+        return position > 0
+    if highest_seen is None:
+        return False
+    return position > max(reported_end, highest_seen + 1)
 
 
 class MissingTopic(InferbusError):
@@ -159,6 +174,10 @@ class OwnedConsumer:
         self._releases: set[asyncio.Task[None]] = set()
         self._commit_wanted = asyncio.Event()
         self._check_commits = False
+        self._probe: AIOKafkaConsumer | None = None
+        """Reads a log's last batch for its true end (`_past_log_end`); made when needed."""
+        self._verified_ends: dict[TopicPartition, tuple[int, int]] = {}
+        """(reported end, position) pairs already found inside the log's last batch."""
         """A commit failed since the last one taken: check the next against the logs' ends."""
         self._committing: asyncio.Task[None] | None = None
         self._rebalance_lock = asyncio.Lock()
@@ -260,6 +279,8 @@ class OwnedConsumer:
             log.warning("event=final_commit_failed error=%r", exc)
         for group in self._groups:
             await group.committer.stop()
+        if self._probe is not None:
+            await self._probe.stop()
         await self._consumer.stop()
 
     # ---- polling -----------------------------------------------------------------------
@@ -421,6 +442,13 @@ class OwnedConsumer:
         except (KafkaError, TimeoutError):
             return  # the broker is away; asked again next round
         seeks, self._ends = records_behind(self._ends, ends, positions, delivered)
+        suspects = {
+            tp: end
+            for tp, end in ends.items()
+            if tp not in delivered and tp not in seeks and positions[tp] > end
+        }
+        for tp in await self._past_log_end(suspects, positions):
+            seeks[tp] = None
         for tp, offset in seeks.items():
             log.warning(
                 "event=records_behind_position topic=%s partition=%d position=%d end=%d "
@@ -435,6 +463,50 @@ class OwnedConsumer:
                 await self._consumer.seek_to_beginning(tp)
             else:
                 self._consumer.seek(tp, offset)
+
+    async def _past_log_end(
+        self, suspects: Mapping[TopicPartition, int], positions: Mapping[TopicPartition, int]
+    ) -> list[TopicPartition]:
+        """Of partitions whose position is past their reported end with nothing delivered,
+        those past the log's true end: a position from an earlier log (an offset committed
+        to a broker that came back without its logs; seen live: a worker took a partition
+        at 55 whose new log ended at 10, and never read those 10). The last batch of each
+        is read once per reported end (`infra.log_end`); a position inside it is normal."""
+        asked = {
+            tp: end
+            for tp, end in suspects.items()
+            if self._verified_ends.get(tp) != (end, positions[tp])
+        }
+        if not asked:
+            return []
+        starts = {tp: end - 1 for tp, end in asked.items() if end > 0}
+        try:
+            fetched = await fetch_once(await self._end_probe(), starts, timeout_s=1.0)
+        except (KafkaError, TimeoutError) as exc:  # asked again next round
+            log.warning("event=log_end_probe_failed error=%r", exc)
+            return []
+        past = []
+        for tp, end in asked.items():
+            records = fetched.get(tp)
+            highest = max(r.offset for r in records) if records else None
+            if past_log_end(positions[tp], end, highest):
+                past.append(tp)
+            elif highest is not None:
+                self._verified_ends[tp] = (end, positions[tp])
+        return past
+
+    async def _end_probe(self) -> AIOKafkaConsumer:
+        """The consumer that reads last batches (`_past_log_end`), started when first asked."""
+        if self._probe is None:
+            probe = make_consumer(
+                bootstrap=self.bootstrap,
+                group_id=None,
+                client_id=f"{self.client_id}-end-probe",
+                auto_offset_reset="none",
+            )
+            await probe.start()
+            self._probe = probe
+        return self._probe
 
     async def _read_again(self, topics: frozenset[str] | None) -> None:
         """The logs of `topics` (None: every log) are new: read the partitions held of them
