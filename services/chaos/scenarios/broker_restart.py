@@ -35,6 +35,14 @@ TANSU_PHANTOM = (
 )
 
 
+READABLE_ALONE = (
+    "in 2 of 6 short runs one lost request (of 20-66 lost) was readable alone at its offset "
+    "on the ingest topic: not traced; whether inferbus read past it or the scan missed the "
+    "broker's second record at that offset is open (docs/reliability.md). Reported, not "
+    "asserted, until it is"
+)
+
+
 @dataclass(frozen=True)
 class Sizes:
     rate_rps: float
@@ -89,6 +97,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
         "offset it gave another record too",
         not causes.ours,
         loss_detail(causes, last_loss),
+        broker_defect=READABLE_ALONE,
     )
     return r.report(
         summary=CLIENT_SUMMARY if sizes.via_client else SUMMARY,
