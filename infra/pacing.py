@@ -22,13 +22,22 @@ from infra.settings import KafkaSettings, kafka_settings
 log = logging.getLogger(__name__)
 
 
-def step_wait_ms(quiet_s: float, settings: KafkaSettings) -> int:
-    """The wait after `quiet_s` seconds without records: busy, idle or asleep."""
-    if quiet_s >= settings.asleep_after_s:
-        return settings.fetch_wait_asleep_ms
-    if quiet_s >= settings.idle_after_s:
-        return settings.fetch_wait_idle_ms
-    return settings.fetch_wait_busy_ms
+def step_wait_ms(quiet_s: float, settings: KafkaSettings, *, expecting: bool = False) -> int:
+    """The wait after `quiet_s` seconds without records: busy, idle or asleep.
+
+    Busy, the wait grows with the quiet (`fetch_wait_quiet_share` of it, between the busy
+    wait and `fetch_wait_busy_max_ms`), so the fetches between bursts cost a few answers,
+    not one per busy wait. `expecting`: the reader awaits records (a client with requests
+    out), so it never idles, however long the quiet.
+    """
+    if not expecting:
+        if quiet_s >= settings.asleep_after_s:
+            return settings.fetch_wait_asleep_ms
+        if quiet_s >= settings.idle_after_s:
+            return settings.fetch_wait_idle_ms
+    busy = settings.fetch_wait_busy_ms
+    cap = max(busy, min(settings.fetch_wait_busy_max_ms, settings.fetch_wait_idle_ms))
+    return max(busy, min(round(quiet_s * 1000 * settings.fetch_wait_quiet_share), cap))
 
 
 def held_wait_ms(step_ms: int, needed_in_s: float | None, *, margin_ms: int, cap_ms: int) -> int:
@@ -47,10 +56,12 @@ def held_wait_ms(step_ms: int, needed_in_s: float | None, *, margin_ms: int, cap
 class FetchPacer:
     """One consumer's fetch wait, asked afresh for every fetch its fetcher builds.
 
-    Two inputs move it: the consumer's traffic (`observe` after every poll: 5 ms while
-    records flow, 200 ms after 2 s without any, 500 ms after 30 s; see KafkaSettings) and
-    its reader's demand (`hold_until`: a worker whose engine is busy cannot start on what
-    it fetches before the engine frees, so a fetch may wait until just before then).
+    Two inputs move it: the consumer's traffic (`observe` after every poll: from 5 ms
+    while records flow, growing with the quiet up to 20 ms, 200 ms after 2 s without any,
+    500 ms after 30 s; see KafkaSettings) and its reader's demand (`hold_until`: a worker
+    whose engine is busy cannot start on what it fetches before the engine frees, so a
+    fetch may wait until just before then; `expecting`: a reader awaiting answers never
+    idles).
     """
 
     def __init__(
@@ -59,18 +70,25 @@ class FetchPacer:
         settings: KafkaSettings | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        expecting: Callable[[], bool] | None = None,
     ) -> None:
         self._settings = settings or kafka_settings()
         self._clock = clock
         self._consumer = consumer
+        self._expecting = expecting
         self._last_records = clock()
         self._needed_at: float | None = None
-        self.wait_ms = self._settings.fetch_wait_busy_ms
-        """The traffic step: busy, idle or asleep."""
+
+    @property
+    def wait_ms(self) -> int:
+        """The traffic step now: busy (grown with the quiet), idle or asleep."""
+        expecting = self._expecting is not None and self._expecting()
+        quiet_s = self._clock() - self._last_records
+        return step_wait_ms(quiet_s, self._settings, expecting=expecting)
 
     @property
     def idle(self) -> bool:
-        return self.wait_ms > self._settings.fetch_wait_busy_ms
+        return self.wait_ms > self._settings.fetch_wait_busy_max_ms
 
     def attach(self) -> bool:
         """Have the started consumer's fetcher ask `current_wait_ms` for each fetch.
@@ -100,17 +118,14 @@ class FetchPacer:
         )
 
     def observe(self, records: int) -> None:
-        """Records the last poll returned; moves the wait when the consumer (un)idles."""
-        now = self._clock()
+        """Records the last poll returned: records reset the quiet the wait grows with."""
         if records:
-            self._last_records = now
-        self.wait_ms = step_wait_ms(now - self._last_records, self._settings)
+            self._last_records = self._clock()
 
     def wake(self) -> None:
         """Expect records soon and want them (a handover, a start): poll briskly again."""
         self._last_records = self._clock()
         self._needed_at = None
-        self.wait_ms = self._settings.fetch_wait_busy_ms
 
     def hold_until(self, needed_at: float | None) -> None:
         """The reader needs no records before `needed_at` (monotonic; None: as they come)."""

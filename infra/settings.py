@@ -32,6 +32,13 @@ class KafkaSettings(BaseSettings):
     fetch_wait_busy_ms: int = Field(default=5, ge=0)
     """Fetch wait while records flow, ms: the broker answers when it ends (Tansu) or when
     records arrive (Apache Kafka); it is the latency floor of every hop on Tansu."""
+    fetch_wait_quiet_share: float = Field(default=0.25, ge=0, le=1)
+    """While records flow, a fetch waits this share of the time since the last records, from
+    the busy wait up to `fetch_wait_busy_max_ms`: bursts tens of ms apart cost a few fetches,
+    not one per busy wait, and a record after a gap waits at most that share of the gap."""
+    fetch_wait_busy_max_ms: int = Field(default=20, ge=0)
+    """The longest wait while records flow (before `idle_after_s`), ms; never below the busy
+    wait, never above the idle one."""
     fetch_wait_idle_ms: int = Field(default=200, ge=0)
     """Fetch wait after `idle_after_s` without records, ms: an idle consumer costs the broker
     CPU per fetch, so idle ones ask rarely. The first record after idling waits up to half

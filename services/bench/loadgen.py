@@ -17,6 +17,7 @@ from aiokafka import TopicPartition
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
+from infra.pacing import FetchPacer
 from schemas.frames import is_frame, join_frame, split_frame
 from schemas.topics import INGEST, RESULTS
 from services.runtime.answers import Outgoing, Publisher
@@ -153,6 +154,9 @@ class LoadGenerator:
             bootstrap=bootstrap, group_id=None, client_id="inferbus-bench"
         )
         self._sent: dict[str, tuple[float, int]] = {}
+        # Paced like every inferbus reader: the wait grows with the quiet between result
+        # bursts, and it never idles while answers are due.
+        self._pacer = FetchPacer(self._consumer, expecting=lambda: bool(self._sent))
         self._report = LoadReport()
         self._done = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
@@ -165,6 +169,7 @@ class LoadGenerator:
     async def start(self) -> None:
         await start_with_retry(self._producer.start, what="bench-producer")
         await start_with_retry(self._consumer.start, what="bench-consumer")
+        self._pacer.attach()
         await self._consumer.topics()
         parts = self._consumer.partitions_for_topic(RESULTS) or set()
         tps = [TopicPartition(RESULTS, p) for p in parts]
@@ -184,6 +189,7 @@ class LoadGenerator:
         gaps = GapGuard()
         while True:
             batches = await getmany_in_order(self._consumer, gaps, timeout_ms=100)
+            self._pacer.observe(sum(len(records) for records in batches.values()))
             now = time.perf_counter()
             for records in batches.values():
                 for record in records:

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
+from infra.pacing import FetchPacer
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
 from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
@@ -148,6 +149,7 @@ class InferenceClient:
         self.patience_s = patience_s
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._pacer: FetchPacer | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiters: dict[str, asyncio.Future[InferenceResult]] = {}
         self._mine: set[str] = set()
@@ -186,6 +188,8 @@ class InferenceClient:
         try:
             await start_with_retry(self._producer.start, what="client-producer")
             await start_with_retry(self._consumer.start, what="client-consumer")
+            self._pacer = FetchPacer(self._consumer, expecting=self._expecting)
+            self._pacer.attach()
             partitions = await self._partitions(self.reply_to)
             # The registry's log too, from its end: it carries the note that the broker
             # lost its logs (and, one record per batch, its end offset tells a restart).
@@ -412,13 +416,22 @@ class InferenceClient:
         gaps = GapGuard()
         while True:
             batches = await getmany_in_order(consumer, gaps, timeout_ms=200)
+            results = 0
             for tp, records in batches.items():
                 if tp.topic == INSTANCES:
                     if any(self._broker_note(r) for r in records):
                         await self._broker_restarted()
                     continue
+                results += len(records)
                 for record in records:
                     self._deliver(record)
+            if self._pacer is not None:
+                self._pacer.observe(results)
+
+    def _expecting(self) -> bool:
+        """Whether results of this client's requests are still to come (its reader then
+        never idles: the first result after a quiet spell is not held 200 ms)."""
+        return bool(self._mine or self._waiters)
 
     def _broker_note(self, record: ConsumerRecord[bytes, bytes]) -> bool:
         """A new note that topics were made. Every one is taken as a possible restart: a

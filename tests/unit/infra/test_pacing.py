@@ -12,6 +12,8 @@ from infra.settings import KafkaSettings
 
 SETTINGS = KafkaSettings(
     fetch_wait_busy_ms=5,
+    fetch_wait_busy_max_ms=20,
+    fetch_wait_quiet_share=0.25,
     fetch_wait_idle_ms=200,
     fetch_wait_asleep_ms=500,
     idle_after_s=2.0,
@@ -21,10 +23,40 @@ SETTINGS = KafkaSettings(
 
 @pytest.mark.parametrize(
     ("quiet_s", "expected"),
-    [(0.0, 5), (1.99, 5), (2.0, 200), (29.9, 200), (30.0, 500), (600.0, 500)],
+    [
+        pytest.param(0.0, 5, id="records-now"),
+        pytest.param(0.019, 5, id="a-quarter-below-the-busy-wait"),
+        pytest.param(0.040, 10, id="grows-with-the-quiet"),
+        pytest.param(0.060, 15, id="a-quarter-of-the-gap"),
+        pytest.param(0.5, 20, id="busy-cap"),
+        pytest.param(1.99, 20, id="busy-cap-until-idle"),
+        pytest.param(2.0, 200, id="idle"),
+        pytest.param(29.9, 200, id="still-idle"),
+        pytest.param(30.0, 500, id="asleep"),
+        pytest.param(600.0, 500, id="long-asleep"),
+    ],
 )
 def test_step_follows_quiet_time(quiet_s: float, expected: int) -> None:
     assert step_wait_ms(quiet_s, SETTINGS) == expected
+
+
+@pytest.mark.parametrize(("quiet_s", "expected"), [(0.0, 5), (0.04, 10), (2.0, 20), (600.0, 20)])
+def test_a_reader_expecting_records_never_idles(quiet_s: float, expected: int) -> None:
+    assert step_wait_ms(quiet_s, SETTINGS, expecting=True) == expected
+
+
+@pytest.mark.parametrize(
+    ("overrides", "quiet_s", "expected"),
+    [
+        pytest.param({"fetch_wait_busy_ms": 30}, 0.0, 30, id="busy-above-the-busy-cap-wins"),
+        pytest.param({"fetch_wait_busy_ms": 30}, 1.0, 30, id="busy-above-the-cap-stays"),
+        pytest.param({"fetch_wait_busy_max_ms": 900}, 1.9, 200, id="cap-never-above-the-idle-wait"),
+        pytest.param({"fetch_wait_quiet_share": 0.0}, 1.9, 5, id="share-0-keeps-the-busy-wait"),
+    ],
+)
+def test_busy_growth_bounds(overrides: dict[str, Any], quiet_s: float, expected: int) -> None:
+    settings = SETTINGS.model_copy(update=overrides)
+    assert step_wait_ms(quiet_s, settings) == expected
 
 
 @pytest.mark.parametrize(
@@ -78,6 +110,8 @@ def test_fetcher_reads_the_live_wait() -> None:
     clock.now += 0.05
     assert fetcher._fetch_max_wait_ms == 45  # asked afresh for each fetch built
     pacer.hold_until(None)
+    assert fetcher._fetch_max_wait_ms == 12  # the traffic step: a quarter of 50 ms quiet
+    pacer.observe(4)
     assert fetcher._fetch_max_wait_ms == 5
 
 
@@ -88,6 +122,26 @@ def test_traffic_steps_move_the_live_wait() -> None:
     assert (fetcher._fetch_max_wait_ms, pacer.idle) == (200, True)
     pacer.observe(7)
     assert (fetcher._fetch_max_wait_ms, pacer.idle) == (5, False)
+
+
+def test_the_live_wait_grows_during_a_long_poll() -> None:
+    """No poll returns while nothing comes: each fetch built reads the quiet afresh."""
+    pacer, fetcher, clock = _attached()
+    pacer.observe(3)
+    clock.now += 0.04
+    assert fetcher._fetch_max_wait_ms == 10
+    clock.now += 2.0
+    assert (fetcher._fetch_max_wait_ms, pacer.idle) == (200, True)
+
+
+def test_an_expecting_reader_stays_brisk() -> None:
+    clock, consumer, due = _Clock(), _Consumer(), [True]
+    pacer = FetchPacer(consumer, SETTINGS, clock=clock, expecting=lambda: due[0])
+    assert pacer.attach()
+    clock.now += 60.0
+    assert consumer._fetcher._fetch_max_wait_ms == 20
+    due[0] = False
+    assert consumer._fetcher._fetch_max_wait_ms == 500
 
 
 def test_wake_drops_a_hold() -> None:
