@@ -22,13 +22,20 @@ from infra.settings import KafkaSettings, kafka_settings
 log = logging.getLogger(__name__)
 
 
-def step_wait_ms(quiet_s: float, settings: KafkaSettings, *, expecting: bool = False) -> int:
+GAP_SMOOTHING = 0.25
+"""Weight of the newest gap in the smoothed gap between records (about the last 4 polls)."""
+
+
+def step_wait_ms(
+    quiet_s: float, settings: KafkaSettings, *, expecting: bool = False, gap_s: float = 0.0
+) -> int:
     """The wait after `quiet_s` seconds without records: busy, idle or asleep.
 
-    Busy, the wait grows with the quiet (`fetch_wait_quiet_share` of it, between the busy
-    wait and `fetch_wait_busy_max_ms`), so the fetches between bursts cost a few answers,
-    not one per busy wait. `expecting`: the reader awaits records (a client with requests
-    out), so it never idles, however long the quiet.
+    Busy, the wait is `fetch_wait_quiet_share` of the quiet or of the usual gap between
+    records (`gap_s`), whichever is longer, between the busy wait and
+    `fetch_wait_busy_max_ms`: the fetches between bursts cost a few answers, not one per
+    busy wait, and a record waits at most that share of the gap before it. `expecting`: the
+    reader awaits records (a client with requests out), so it never idles.
     """
     if not expecting:
         if quiet_s >= settings.asleep_after_s:
@@ -37,7 +44,8 @@ def step_wait_ms(quiet_s: float, settings: KafkaSettings, *, expecting: bool = F
             return settings.fetch_wait_idle_ms
     busy = settings.fetch_wait_busy_ms
     cap = max(busy, min(settings.fetch_wait_busy_max_ms, settings.fetch_wait_idle_ms))
-    return max(busy, min(round(quiet_s * 1000 * settings.fetch_wait_quiet_share), cap))
+    grown = round(max(quiet_s, gap_s) * 1000 * settings.fetch_wait_quiet_share)
+    return max(busy, min(grown, cap))
 
 
 def held_wait_ms(step_ms: int, needed_in_s: float | None, *, margin_ms: int, cap_ms: int) -> int:
@@ -77,6 +85,8 @@ class FetchPacer:
         self._consumer = consumer
         self._expecting = expecting
         self._last_records = clock()
+        self._gap_s = 0.0
+        """Smoothed time between polls that returned records (bursts' spacing)."""
         self._needed_at: float | None = None
 
     @property
@@ -84,7 +94,7 @@ class FetchPacer:
         """The traffic step now: busy (grown with the quiet), idle or asleep."""
         expecting = self._expecting is not None and self._expecting()
         quiet_s = self._clock() - self._last_records
-        return step_wait_ms(quiet_s, self._settings, expecting=expecting)
+        return step_wait_ms(quiet_s, self._settings, expecting=expecting, gap_s=self._gap_s)
 
     @property
     def idle(self) -> bool:
@@ -118,13 +128,23 @@ class FetchPacer:
         )
 
     def observe(self, records: int) -> None:
-        """Records the last poll returned: records reset the quiet the wait grows with."""
+        """Records the last poll returned: records end the quiet the wait grows with and
+        add its length to the smoothed gap. Records after an idle spell start it afresh:
+        the spell is no spacing of traffic, and what follows the first record is polled
+        briskly."""
         if records:
-            self._last_records = self._clock()
+            now = self._clock()
+            gap = now - self._last_records
+            if gap >= self._settings.idle_after_s:
+                self._gap_s = 0.0
+            else:
+                self._gap_s += GAP_SMOOTHING * (gap - self._gap_s)
+            self._last_records = now
 
     def wake(self) -> None:
         """Expect records soon and want them (a handover, a start): poll briskly again."""
         self._last_records = self._clock()
+        self._gap_s = 0.0
         self._needed_at = None
 
     def hold_until(self, needed_at: float | None) -> None:

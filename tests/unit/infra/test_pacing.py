@@ -144,6 +144,25 @@ def test_an_expecting_reader_stays_brisk() -> None:
     assert consumer._fetcher._fetch_max_wait_ms == 500
 
 
+@pytest.mark.parametrize(
+    ("gaps_s", "expected"),
+    [
+        pytest.param([0.004] * 8, 5, id="steady-flow-stays-brisk"),
+        pytest.param([0.060] * 16, 15, id="bursts-60-ms-apart"),
+        pytest.param([0.060] * 8 + [0.002] * 8, 5, id="flow-resumes"),
+        pytest.param([0.060] * 8 + [3.0], 5, id="after-an-idle-spell"),
+        pytest.param([0.5] * 8, 20, id="sparse-capped"),
+    ],
+)
+def test_the_wait_follows_the_gap_between_records(gaps_s: list[float], expected: int) -> None:
+    """Right after records, the wait is a quarter of their usual spacing, not the busy wait."""
+    pacer, fetcher, clock = _attached()
+    for gap in gaps_s:
+        clock.now += gap
+        pacer.observe(1)
+    assert fetcher._fetch_max_wait_ms == expected
+
+
 def test_wake_drops_a_hold() -> None:
     pacer, fetcher, clock = _attached()
     pacer.hold_until(clock.now + 1.0)
