@@ -44,3 +44,29 @@ def plot_buckets(report: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_ab(summary: dict[str, Any], path: Path) -> None:
+    """A/B pairs: end-to-end samples/s, and the bus's CPU ms a request, per pair."""
+    from services.bench.ab import BUS
+
+    pairs = summary["pairs"]
+    fig, axes = plt.subplots(1, 1 + len(BUS), figsize=(4 * (1 + len(BUS)), 3.6))
+    labels = [str(p["pair"]) for p in pairs]
+    width = 0.38
+    xs = range(len(pairs))
+    for ax, key, title in zip(
+        axes,
+        ("e2e_samples_per_s", *BUS),
+        ("end to end, samples/s", *(f"{name}, CPU ms a request" for name in BUS)),
+        strict=True,
+    ):
+        ax.bar([x - width / 2 for x in xs], [p["A"][key] for p in pairs], width, label="A (base)")
+        ax.bar([x + width / 2 for x in xs], [p["B"][key] for p in pairs], width, label="B (change)")
+        ax.set_xticks(list(xs), labels)
+        ax.set_xlabel("pair")
+        ax.set_title(title)
+    axes[0].legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,63 @@
+"""A/B pairs of `bench throughput` reports (scripts/ab_throughput.sh): one summary, one plot.
+
+python -m services.bench.ab OUTDIR      # reads OUTDIR/{A,B}N.json, writes ab.json, ab.png
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+BUS = ("broker", "ingest", "loadgen")
+"""The bus's processes whose CPU a request each side is compared on."""
+
+
+def run_figures(report: dict[str, Any]) -> dict[str, float]:
+    """What one run is compared on: samples/s raw and end to end, the ratio, and the CPU
+    ms a request of the broker, ingest (all instances) and the load generator."""
+    saturation = report["saturation"]
+    cpu = saturation["cpu"]["cpu_ms_per_request"]
+    return {
+        "raw_samples_per_s": report["raw_engine"]["samples_per_s"],
+        "e2e_samples_per_s": saturation["samples_per_s"],
+        "ratio": report["ratio_e2e_over_raw"],
+        "broker": cpu["broker"],
+        "ingest": sum(v for k, v in cpu.items() if re.fullmatch(r"ingest-\d+", k)),
+        "loadgen": cpu["loadgen"],
+    }
+
+
+def summarize(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Pairs from reports named `A1`, `B1`, ...: each pair's figures and B's change over A
+    (B ÷ A), pair by pair; pairs missing a side are left out and named."""
+    pairs, incomplete = [], []
+    numbers = sorted({int(name[1:]) for name in reports if re.fullmatch(r"[AB]\d+", name)})
+    for n in numbers:
+        a, b = reports.get(f"A{n}"), reports.get(f"B{n}")
+        if a is None or b is None:
+            incomplete.append(n)
+            continue
+        fa, fb = run_figures(a), run_figures(b)
+        pairs.append({"pair": n, "A": fa, "B": fb, "B_over_A": {k: fb[k] / fa[k] for k in fa}})
+    return {"pairs": pairs, "incomplete_pairs": incomplete}
+
+
+def main(outdir: Path) -> dict[str, Any]:
+    from services.bench.plot import plot_ab
+
+    reports = {path.stem: json.loads(path.read_text()) for path in outdir.glob("[AB]*.json")}
+    summary = summarize(reports)
+    (outdir / "ab.json").write_text(json.dumps(summary, indent=2))
+    if summary["pairs"]:
+        plot_ab(summary, outdir / "ab.png")
+    return summary
+
+
+if __name__ == "__main__":
+    done = main(Path(sys.argv[1]))
+    for pair in done["pairs"]:
+        change = ", ".join(f"{k} ×{v:.2f}" for k, v in pair["B_over_A"].items())
+        print(f"pair {pair['pair']}: B ÷ A: {change}")
