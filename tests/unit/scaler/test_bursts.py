@@ -313,3 +313,29 @@ def test_gap_after_slow_ramps_goes_to_the_floor_without_the_hold(
         assert not any("burst_hold" in {r.code for r in g.reasons} for g in held)
     else:
         assert not at_once
+
+
+@pytest.mark.parametrize(
+    ("rps", "held"),
+    [
+        # Ramps over 90 s, then 200 s at the base: the median gap (~250 s) is over 4 keep
+        # costs (164 s), but a ramp's onset needs the floor however long the gap before it.
+        pytest.param(_ramps(6, 19, 40), True, id="slow-ramps-long-base"),
+        # Steps at their peak within a tick after 10 min idle: restarting is cheaper.
+        pytest.param(([3000.0] * 6 + [0.0] * 120) * 3, False, id="fast-bursts-long-gaps"),
+    ],
+)
+def test_long_gaps_hold_the_floor_only_for_slow_rises(
+    clock: FakeClock, rps: list[float], held: bool
+) -> None:
+    seen = _drive(clock, rps, PolicyConfig(initial_spare_replicas=1.0))
+    late = [g for t, g in seen if t > len(rps) * 5 / 2]
+    holds = [r for g in late for r in g.reasons if r.code == "burst_hold"]
+    if not held:
+        assert not holds
+        return
+    assert holds, [g.line() for g in late]
+    assert all(r.numbers["median_gap_s"] > 4 * r.numbers["keep_cost_s"] for r in holds)
+    assert all("every onset needs it" in r.message for r in holds)
+    # In the base the group sits at the floor, below the ramps' peak (3000/s = 10 busy + 1).
+    assert min(g.desired for g in late) < 11
