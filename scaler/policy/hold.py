@@ -21,10 +21,11 @@ gap the group goes down to the floor at once, without the scale-down hold that k
 last burst's peak (`release_to_floor`), and it keeps that floor however long the gaps are:
 the floor is what every onset needs, not a bet that the next burst comes before a restart
 would pay (gaps of 75-145 s on the sawtooth family, over four keep costs, left the group
-with the hold of the last ramp's peak instead of the floor: 0.013-0.023x of the oracle). Bursts that reach their peak within a keep cost
-keep that hold: one returning after a short gap needs its peak at once, and the held peak
-covers the ones above the floor's quantile (on the on-off family releasing at once lost
-up to 1.1 points of attainment for 0.02-0.03x of cost).
+with the hold of the last ramp's peak instead of the floor: 0.013-0.023x of the oracle).
+Bursts that reach their peak within a keep cost keep that hold: one returning after a
+short gap needs its peak at once, and the held peak covers the ones above the floor's
+quantile (on the on-off family releasing at once lost up to 1.1 points of attainment for
+0.02-0.03x of cost).
 
 When the load leaves a gap and keeps rising, and the remembered bursts rose to their peak
 within a known time, the group is sized for their `burst_peak_quantile` peak at once
