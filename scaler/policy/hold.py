@@ -92,7 +92,8 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     lead = memory.lead_peak(config.burst_peak_quantile)
     floor = replicas_for(lead, plan.state, config)
     release = release_to_floor(memory, keep)
-    plan = dataclasses.replace(plan, burst_floor=floor, release_to_floor=release)
+    known = memory.knows_quantile(config.burst_peak_quantile)
+    plan = dataclasses.replace(plan, burst_floor=floor, floor_known=known, release_to_floor=release)
     if floor <= plan.desired:
         return plan
     numbers = {
@@ -105,6 +106,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         "in_gap_s": memory.in_gap_s,
         "floor": floor,
         "release_to_floor": float(release),
+        "floor_known": float(known),
     }
     kept_for = (
         f"median gap {gap:.0f} s <= {config.burst_keep_factor:g} x keep cost {keep:.0f} s"
