@@ -78,6 +78,16 @@ class BurstMemory:
         """Median completed gap (inf without any)."""
         return statistics.median(self.gaps_s) if self.gaps_s else math.inf
 
+    def knows_quantile(self, quantile: float) -> bool:
+        """The `quantile` of the bursts from a gap lies below their highest (enough of them).
+
+        At the (n + 1) plotting position the rank q(n + 1) reaches the highest of n bursts
+        until n >= (1 + q) / (1 - q) (7 at p75): before that the "quantile" is only the highest
+        of a few, which the next burst exceeds with probability 1 / (n + 1).
+        """
+        n = len(self.onsets())
+        return n > 0 and math.ceil(quantile * (n + 1) - 1e-9) < n
+
     def lead_peak(self, quantile: float) -> float:
         """The `quantile` of what the bursts from a gap needed within the lead of their onset."""
         return _quantile([b.lead_load for b in self.onsets()], quantile)

@@ -24,6 +24,9 @@ class Plan:
     burst_floor: int = 0
     """Replicas the burst memory keeps for the next burst (0: it keeps none); while it does,
     the scale-down needs no long window after a step down: the floor is the hold."""
+    floor_known: bool = False
+    """The burst floor is a quantile of enough remembered bursts, not the highest of a few
+    (`BurstMemory.knows_quantile`): only then it replaces the window after a step down."""
     release_to_floor: bool = False
     """The load is in a gap between bursts that rise slower than a keep cost (`hold.py`): the
     burst floor alone keeps what the next one needs before new capacity serves, so the

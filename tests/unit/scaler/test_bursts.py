@@ -9,7 +9,9 @@ import pytest
 from scaler.policy import decide
 from scaler.policy.bursts import Burst, BurstMemory, remember
 from scaler.policy.hold import release_to_floor
-from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerState
+from scaler.policy.plan import Plan
+from scaler.policy.scale_down import stabilize_slo
+from scaler.signals import GroupDecision, GroupSignals, GroupState, PolicyConfig, ScalerState
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
 
@@ -313,3 +315,79 @@ def test_gap_after_slow_ramps_goes_to_the_floor_without_the_hold(
         assert not any("burst_hold" in {r.code for r in g.reasons} for g in held)
     else:
         assert not at_once
+
+
+@pytest.mark.parametrize(
+    ("bursts", "quantile", "known"),
+    [
+        pytest.param(0, 0.75, False, id="none"),
+        pytest.param(2, 0.75, False, id="two-p75-is-the-highest"),
+        pytest.param(6, 0.75, False, id="six-p75-is-the-highest"),
+        pytest.param(7, 0.75, True, id="seven-p75-is-the-6th"),
+        pytest.param(2, 0.5, False, id="two-median-is-the-highest"),
+        pytest.param(3, 0.5, True, id="three-median-is-the-2nd"),
+    ],
+)
+def test_quantile_is_known_once_it_is_below_the_highest_burst(
+    bursts: int, quantile: float, known: bool
+) -> None:
+    memory = dataclasses.replace(_memory([5.0] * bursts, 10.0))
+    assert memory.knows_quantile(quantile) is known
+
+
+@pytest.mark.parametrize(
+    ("floor_known", "expected"),
+    [
+        # A floor that is a quantile of enough bursts is the hold: down to it at once.
+        pytest.param(True, 5, id="known-floor-replaces-the-window"),
+        # The highest of a few bursts is no such hold: the window after the step down keeps
+        # the 13 recommended 50 s ago (beyond the 40 s hold, within 2 keep costs, 82 s).
+        pytest.param(False, 13, id="floor-of-a-few-keeps-the-window"),
+    ],
+)
+def test_window_after_a_step_down_until_the_floor_is_a_quantile(
+    floor_known: bool, expected: int
+) -> None:
+    now = 500.0
+    s = make_signals(replicas=13, ready_replicas=13, collected_at=now, arrival_rps=300.0)
+    state = GroupState(
+        group=s.group,
+        recommendations=((now - 50.0, 13),),
+        last_step_down_at=now - 50.0,
+        observed_since=0.0,
+    )
+    plan = Plan(
+        signals=s,
+        state=state,
+        desired=5,
+        diagnosis="over_provisioned",
+        burst_floor=5,
+        floor_known=floor_known,
+    )
+    assert stabilize_slo(plan, PolicyConfig(), now).desired == expected
+
+
+@pytest.mark.parametrize(
+    ("rps", "held"),
+    [
+        # Ramps over 90 s, then 200 s at the base: the median gap (~250 s) is over 4 keep
+        # costs (164 s), but a ramp's onset needs the floor however long the gap before it.
+        pytest.param(_ramps(6, 19, 40), True, id="slow-ramps-long-base"),
+        # Steps at their peak within a tick after 10 min idle: restarting is cheaper.
+        pytest.param(([3000.0] * 6 + [0.0] * 120) * 3, False, id="fast-bursts-long-gaps"),
+    ],
+)
+def test_long_gaps_hold_the_floor_only_for_slow_rises(
+    clock: FakeClock, rps: list[float], held: bool
+) -> None:
+    seen = _drive(clock, rps, PolicyConfig(initial_spare_replicas=1.0))
+    late = [g for t, g in seen if t > len(rps) * 5 / 2]
+    holds = [r for g in late for r in g.reasons if r.code == "burst_hold"]
+    if not held:
+        assert not holds
+        return
+    assert holds, [g.line() for g in late]
+    assert all(r.numbers["median_gap_s"] > 4 * r.numbers["keep_cost_s"] for r in holds)
+    assert all("every onset needs it" in r.message for r in holds)
+    # In the base the group sits at the floor, below the ramps' peak (3000/s = 10 busy + 1).
+    assert min(g.desired for g in late) < 11
