@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 
@@ -20,9 +19,7 @@ from infra.kafka import make_producer
 from infra.topics import ensure_topics, standard_topics
 from schemas.topics import request_topic, worker_group
 from services.runtime.committer import Committer
-from services.runtime.consumer import OwnedConsumer
-from services.runtime.membership import Identity, Membership
-from services.runtime.offsets import OffsetTracker
+from tests.integration.lone_worker import lone_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,25 +39,8 @@ async def test_a_commit_retried_across_a_restart_is_not_written_to_the_fresh_bro
     producer = make_producer(bootstrap=bootstrap, client_id="restart-test")
     await producer.start()
 
-    async def send(topic_: str, key: bytes, value: bytes) -> None:
-        await producer.send_and_wait(topic_, value, key=key)
-
-    identity = Identity("me", "inferbus-worker", model, ["interactive"], [group], datetime.now(UTC))
-    membership = Membership(send, identity, lease_s=60.0)
-    membership.state = "ready"
-    offsets = OffsetTracker()
-
-    async def drain(topic_: str, partitions: frozenset[int]) -> None:
-        return None
-
-    consumer = OwnedConsumer(
-        bootstrap,
-        client_id="restart-test",
-        membership=membership,
-        groups=[(group, topic)],
-        offsets=offsets,
-        drain=drain,
-    )
+    worker = lone_worker(bootstrap, producer, model, client_id="restart-test", lease_s=60.0)
+    membership, offsets, consumer = worker.membership, worker.offsets, worker.consumer
     try:
         for i in range(RECORDS):
             await producer.send_and_wait(topic, b"x", key=f"r{i}".encode(), partition=0)

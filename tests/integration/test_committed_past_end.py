@@ -9,53 +9,33 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from datetime import UTC, datetime
 
 import pytest
 
 from infra.kafka import make_producer
 from infra.topics import ensure_topics, standard_topics
-from schemas.topics import request_topic, worker_group
 from services.runtime.committer import Committer
-from services.runtime.consumer import ConsumerOptions, OwnedConsumer
-from services.runtime.membership import Identity, Membership
-from services.runtime.offsets import OffsetTracker
+from services.runtime.consumer import ConsumerOptions
+from tests.integration.lone_worker import lone_worker
 
 pytestmark = pytest.mark.integration
 
 RECORDS = 10
 STALE_OFFSET = 55
+BRISK_CHECK = ConsumerOptions(position_check_s=0.5)
+"""Positions are checked against the logs' ends every 0.5 s, not the default."""
 
 
 async def test_a_committed_offset_past_the_end_reads_the_log_from_its_beginning(
     broker: str,
 ) -> None:
     model = f"stale-{uuid.uuid4().hex[:6]}"
-    topic, group = request_topic(model, "interactive"), worker_group(model, "interactive")
     await ensure_topics(broker, standard_topics([model], tier_partitions=1))
     producer = make_producer(bootstrap=broker, client_id="stale-test")
     await producer.start()
-    committer = Committer(broker, group=group, topic=topic, client_id="stale-test-old-life")
-
-    async def send(topic_: str, key: bytes, value: bytes) -> None:
-        await producer.send_and_wait(topic_, value, key=key)
-
-    identity = Identity("me", "inferbus-worker", model, ["interactive"], [group], datetime.now(UTC))
-    membership = Membership(send, identity, lease_s=30.0)
-    membership.state = "ready"
-
-    async def drain(topic_: str, partitions: frozenset[int]) -> None:
-        return None
-
-    consumer = OwnedConsumer(
-        broker,
-        client_id="stale-test",
-        membership=membership,
-        groups=[(group, topic)],
-        offsets=OffsetTracker(),
-        drain=drain,
-        options=ConsumerOptions(position_check_s=0.5),
-    )
+    worker = lone_worker(broker, producer, model, client_id="stale-test", options=BRISK_CHECK)
+    topic, membership, consumer = worker.topic, worker.membership, worker.consumer
+    committer = Committer(broker, group=worker.group, topic=topic, client_id="stale-test-old-life")
     try:
         for i in range(RECORDS):
             await producer.send_and_wait(topic, b"x", key=f"r{i}".encode(), partition=0)
@@ -77,30 +57,11 @@ async def test_a_position_inside_the_last_batch_of_many_is_not_read_again(broker
     end of a batch of many is past the reported end, and must not read the log again (a
     first version of the check above did, and `bench scale-step` replayed 80,259 answers)."""
     model = f"batch-{uuid.uuid4().hex[:6]}"
-    topic, group = request_topic(model, "interactive"), worker_group(model, "interactive")
     await ensure_topics(broker, standard_topics([model], tier_partitions=1))
     producer = make_producer(bootstrap=broker, client_id="batch-test", linger_ms=50)
     await producer.start()
-
-    async def send(topic_: str, key: bytes, value: bytes) -> None:
-        await producer.send_and_wait(topic_, value, key=key)
-
-    identity = Identity("me", "inferbus-worker", model, ["interactive"], [group], datetime.now(UTC))
-    membership = Membership(send, identity, lease_s=30.0)
-    membership.state = "ready"
-
-    async def drain(topic_: str, partitions: frozenset[int]) -> None:
-        return None
-
-    consumer = OwnedConsumer(
-        broker,
-        client_id="batch-test",
-        membership=membership,
-        groups=[(group, topic)],
-        offsets=OffsetTracker(),
-        drain=drain,
-        options=ConsumerOptions(position_check_s=0.5),
-    )
+    worker = lone_worker(broker, producer, model, client_id="batch-test", options=BRISK_CHECK)
+    topic, membership, consumer = worker.topic, worker.membership, worker.consumer
     try:
         sent = [
             await producer.send(topic, b"x", key=f"r{i}".encode(), partition=0)

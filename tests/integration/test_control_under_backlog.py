@@ -14,10 +14,8 @@ import pytest
 from infra.kafka import make_producer
 from infra.topics import ensure_topics, standard_topics
 from schemas.telemetry import InstanceRecord
-from schemas.topics import INSTANCES, request_topic, worker_group
-from services.runtime.consumer import OwnedConsumer
-from services.runtime.membership import Identity, Membership
-from services.runtime.offsets import OffsetTracker
+from schemas.topics import INSTANCES
+from tests.integration.lone_worker import lone_worker
 
 pytestmark = pytest.mark.integration
 
@@ -27,29 +25,16 @@ ENGINE_S = 0.005
 
 async def test_a_registry_record_is_seen_while_the_data_backlog_lasts(broker: str) -> None:
     model = f"ctl-{uuid.uuid4().hex[:6]}"
-    topic, group = request_topic(model, "interactive"), worker_group(model, "interactive")
     await ensure_topics(broker, standard_topics([model], tier_partitions=2))
     producer = make_producer(bootstrap=broker, client_id="ctl-test")
     await producer.start()
-
-    async def send(topic_: str, key: bytes, value: bytes) -> None:
-        await producer.send_and_wait(topic_, value, key=key)
-
     now = datetime.now(UTC)
-    identity = Identity("me", "inferbus-worker", model, ["interactive"], [group], now)
-    membership = Membership(send, identity, lease_s=30.0)
-    membership.state = "ready"
-
-    async def drain(topic_: str, partitions: frozenset[int]) -> None:
-        return None
-
-    consumer = OwnedConsumer(
-        broker,
-        client_id="ctl-test",
-        membership=membership,
-        groups=[(group, topic)],
-        offsets=OffsetTracker(),
-        drain=drain,
+    worker = lone_worker(broker, producer, model, client_id="ctl-test")
+    topic, group, membership, consumer = (
+        worker.topic,
+        worker.group,
+        worker.membership,
+        worker.consumer,
     )
     try:
         sent = [
