@@ -179,6 +179,12 @@ def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
     target = replicas_for(peak, plan.state, config)
     if target <= plan.desired:
         return plan
+    keep = config.keep_cost_s(plan.signals)
+    few = (
+        f" (fewer than {config.burst_min_count}, but slower than the keep cost {keep:.0f} s)"
+        if len(onsets) < config.burst_min_count
+        else ""
+    )
     return plan.with_(
         desired=target,
         diagnosis="capacity_bound",
@@ -186,7 +192,7 @@ def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
             "burst_rise",
             f"load left its gap {memory.since_gap_s:.0f} s ago, {memory.load:.1f} busy replicas "
             "and rising; "
-            f"the last {len(onsets)} rose to {peak:.1f} "
+            f"the last {len(onsets)}{few} rose to {peak:.1f} "
             f"(p{config.burst_peak_quantile * 100:.0f}) within "
             f"~{memory.median_rise_s():.0f} s: {target} now",
             {
@@ -194,6 +200,8 @@ def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
                 "load": memory.load,
                 "peak_load": peak,
                 "median_rise_s": memory.median_rise_s(),
+                "bursts": float(len(onsets)),
+                "keep_cost_s": keep,
                 "needed": target,
             },
         ),

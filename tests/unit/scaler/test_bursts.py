@@ -425,3 +425,6 @@ def test_one_remembered_slow_ramp_is_enough_to_meet_the_next(
     assert bool(rises) is met, [g.line() for g in second]
     if met:
         assert max(g.desired for g in rises) >= 11  # the ramp peaked at 10 busy, + 1 spare
+        reason = next(r for r in rises[0].reasons if r.code == "burst_rise")
+        assert reason.numbers["bursts"] == 1.0
+        assert "slower than the keep cost 41 s" in reason.message
