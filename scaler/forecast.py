@@ -11,7 +11,11 @@ is too small by the square root of that overlap: it is widened by it. Without th
 a few times an hour, each a scale-up held for a minute (docs/scaler.md). A step (a burst starting or
 ending, a load dropping away) is what no line follows: when the samples split into an
 older and a newer run whose means differ by more than `step_z` of their scatter, only the
-newer run counts.
+newer run counts. A ramp that starts after a flat stretch is also fitted as what it is,
+flat up to a break and a line from there (`ramp_after_flat`): a line through the whole
+window, or its newer half, that mixes flat samples with the ramp's reads a smaller slope
+(the sawtooth family's first ramp, 1.8/s at x20, read 1.1/s where the trend first counted,
+1.3/s with this fit: one replica more started at that tick).
 """
 
 from __future__ import annotations
@@ -62,6 +66,47 @@ def linear(samples: Sequence[tuple[float, float]], horizon_s: float) -> Forecast
         horizon_s=horizon_s,
         value=max(0.0, level + slope * horizon_s),
         residual_sd=math.sqrt(residual / (n - 2)),
+    )
+
+
+_RAMP_MIN_SAMPLES = 4
+"""Samples after the break a ramp's line is fitted to, at the least."""
+
+
+def ramp_after_flat(samples: Sequence[tuple[float, float]], horizon_s: float) -> Forecast | None:
+    """Flat up to a break, then a line: the break that fits best; None unless it rises.
+
+    The model is `y = a + slope * max(0, t - t_break)` over every sample, the break at one
+    of the samples with at least four after it. Its standard error counts the three fitted
+    numbers (level, slope, break).
+    """
+    n = len(samples)
+    ys = [y for _, y in samples]
+    y_mean = sum(ys) / n if n else 0.0
+    best: tuple[float, float, float, float, float] | None = None
+    for b in range(n - _RAMP_MIN_SAMPLES):
+        t_break = samples[b][0]
+        xs = [max(0.0, t - t_break) for t, _ in samples]
+        x_mean = sum(xs) / n
+        sxx = sum((x - x_mean) ** 2 for x in xs)
+        if sxx <= 0:
+            continue
+        slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys, strict=True)) / sxx
+        sse = sum((y - y_mean - slope * (x - x_mean)) ** 2 for x, y in zip(xs, ys, strict=True))
+        if best is None or sse < best[0]:
+            best = (sse, slope, x_mean, sxx, xs[-1])
+    if best is None or best[1] <= 0:
+        return None
+    sse, slope, x_mean, sxx, x_now = best
+    level = y_mean + slope * (x_now - x_mean)
+    scatter = math.sqrt(sse / (n - 3))
+    return Forecast(
+        level=level,
+        trend_per_s=slope,
+        trend_stderr_per_s=scatter / math.sqrt(sxx),
+        horizon_s=horizon_s,
+        value=max(0.0, level + slope * horizon_s),
+        residual_sd=scatter,
     )
 
 
@@ -148,11 +193,13 @@ def estimate_rate(
     if fit is None:
         mean = sum(v for _, v in recent) / len(recent)
         return RateEstimate(kind, mean, mean, before_step=before, step_at=at)
-    # A ramp that starts after a flat stretch bends the line: the newer half sees its slope.
+    # A ramp that starts after a flat stretch bends the line: the newer half sees more of its
+    # slope, a flat-then-line fit all of it.
     t_new, t_old = recent[-1][0], recent[0][0]
     half = linear([p for p in recent if p[0] >= t_new - (t_new - t_old) / 2], horizon_s)
+    ramp = ramp_after_flat(recent, horizon_s)
     widen = math.sqrt(max(1.0, overlap))
-    trends = [f for f in (fit, half) if f is not None and f.significant(min_t * widen)]
+    trends = [f for f in (fit, half, ramp) if f is not None and f.significant(min_t * widen)]
     if trends:
         best = max(trends, key=lambda f: f.value)
         return RateEstimate(

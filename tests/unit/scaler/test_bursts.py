@@ -391,3 +391,40 @@ def test_long_gaps_hold_the_floor_only_for_slow_rises(
     assert all("every onset needs it" in r.message for r in holds)
     # In the base the group sits at the floor, below the ramps' peak (3000/s = 10 busy + 1).
     assert min(g.desired for g in late) < 11
+
+
+def _one_ramp_then_another(ramp_ticks: int) -> tuple[list[float], int]:
+    """A base, a ramp 600 -> 3000/s over `ramp_ticks` ticks, a base, half the next ramp;
+    and how many ticks that half is."""
+    ramp = [600.0 + 2400.0 * i / (ramp_ticks - 1) for i in range(ramp_ticks)]
+    half = ramp_ticks // 2
+    return [600.0] * 12 + ramp + [600.0] * 12 + ramp[:half], half
+
+
+@pytest.mark.parametrize(
+    ("ramp", "met"),
+    [
+        # Time-to-ready 40 s, keep cost 41 s. A 90 s ramp rises ~50 s (gap line to 80 % of
+        # its peak): slower than a keep cost, within two time-to-readies: met after one.
+        pytest.param(_one_ramp_then_another(19), True, id="slow-ramp-once"),
+        # A rise within a tick: one burst is not enough (the lag's growth shows it).
+        pytest.param(
+            ([600.0] * 12 + [3000.0] * 6 + [600.0] * 12 + [3000.0] * 3, 3), False, id="step"
+        ),
+        # A 180 s ramp rises ~95 s, slower than two time-to-readies: the trend follows it.
+        pytest.param(_one_ramp_then_another(37), False, id="slower-than-two-starts"),
+    ],
+)
+def test_one_remembered_slow_ramp_is_enough_to_meet_the_next(
+    clock: FakeClock, ramp: tuple[list[float], int], met: bool
+) -> None:
+    rps, onset_ticks = ramp
+    seen = _drive(clock, rps, PolicyConfig(initial_spare_replicas=1.0))
+    second = [g for _, g in seen[-onset_ticks:]]
+    rises = [g for g in second if "burst_rise" in {r.code for r in g.reasons}]
+    assert bool(rises) is met, [g.line() for g in second]
+    if met:
+        assert max(g.desired for g in rises) >= 11  # the ramp peaked at 10 busy, + 1 spare
+        reason = next(r for r in rises[0].reasons if r.code == "burst_rise")
+        assert reason.numbers["bursts"] == 1.0
+        assert "slower than the keep cost 41 s" in reason.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scaler.forecast import estimate_rate, linear
+from scaler.forecast import estimate_rate, linear, ramp_after_flat
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arrival_estimate
 from scaler.signals import GroupState, PolicyConfig
@@ -104,3 +104,54 @@ def test_policy_rate_counts_the_window_overlap(metrics_window_s: float, kind: st
     config = PolicyConfig(metrics_window_s=metrics_window_s, rate_step_z=100.0)
     est = arrival_estimate(plan, config)
     assert est is not None and est.kind == kind
+
+
+def _flat_then_ramp(
+    flat_until_s: float, slope: float, end_s: float = 60.0
+) -> list[tuple[float, float]]:
+    return [(t, 100.0 + slope * max(0.0, t - flat_until_s)) for t in np.arange(0.0, end_s + 1, 5.0)]
+
+
+@pytest.mark.parametrize(
+    ("samples", "slope", "level"),
+    [
+        pytest.param(_flat_then_ramp(35.0, 2.0), 2.0, 150.0, id="ramp-after-flat"),
+        pytest.param(_flat_then_ramp(0.0, 2.0), 2.0, 220.0, id="ramp-throughout"),
+        pytest.param(_flat_then_ramp(35.0, 0.0), None, None, id="flat"),
+        pytest.param(_flat_then_ramp(35.0, -2.0), None, None, id="falling-is-not-a-ramp"),
+        pytest.param(_flat_then_ramp(0.0, 2.0, end_s=15.0), None, None, id="four-samples"),
+    ],
+)
+def test_ramp_after_flat(
+    samples: list[tuple[float, float]], slope: float | None, level: float | None
+) -> None:
+    fc = ramp_after_flat(samples, 30.0)
+    if slope is None:
+        assert fc is None
+        return
+    assert fc is not None
+    assert fc.trend_per_s == pytest.approx(slope)
+    assert fc.level == pytest.approx(level)
+    assert fc.value == pytest.approx(level + 30.0 * slope)
+
+
+def test_a_ramp_after_a_flat_stretch_is_read_at_its_slope() -> None:
+    # 40 s flat, then 2/s, under noise: the minute's line (0.54/s) and its newer half
+    # (1.41/s) mix flat samples in; the flat-then-line fit reads the ramp.
+    rng = np.random.default_rng(1)
+    samples = [(t, v + float(rng.normal(0, 2))) for t, v in _flat_then_ramp(40.0, 2.0)]
+    whole = linear(samples, 30.0)
+    half = linear([p for p in samples if p[0] >= 30.0], 30.0)
+    assert whole is not None and half is not None
+    assert max(whole.trend_per_s, half.trend_per_s) < 1.6
+    est = estimate_rate(samples, 30.0, min_t=3.0, step_z=100.0, overlap=3.0)
+    assert est is not None and est.kind == "trend"
+    assert est.trend_per_s == pytest.approx(2.0, rel=0.1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise_is_no_ramp_either(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    samples = [(float(t), 100.0 + float(rng.normal(0, 10))) for t in range(0, 61, 5)]
+    est = estimate_rate(samples, 30.0, min_t=3.0, step_z=100.0, overlap=3.0)
+    assert est is not None and est.kind == "mean"
