@@ -1,11 +1,12 @@
 """How long each fetch asks the broker to wait: short while records flow and are wanted,
 long while a consumer idles or its reader could not use records yet.
 
-Tansu answers a fetch only when its wait ends, and every answered fetch costs it CPU (on
-this project's 2-core machine ~0.2 ms a fetch, about as much as the records in it): a
-consumer polling with 5 ms waits costs the broker 0.03 to 0.1 of a core whether records come
-or not. So the wait is the price of each hop's latency floor, and paying it only while
-it buys something is most of the broker's bill (docs/kafka.md).
+Tansu answers a fetch that found nothing at its first check that finds records (half the
+wait, then three quarters, seven eighths, ...; docs/kafka.md), and every answered fetch
+costs it CPU (on this project's 2-core machine ~0.2 ms a fetch, about as much as the
+records in it): a consumer polling with 5 ms waits costs the broker 0.03 to 0.1 of a core
+whether records come or not. So the wait is the price of each hop's latency floor, and
+paying it only while it buys something is most of the broker's bill (docs/kafka.md).
 """
 
 from __future__ import annotations

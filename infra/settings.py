@@ -30,8 +30,9 @@ class KafkaSettings(BaseSettings):
     partition_fetch_bytes: int = Field(default=8_388_608, gt=0)
     """Most bytes one fetch returns per partition."""
     fetch_wait_busy_ms: int = Field(default=5, ge=0)
-    """Fetch wait while records flow, ms: the broker answers when it ends (Tansu) or when
-    records arrive (Apache Kafka); it is the latency floor of every hop on Tansu."""
+    """Fetch wait while records flow, ms: the broker answers by its end (Tansu checks at half
+    of it, three quarters, ...) or when records arrive (Apache Kafka); on Tansu half of it
+    is the latency floor of every hop."""
     fetch_wait_quiet_share: float = Field(default=0.25, ge=0, le=1)
     """While records flow, a fetch waits this share of the time since the last records, from
     the busy wait up to `fetch_wait_busy_max_ms`: bursts tens of ms apart cost a few fetches,

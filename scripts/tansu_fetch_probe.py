@@ -3,8 +3,9 @@
     .venv/bin/python scripts/tansu_fetch_probe.py [--json OUT]
 
 Two questions, each on a fresh topic of the embedded broker (infra.broker):
-1. A record produced into a quiet topic while a long fetch waits (500 ms, min bytes 1):
-   how long until the consumer has it? (Answered at arrival, or at the wait's end?)
+1. A record produced into a quiet topic 10 to 490 ms after a long fetch (500 ms wait,
+   min bytes 1) was sent: how long until the consumer has it? (Answered at arrival, at
+   the wait's end, or at some check in between?)
 2. A steady stream of small records (one every 2 ms) read with a 20 ms wait: how many
    fetches a second with `fetch_min_bytes` 1 and with 10,000? (Is min bytes honoured?)
 Prints one line per case and writes the figures as JSON.
@@ -25,6 +26,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from infra.broker import EmbeddedBroker
 
 _SHAPES = {"a.twelve": 12, "b.six": 6, "c.one": 1}
+OFFSETS_MS = (10, 60, 130, 200, 240, 300, 360, 400, 450, 490)
+"""When, after a waiting fetch was sent, the probe record is produced."""
 
 
 class _FetchCount:
@@ -61,8 +64,38 @@ async def _topics(bootstrap: str, shapes: dict[str, int]) -> None:
         await admin.close()
 
 
-async def arrival_latency(bootstrap: str, *, wait_ms: int = 500, probes: int = 6) -> dict[str, Any]:
-    """Produce-to-consumer ms of single records into a waiting fetch, per topic."""
+class _FetchStarts:
+    """Signals each fetch request sent while installed (its send time, monotonic)."""
+
+    def __init__(self) -> None:
+        from aiokafka import conn
+
+        self.started = asyncio.Event()
+        self.at = 0.0
+        self._conn = conn
+        self._original = conn.AIOKafkaConnection.send
+
+    def __enter__(self) -> _FetchStarts:
+        original = self._original
+
+        def send(connection: Any, request: Any, *args: Any, **kw: Any) -> Any:
+            if type(request).__name__.startswith("Fetch"):
+                self.at = time.monotonic()
+                self.started.set()
+            return original(connection, request, *args, **kw)
+
+        self._conn.AIOKafkaConnection.send = send  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.AIOKafkaConnection.send = self._original  # type: ignore[method-assign]
+
+
+async def arrival_latency(
+    bootstrap: str, *, wait_ms: int = 500, offsets_ms: tuple[int, ...] = OFFSETS_MS
+) -> dict[str, Any]:
+    """Produce-to-consumer ms of a single record produced `offset` ms after a waiting
+    fetch was sent, per topic shape and offset."""
     await _topics(bootstrap, _SHAPES)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     consumer = AIOKafkaConsumer(
@@ -75,17 +108,21 @@ async def arrival_latency(bootstrap: str, *, wait_ms: int = 500, probes: int = 6
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)
         await consumer.getmany(timeout_ms=1000)
-        found: dict[str, list[float]] = {}
-        for topic, partitions in _SHAPES.items():
-            found[topic] = []
-            for i in range(probes):
-                await asyncio.sleep(0.37)  # a fetch is waiting by now
-                started = time.monotonic()
-                await producer.send_and_wait(topic, b"x", partition=i % partitions)
-                while not await consumer.getmany(timeout_ms=2000):
-                    pass
-                found[topic].append(round((time.monotonic() - started) * 1000, 1))
-        return {"fetch_wait_ms": wait_ms, "record_to_consumer_ms": found}
+        found: dict[str, dict[int, float]] = {}
+        with _FetchStarts() as fetches:
+            for topic, partitions in _SHAPES.items():
+                found[topic] = {}
+                for i, offset in enumerate(offsets_ms):
+                    await asyncio.sleep(wait_ms / 1000 / 4)  # the consumer is quiet
+                    fetches.started.clear()
+                    await fetches.started.wait()  # a fetch was just sent, and waits
+                    await asyncio.sleep(max(offset / 1000 - (time.monotonic() - fetches.at), 0))
+                    started = time.monotonic()
+                    await producer.send_and_wait(topic, b"x", partition=i % partitions)
+                    while not await consumer.getmany(timeout_ms=2000):
+                        pass
+                    found[topic][offset] = round((time.monotonic() - started) * 1000, 1)
+        return {"fetch_wait_ms": wait_ms, "record_to_consumer_ms_by_offset_ms": found}
     finally:
         await consumer.stop()
         await producer.stop()
