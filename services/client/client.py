@@ -30,6 +30,7 @@ from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
 from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
 from schemas.topics import INSTANCES, RESULTS, Tier, ingest_topic
+from services.client.pending import PendingRequests
 from services.runtime.answers import Outgoing, Publisher
 from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
@@ -152,7 +153,7 @@ class InferenceClient:
         self._pacer: FetchPacer | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiters: dict[str, asyncio.Future[InferenceResult]] = {}
-        self._mine: set[str] = set()
+        self._mine = PendingRequests()
         self._seen = _SeenIds()
         self._stream: asyncio.Queue[InferenceResult] = asyncio.Queue()
         self._publisher: Publisher | None = None
@@ -283,7 +284,10 @@ class InferenceClient:
         publisher = self._require_publisher()
         wire = request if isinstance(request, WireRequest) else WireRequest(request)
         envelope = wire.envelope
-        self._mine.add(envelope.request_id)
+        now = datetime.now(UTC)
+        deadline = envelope.effective_deadline(now)
+        due_in_s = None if deadline is None else (deadline - now).total_seconds()
+        self._mine.add(envelope.request_id, deadline_in_s=due_in_s)
         value, content_type = wire.encode()
         headers: list[tuple[str, bytes]] = [
             (h.CONTENT_TYPE, content_type),
@@ -428,10 +432,16 @@ class InferenceClient:
             if self._pacer is not None:
                 self._pacer.observe(results)
 
+    @property
+    def results_overdue(self) -> int:
+        """This client's requests that got no result by their deadline plus a grace (each
+        is logged; a result that still comes later is delivered)."""
+        return self._mine.lapsed_total
+
     def _expecting(self) -> bool:
         """Whether results of this client's requests are still to come (its reader then
         never idles: the first result after a quiet spell is not held 200 ms)."""
-        return bool(self._mine or self._waiters)
+        return self._mine.any_due() or bool(self._waiters)
 
     def _broker_note(self, record: ConsumerRecord[bytes, bytes]) -> bool:
         """A new note that topics were made. Every one is taken as a possible restart: a
@@ -473,7 +483,7 @@ class InferenceClient:
         if not self._seen.add(result.request_id):
             self.duplicates_dropped += 1
             return
-        self._mine.discard(result.request_id)
+        self._mine.answered(result.request_id)
         waiter = self._waiters.get(result.request_id)
         if waiter is not None and not waiter.done():
             waiter.set_result(result)

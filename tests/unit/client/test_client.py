@@ -15,6 +15,7 @@ from schemas.parse import parse_request
 from schemas.result import InferenceResult, error_result
 from schemas.tensors import Tensor, TextInput
 from services.client.client import InferenceClient, _SeenIds, to_wire_inputs
+from services.client.pending import PendingRequests
 
 REPLY = "inferbus.results"
 
@@ -154,14 +155,15 @@ def test_deliver_dedupes_by_request_id(
     streamed_ids: list[str],
     dropped: int,
 ) -> None:
-    client._mine.update(mine)
+    for request_id in mine:
+        client._mine.add(request_id, deadline_in_s=30.0)
     client.see_all_results = see_all
 
     deliver(client, *(result(*item.split(":")) for item in delivered))
 
     assert streamed(client) == streamed_ids
     assert client.duplicates_dropped == dropped
-    assert not (client._mine & set(streamed_ids))
+    assert not any(request_id in client._mine for request_id in streamed_ids)
 
 
 @pytest.mark.parametrize(
@@ -176,7 +178,7 @@ def test_deliver_dedupes_by_request_id(
 def test_deliver_skips_records_that_are_not_results(
     client: InferenceClient, value: bytes | None
 ) -> None:
-    client._mine.add("r1")
+    client._mine.add("r1", deadline_in_s=30.0)
 
     deliver(client, value)
 
@@ -244,3 +246,20 @@ async def test_submit_before_start_says_so(client: InferenceClient) -> None:
 
     with pytest.raises(RuntimeError, match="not started"):
         await client.submit(request)
+
+
+def test_an_overdue_request_stops_keeping_the_reader_brisk_and_a_late_result_still_comes(
+    client: InferenceClient,
+) -> None:
+    now = [0.0]
+    client._mine = PendingRequests(grace_s=10.0, clock=lambda: now[0])
+    client._mine.add("r1", deadline_in_s=1.0)
+    assert client._expecting()
+    now[0] = 11.0
+    assert not client._expecting()
+    assert client.results_overdue == 1
+
+    deliver(client, result("r1"))  # the worker came back and answered late
+
+    assert streamed(client) == ["r1"]
+    assert "r1" not in client._mine

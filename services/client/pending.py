@@ -1,0 +1,94 @@
+"""The client's own requests whose results have not come yet.
+
+Two questions are asked of them. "Is this result ours?" must hold for as long as a result
+can still come, even a late one. "Are results still due?" paces the result reader: while
+any are due it never idles (infra.pacing). A request stops being due once its deadline
+and a grace have passed. A request without a deadline stops being due after
+`UNBOUNDED_DUE_S`. From then on it is remembered as ours in a bounded memory, so a late
+answer (a `deadline_exceeded` from a worker that came back, say) is still delivered, and a
+request that is never answered does not keep the reader brisk or the memory growing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+GRACE_S = 10.0
+"""How long past its deadline a request's result is still counted as due."""
+
+UNBOUNDED_DUE_S = 600.0
+"""How long a request without a deadline counts as due."""
+
+LAPSED_CAPACITY = 100_000
+"""How many lapsed request ids are still recognised as ours (oldest forgotten first)."""
+
+
+class PendingRequests:
+    """Requests sent and not answered yet: due until their deadline and `grace_s`, then
+    lapsed (still ours, no longer due)."""
+
+    def __init__(
+        self,
+        *,
+        grace_s: float = GRACE_S,
+        unbounded_due_s: float = UNBOUNDED_DUE_S,
+        lapsed_capacity: int = LAPSED_CAPACITY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._grace_s = grace_s
+        self._unbounded_due_s = unbounded_due_s
+        self._clock = clock
+        self._due: dict[str, float] = {}
+        """Request id -> when it stops being due (monotonic)."""
+        self._expiry: list[tuple[float, str]] = []
+        """(stops being due, request id), a heap; answered ids are skipped when popped."""
+        self._lapsed: OrderedDict[str, None] = OrderedDict()
+        self._lapsed_capacity = lapsed_capacity
+        self.lapsed_total = 0
+        """Requests that stopped being due without a result."""
+
+    def add(self, request_id: str, *, deadline_in_s: float | None) -> None:
+        """A request was sent; its deadline is `deadline_in_s` from now (None: none)."""
+        window = self._unbounded_due_s if deadline_in_s is None else max(deadline_in_s, 0.0)
+        until = self._clock() + window + self._grace_s
+        self._lapsed.pop(request_id, None)
+        self._due[request_id] = until
+        heapq.heappush(self._expiry, (until, request_id))
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._due or request_id in self._lapsed
+
+    def answered(self, request_id: str) -> None:
+        """Its result came: neither due nor remembered any more."""
+        self._due.pop(request_id, None)
+        self._lapsed.pop(request_id, None)
+
+    def any_due(self) -> bool:
+        """Whether a result is still due; requests past their time lapse here."""
+        now = self._clock()
+        lapsed = 0
+        while self._expiry and self._expiry[0][0] <= now:
+            until, request_id = heapq.heappop(self._expiry)
+            if self._due.get(request_id) != until:
+                continue  # answered, or sent again with a later time
+            del self._due[request_id]
+            self._lapsed[request_id] = None
+            if len(self._lapsed) > self._lapsed_capacity:
+                self._lapsed.popitem(last=False)
+            lapsed += 1
+        if lapsed:
+            self.lapsed_total += lapsed
+            log.warning(
+                "event=results_overdue count=%d total=%d (no result by their deadline plus "
+                "%.0f s; a late one is still delivered)",
+                lapsed,
+                self.lapsed_total,
+                self._grace_s,
+            )
+        return bool(self._due)
