@@ -28,14 +28,21 @@ GAP_SMOOTHING = 0.25
 
 
 def step_wait_ms(
-    quiet_s: float, settings: KafkaSettings, *, expecting: bool = False, gap_s: float = 0.0
+    quiet_s: float,
+    settings: KafkaSettings,
+    *,
+    expecting: bool = False,
+    gap_s: float = 0.0,
+    rate_per_s: float = 0.0,
 ) -> int:
     """The wait after `quiet_s` seconds without records: busy, idle or asleep.
 
     Busy, the wait is `fetch_wait_quiet_share` of the quiet or of the usual gap between
     records (`gap_s`), whichever is longer, between the busy wait and
     `fetch_wait_busy_max_ms`: the fetches between bursts cost a few answers, not one per
-    busy wait, and a record waits at most that share of the gap before it. `expecting`: the
+    busy wait, and a record waits at most that share of the gap before it. A steady stream
+    (`rate_per_s`, records a second) also waits for `fetch_records_target` records, within
+    the same bounds: a fetch costs the same whatever it carries. `expecting`: the
     reader awaits records (a client with requests out), so it never idles.
     """
     if not expecting:
@@ -45,8 +52,10 @@ def step_wait_ms(
             return settings.fetch_wait_idle_ms
     busy = settings.fetch_wait_busy_ms
     cap = max(busy, min(settings.fetch_wait_busy_max_ms, settings.fetch_wait_idle_ms))
-    grown = round(max(quiet_s, gap_s) * 1000 * settings.fetch_wait_quiet_share)
-    return max(busy, min(grown, cap))
+    grown = max(quiet_s, gap_s) * settings.fetch_wait_quiet_share
+    if rate_per_s > 0:
+        grown = max(grown, settings.fetch_records_target / rate_per_s)
+    return max(busy, min(round(grown * 1000), cap))
 
 
 def held_wait_ms(step_ms: int, needed_in_s: float | None, *, margin_ms: int, cap_ms: int) -> int:
@@ -88,6 +97,8 @@ class FetchPacer:
         self._last_records = clock()
         self._gap_s = 0.0
         """Smoothed time between polls that returned records (bursts' spacing)."""
+        self._rate = 0.0
+        """Smoothed records a second over those polls (0 until two polls brought records)."""
         self._needed_at: float | None = None
 
     @property
@@ -95,7 +106,9 @@ class FetchPacer:
         """The traffic step now: busy (grown with the quiet), idle or asleep."""
         expecting = self._expecting is not None and self._expecting()
         quiet_s = self._clock() - self._last_records
-        return step_wait_ms(quiet_s, self._settings, expecting=expecting, gap_s=self._gap_s)
+        return step_wait_ms(
+            quiet_s, self._settings, expecting=expecting, gap_s=self._gap_s, rate_per_s=self._rate
+        )
 
     @property
     def idle(self) -> bool:
@@ -137,15 +150,17 @@ class FetchPacer:
             now = self._clock()
             gap = now - self._last_records
             if gap >= self._settings.idle_after_s:
-                self._gap_s = 0.0
+                self._gap_s = self._rate = 0.0
             else:
                 self._gap_s += GAP_SMOOTHING * (gap - self._gap_s)
+                if gap > 0:
+                    self._rate += GAP_SMOOTHING * (records / gap - self._rate)
             self._last_records = now
 
     def wake(self) -> None:
         """Expect records soon and want them (a handover, a start): poll briskly again."""
         self._last_records = self._clock()
-        self._gap_s = 0.0
+        self._gap_s = self._rate = 0.0
         self._needed_at = None
 
     def hold_until(self, needed_at: float | None) -> None:

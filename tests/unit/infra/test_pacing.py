@@ -11,6 +11,7 @@ from infra.pacing import FetchPacer, held_wait_ms, step_wait_ms
 from infra.settings import KafkaSettings
 
 SETTINGS = KafkaSettings(
+    fetch_records_target=0,  # the gap rule alone; the records rule has its own tests
     fetch_wait_busy_ms=5,
     fetch_wait_busy_max_ms=20,
     fetch_wait_quiet_share=0.25,
@@ -161,6 +162,42 @@ def test_the_wait_follows_the_gap_between_records(gaps_s: list[float], expected:
         clock.now += gap
         pacer.observe(1)
     assert fetcher._fetch_max_wait_ms == expected
+
+
+RECORDS = SETTINGS.model_copy(update={"fetch_records_target": 8})
+
+
+@pytest.mark.parametrize(
+    ("rate_per_s", "quiet_s", "expected"),
+    [
+        pytest.param(0.0, 0.0, 5, id="no-rate-yet-busy-wait"),
+        pytest.param(4000.0, 0.0, 5, id="fast-stream-8-records-in-2-ms-busy-wait"),
+        pytest.param(800.0, 0.0, 10, id="800-a-second-waits-10-ms-for-8"),
+        pytest.param(400.0, 0.0, 20, id="400-a-second-waits-20-ms"),
+        pytest.param(20.0, 0.0, 20, id="slow-stream-capped"),
+        pytest.param(800.0, 0.060, 15, id="the-quiet-rule-when-longer"),
+        pytest.param(800.0, 2.0, 200, id="idle-all-the-same"),
+    ],
+)
+def test_a_steady_stream_waits_for_a_few_records(
+    rate_per_s: float, quiet_s: float, expected: int
+) -> None:
+    assert step_wait_ms(quiet_s, RECORDS, rate_per_s=rate_per_s) == expected
+
+
+def test_the_pacer_learns_the_rate_and_forgets_it_after_idling() -> None:
+    clock, consumer = _Clock(), _Consumer()
+    pacer = FetchPacer(consumer, RECORDS, clock=clock)
+    assert pacer.attach()
+    for _ in range(12):
+        clock.now += 0.005
+        pacer.observe(4)  # 800 records a second
+    assert consumer._fetcher._fetch_max_wait_ms == 10
+    clock.now += 3.0
+    pacer.observe(0)
+    clock.now += 0.001
+    pacer.observe(1)  # after an idle spell: brisk again, no remembered rate
+    assert consumer._fetcher._fetch_max_wait_ms == 5
 
 
 def test_wake_drops_a_hold() -> None:
