@@ -40,9 +40,10 @@ def step_wait_ms(
     Busy, the wait is `fetch_wait_quiet_share` of the quiet or of the usual gap between
     records (`gap_s`), whichever is longer, between the busy wait and
     `fetch_wait_busy_max_ms`: the fetches between bursts cost a few answers, not one per
-    busy wait, and a record waits at most that share of the gap before it. A steady stream
-    (`rate_per_s`, records a second) also waits for `fetch_records_target` records, within
-    the same bounds: a fetch costs the same whatever it carries. `expecting`: the
+    busy wait. Records flowing at `rate_per_s` (a second) may also wait as long as the rate
+    takes to bring `fetch_target_records`, within the same bounds: a fetch costs the same
+    whatever it carries. On Tansu a record reaching an empty fetch waits for the fetch's
+    next check (half its wait or less), on Apache Kafka not at all. `expecting`: the
     reader awaits records (a client with requests out), so it never idles.
     """
     if not expecting:
@@ -54,7 +55,7 @@ def step_wait_ms(
     cap = max(busy, min(settings.fetch_wait_busy_max_ms, settings.fetch_wait_idle_ms))
     grown = max(quiet_s, gap_s) * settings.fetch_wait_quiet_share
     if rate_per_s > 0:
-        grown = max(grown, settings.fetch_records_target / rate_per_s)
+        grown = max(grown, settings.fetch_target_records / rate_per_s)
     return max(busy, min(round(grown * 1000), cap))
 
 
@@ -97,8 +98,8 @@ class FetchPacer:
         self._last_records = clock()
         self._gap_s = 0.0
         """Smoothed time between polls that returned records (bursts' spacing)."""
-        self._rate = 0.0
-        """Smoothed records a second over those polls (0 until two polls brought records)."""
+        self._batch = 0.0
+        """Smoothed records of those polls: over `_gap_s`, the stream's rate."""
         self._needed_at: float | None = None
 
     @property
@@ -107,8 +108,14 @@ class FetchPacer:
         expecting = self._expecting is not None and self._expecting()
         quiet_s = self._clock() - self._last_records
         return step_wait_ms(
-            quiet_s, self._settings, expecting=expecting, gap_s=self._gap_s, rate_per_s=self._rate
+            quiet_s, self._settings, expecting=expecting, gap_s=self._gap_s, rate_per_s=self.rate
         )
+
+    @property
+    def rate(self) -> float:
+        """Records a second while they flow: smoothed records a poll over the smoothed gap
+        (0 before any spacing is known). Back-to-back polls of a backlog do not spike it."""
+        return self._batch / self._gap_s if self._gap_s > 0 else 0.0
 
     @property
     def idle(self) -> bool:
@@ -150,17 +157,16 @@ class FetchPacer:
             now = self._clock()
             gap = now - self._last_records
             if gap >= self._settings.idle_after_s:
-                self._gap_s = self._rate = 0.0
+                self._gap_s = self._batch = 0.0
             else:
                 self._gap_s += GAP_SMOOTHING * (gap - self._gap_s)
-                if gap > 0:
-                    self._rate += GAP_SMOOTHING * (records / gap - self._rate)
+                self._batch += GAP_SMOOTHING * (records - self._batch)
             self._last_records = now
 
     def wake(self) -> None:
         """Expect records soon and want them (a handover, a start): poll briskly again."""
         self._last_records = self._clock()
-        self._gap_s = self._rate = 0.0
+        self._gap_s = self._batch = 0.0
         self._needed_at = None
 
     def hold_until(self, needed_at: float | None) -> None:

@@ -36,11 +36,12 @@ class KafkaSettings(BaseSettings):
     fetch_wait_quiet_share: float = Field(default=0.25, ge=0, le=1)
     """While records flow, a fetch waits this share of the time since the last records, from
     the busy wait up to `fetch_wait_busy_max_ms`: bursts tens of ms apart cost a few fetches,
-    not one per busy wait, and a record after a gap waits at most that share of the gap."""
-    fetch_records_target: float = Field(default=8, ge=0)
-    """While records flow steadily, a fetch waits long enough to bring about this many at
-    the smoothed rate (up to `fetch_wait_busy_max_ms`): on Tansu every fetch costs the broker
-    and the reader the same whatever it carries. 0 turns it off."""
+    not one per busy wait. On Tansu a record reaching an empty fetch waits for its next check
+    (at half the wait or later), so at most half of that share of the gap."""
+    fetch_target_records: int = Field(default=8, ge=0)
+    """While records flow, a fetch may wait as long as the smoothed rate takes to bring this
+    many (within the busy wait and `fetch_wait_busy_max_ms`): on Tansu every fetch costs the
+    broker and the reader the same whatever it carries. 0 turns it off."""
     fetch_wait_busy_max_ms: int = Field(default=20, ge=0)
     """The longest wait while records flow (before `idle_after_s`), ms; never below the busy
     wait, never above the idle one."""

@@ -302,6 +302,7 @@ class InferenceClient:
             inject(headers)
             [ack] = await publisher.send_all([Outgoing(topic, key, value, headers)])
             if isinstance(ack, BaseException):
+                self._mine.not_sent(envelope.request_id)
                 raise ack
             set_delivery(span, partition=ack.partition, offset=ack.offset)
         self._restarts.acked((ack.topic, ack.partition), ack.offset)
@@ -481,6 +482,8 @@ class InferenceClient:
                 if result.status != "ok":
                     record_error(span, result.status)
         if not self._seen.add(result.request_id):
+            # A repeat; its id may be pending again (sent once more after a broker restart).
+            self._mine.answered(result.request_id)
             self.duplicates_dropped += 1
             return
         self._mine.answered(result.request_id)

@@ -3,10 +3,10 @@
 Two questions are asked of them. "Is this result ours?" must hold for as long as a result
 can still come, even a late one. "Are results still due?" paces the result reader: while
 any are due it never idles (infra.pacing). A request stops being due once its deadline
-and a grace have passed. A request without a deadline stops being due after
-`UNBOUNDED_DUE_S`. From then on it is remembered as ours in a bounded memory, so a late
-answer (a `deadline_exceeded` from a worker that came back, say) is still delivered, and a
-request that is never answered does not keep the reader brisk or the memory growing.
+and a grace have passed; a request without a deadline, after `UNBOUNDED_DUE_S`. From then
+on it is remembered as ours in a bounded memory, so a late answer (a `deadline_exceeded`
+from a worker that came back, say) is still delivered, and a request that is never
+answered does not keep the reader brisk or the memory growing.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ GRACE_S = 10.0
 
 UNBOUNDED_DUE_S = 600.0
 """How long a request without a deadline counts as due."""
+
+HEAP_SLACK = 1024
+"""Answered entries the expiry heap may hold beyond twice the due ones before a rebuild."""
 
 LAPSED_CAPACITY = 100_000
 """How many lapsed request ids are still recognised as ours (oldest forgotten first)."""
@@ -54,12 +57,26 @@ class PendingRequests:
         """Requests that stopped being due without a result."""
 
     def add(self, request_id: str, *, deadline_in_s: float | None) -> None:
-        """A request was sent; its deadline is `deadline_in_s` from now (None: none)."""
-        window = self._unbounded_due_s if deadline_in_s is None else max(deadline_in_s, 0.0)
-        until = self._clock() + window + self._grace_s
+        """A request is being sent; its deadline is `deadline_in_s` from now (None: none)."""
+        now = self._clock()
+        self._lapse(now)
+        if deadline_in_s is None:
+            until = now + self._unbounded_due_s
+        else:
+            until = now + max(deadline_in_s, 0.0) + self._grace_s
         self._lapsed.pop(request_id, None)
         self._due[request_id] = until
         heapq.heappush(self._expiry, (until, request_id))
+        if len(self._expiry) > 2 * len(self._due) + HEAP_SLACK:
+            # Answered requests leave their entries behind until their time: drop them.
+            self._expiry = [(t, r) for r, t in self._due.items()]
+            heapq.heapify(self._expiry)
+
+    def not_sent(self, request_id: str) -> None:
+        """Its send failed (the caller was told): no longer due, not counted as overdue,
+        still recognised should a result come after all."""
+        if self._due.pop(request_id, None) is not None:
+            self._remember(request_id)
 
     def __contains__(self, request_id: object) -> bool:
         return request_id in self._due or request_id in self._lapsed
@@ -71,16 +88,17 @@ class PendingRequests:
 
     def any_due(self) -> bool:
         """Whether a result is still due; requests past their time lapse here."""
-        now = self._clock()
+        self._lapse(self._clock())
+        return bool(self._due)
+
+    def _lapse(self, now: float) -> None:
         lapsed = 0
         while self._expiry and self._expiry[0][0] <= now:
             until, request_id = heapq.heappop(self._expiry)
             if self._due.get(request_id) != until:
                 continue  # answered, or sent again with a later time
             del self._due[request_id]
-            self._lapsed[request_id] = None
-            if len(self._lapsed) > self._lapsed_capacity:
-                self._lapsed.popitem(last=False)
+            self._remember(request_id)
             lapsed += 1
         if lapsed:
             self.lapsed_total += lapsed
@@ -91,4 +109,8 @@ class PendingRequests:
                 self.lapsed_total,
                 self._grace_s,
             )
-        return bool(self._due)
+
+    def _remember(self, request_id: str) -> None:
+        self._lapsed[request_id] = None
+        if len(self._lapsed) > self._lapsed_capacity:
+            self._lapsed.popitem(last=False)

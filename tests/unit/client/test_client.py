@@ -263,3 +263,18 @@ def test_an_overdue_request_stops_keeping_the_reader_brisk_and_a_late_result_sti
 
     assert streamed(client) == ["r1"]
     assert "r1" not in client._mine
+
+
+def test_a_repeat_of_a_request_sent_again_ends_its_pending(client: InferenceClient) -> None:
+    """Answered, then sent again after a broker restart: the repeat answer is dropped as a
+    duplicate, and the request is no longer due (it would count as overdue later)."""
+    client._mine.add("r1", deadline_in_s=30.0)
+    deliver(client, result("r1"))
+    client._mine.add("r1", deadline_in_s=30.0)  # the resubmit
+
+    deliver(client, result("r1"))
+
+    assert streamed(client) == ["r1"]
+    assert client.duplicates_dropped == 1
+    assert "r1" not in client._mine
+    assert not client._mine.any_due()

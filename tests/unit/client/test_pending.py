@@ -30,8 +30,8 @@ def _pending(clock: _Clock, *, capacity: int = 100) -> PendingRequests:
         pytest.param(5.0, 15.0, False, id="at-deadline-plus-grace"),
         pytest.param(-3.0, 9.9, True, id="already-past-deadline-gets-the-grace"),
         pytest.param(-3.0, 10.0, False, id="already-past-deadline-then-lapses"),
-        pytest.param(None, 609.9, True, id="no-deadline-due-for-long"),
-        pytest.param(None, 610.0, False, id="no-deadline-lapses-too"),
+        pytest.param(None, 599.9, True, id="no-deadline-due-for-long"),
+        pytest.param(None, 600.0, False, id="no-deadline-lapses-too"),
     ],
 )
 def test_a_request_is_due_until_its_deadline_and_grace(
@@ -102,3 +102,35 @@ def test_only_the_overdue_lapse() -> None:
     clock.now += 20.0
     assert pending.any_due()  # "long" is still due
     assert pending.lapsed_total == 1
+
+
+def test_a_failed_send_is_not_due_nor_overdue_but_still_ours() -> None:
+    clock = _Clock()
+    pending = _pending(clock)
+    pending.add("r1", deadline_in_s=5.0)
+    pending.not_sent("r1")
+    assert not pending.any_due()
+    clock.now += 60.0
+    assert not pending.any_due()
+    assert pending.lapsed_total == 0
+    assert "r1" in pending  # a send that failed late may still have landed
+
+
+def test_sending_lapses_the_overdue_even_if_nobody_asks() -> None:
+    """A reader that never asks `any_due` (pacing unavailable) still lets requests lapse."""
+    clock = _Clock()
+    pending = _pending(clock)
+    pending.add("old", deadline_in_s=1.0)
+    clock.now += 20.0
+    pending.add("new", deadline_in_s=1.0)
+    assert pending.lapsed_total == 1
+
+
+def test_answered_requests_do_not_pile_up_in_the_expiry_heap() -> None:
+    clock = _Clock()
+    pending = _pending(clock)
+    for i in range(5000):
+        pending.add(f"r{i}", deadline_in_s=None)
+        pending.answered(f"r{i}")
+    assert len(pending._expiry) <= 1024 + 2
+    assert not pending.any_due()

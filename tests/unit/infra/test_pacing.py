@@ -11,7 +11,7 @@ from infra.pacing import FetchPacer, held_wait_ms, step_wait_ms
 from infra.settings import KafkaSettings
 
 SETTINGS = KafkaSettings(
-    fetch_records_target=0,  # the gap rule alone; the records rule has its own tests
+    fetch_target_records=0,  # the gap rule alone; the records rule has its own tests
     fetch_wait_busy_ms=5,
     fetch_wait_busy_max_ms=20,
     fetch_wait_quiet_share=0.25,
@@ -164,7 +164,7 @@ def test_the_wait_follows_the_gap_between_records(gaps_s: list[float], expected:
     assert fetcher._fetch_max_wait_ms == expected
 
 
-RECORDS = SETTINGS.model_copy(update={"fetch_records_target": 8})
+RECORDS = SETTINGS.model_copy(update={"fetch_target_records": 8})
 
 
 @pytest.mark.parametrize(
