@@ -30,22 +30,27 @@ OFFSETS_MS = (10, 60, 130, 200, 240, 300, 360, 400, 450, 490)
 """When, after a waiting fetch was sent, the probe record is produced."""
 
 
-class _FetchCount:
-    """Counts the fetch requests of every aiokafka connection while installed."""
+class _FetchWatch:
+    """Counts the fetch requests of every aiokafka connection while installed, and signals
+    each one sent (`started`, `at`: its send time, monotonic)."""
 
     def __init__(self) -> None:
         from aiokafka import conn
 
         self.n = 0
+        self.at = 0.0
+        self.started = asyncio.Event()
         self._conn = conn
         self._original = conn.AIOKafkaConnection.send
 
-    def __enter__(self) -> _FetchCount:
+    def __enter__(self) -> _FetchWatch:
         original = self._original
 
         def send(connection: Any, request: Any, *args: Any, **kw: Any) -> Any:
             if type(request).__name__.startswith("Fetch"):
                 self.n += 1
+                self.at = time.monotonic()
+                self.started.set()
             return original(connection, request, *args, **kw)
 
         self._conn.AIOKafkaConnection.send = send  # type: ignore[method-assign]
@@ -62,33 +67,6 @@ async def _topics(bootstrap: str, shapes: dict[str, int]) -> None:
         await admin.create_topics([NewTopic(name, n, 1) for name, n in shapes.items()])
     finally:
         await admin.close()
-
-
-class _FetchStarts:
-    """Signals each fetch request sent while installed (its send time, monotonic)."""
-
-    def __init__(self) -> None:
-        from aiokafka import conn
-
-        self.started = asyncio.Event()
-        self.at = 0.0
-        self._conn = conn
-        self._original = conn.AIOKafkaConnection.send
-
-    def __enter__(self) -> _FetchStarts:
-        original = self._original
-
-        def send(connection: Any, request: Any, *args: Any, **kw: Any) -> Any:
-            if type(request).__name__.startswith("Fetch"):
-                self.at = time.monotonic()
-                self.started.set()
-            return original(connection, request, *args, **kw)
-
-        self._conn.AIOKafkaConnection.send = send  # type: ignore[method-assign]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._conn.AIOKafkaConnection.send = self._original  # type: ignore[method-assign]
 
 
 async def arrival_latency(
@@ -109,7 +87,7 @@ async def arrival_latency(
         await consumer.seek_to_end(*tps)
         await consumer.getmany(timeout_ms=1000)
         found: dict[str, dict[int, float]] = {}
-        with _FetchStarts() as fetches:
+        with _FetchWatch() as fetches:
             for topic, partitions in _SHAPES.items():
                 found[topic] = {}
                 for i, offset in enumerate(offsets_ms):
@@ -161,7 +139,7 @@ async def stream_fetches(
             got += sum(len(records) for records in batches.values())
 
     try:
-        with _FetchCount() as fetches:
+        with _FetchWatch() as fetches:
             await asyncio.gather(produce(), consume())
         return {
             "fetch_min_bytes": min_bytes,
