@@ -69,6 +69,14 @@ async def _topics(bootstrap: str, shapes: dict[str, int]) -> None:
         await admin.close()
 
 
+async def _next_records(consumer: AIOKafkaConsumer, *, within_s: float) -> None:
+    """Wait for the consumer's next records; a probe record that never comes is an error."""
+    deadline = time.monotonic() + within_s
+    while not await consumer.getmany(timeout_ms=500):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the probe record did not reach the consumer within {within_s} s")
+
+
 async def arrival_latency(
     bootstrap: str, *, wait_ms: int = 500, offsets_ms: tuple[int, ...] = OFFSETS_MS
 ) -> dict[str, Any]:
@@ -97,8 +105,7 @@ async def arrival_latency(
                     await asyncio.sleep(max(offset / 1000 - (time.monotonic() - fetches.at), 0))
                     started = time.monotonic()
                     await producer.send_and_wait(topic, b"x", partition=i % partitions)
-                    while not await consumer.getmany(timeout_ms=2000):
-                        pass
+                    await _next_records(consumer, within_s=10.0)
                     found[topic][offset] = round((time.monotonic() - started) * 1000, 1)
         return {"fetch_wait_ms": wait_ms, "record_to_consumer_ms_by_offset_ms": found}
     finally:

@@ -441,7 +441,7 @@ class InferenceClient:
 
     def _expecting(self) -> bool:
         """Whether results of this client's requests are still to come (its reader then
-        never idles: the first result after a quiet spell is not held 200 ms)."""
+        never idles: the first result after a quiet spell is not held by an idle wait)."""
         return self._mine.any_due() or bool(self._waiters)
 
     def _broker_note(self, record: ConsumerRecord[bytes, bytes]) -> bool:
@@ -481,12 +481,12 @@ class InferenceClient:
             ) as span:
                 if result.status != "ok":
                     record_error(span, result.status)
+        # Answered, first time or again: a repeat's id may be pending once more (sent again
+        # after a broker restart).
+        self._mine.answered(result.request_id)
         if not self._seen.add(result.request_id):
-            # A repeat; its id may be pending again (sent once more after a broker restart).
-            self._mine.answered(result.request_id)
             self.duplicates_dropped += 1
             return
-        self._mine.answered(result.request_id)
         waiter = self._waiters.get(result.request_id)
         if waiter is not None and not waiter.done():
             waiter.set_result(result)
