@@ -40,7 +40,11 @@ from tracing.setup import tracing_enabled
 RESTART_WATCH_S = 60.0
 """For this long after a broker restart, requests left without a result are sent again."""
 RESEND_AFTER_RESTART_S = 5.0
-"""...once they have waited this long since they were last sent."""
+"""...once they have waited this long since they were last sent (`resend_after_s`)."""
+RESEND_FLOOR_S = 1.0
+"""...and never sooner than this."""
+RESTART_CHECK_S = 1.0
+"""How often the restart watch looks while it resends (otherwise every 2 s)."""
 
 log = logging.getLogger(__name__)
 InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str]
@@ -165,10 +169,12 @@ class InferenceClient:
         self._watcher: asyncio.Task[None] | None = None
         self.duplicates_dropped = 0
         self.resubmitted = 0
+        """Requests sent again because the broker may have lost them."""
         self._sent_at: dict[str, float] = {}
         """When each awaited request was last acked by the broker (monotonic)."""
+        self._give_up_at: dict[str, float] = {}
+        """When `infer` stops waiting for each awaited request (monotonic)."""
         self._restarted_at = -math.inf
-        """Requests sent again because the broker lost them."""
 
     async def __aenter__(self) -> InferenceClient:
         await self.start()
@@ -331,23 +337,35 @@ class InferenceClient:
         await consumer.seek_to_beginning(*consumer.assignment())
         self._resubmit_pending()
 
-    def _resubmit_pending(self, older_than_s: float = 0.0) -> None:
+    def _resubmit_pending(self, *, every_one: bool = True) -> None:
         """The broker started over (it lost its log): requests awaiting a result may be gone
-        with it. Send them again under the same ids; a repeat is dropped by id."""
+        with it. Send them again under the same ids; a repeat is dropped by id.
+        `every_one=False`: only those that have waited `resend_after_s` since their last
+        ack."""
         now = time.monotonic()
         again = [
             wire
             for request_id, wire in self._pending.items()
-            if now - self._sent_at.get(request_id, now) >= older_than_s
+            if every_one or self._resend_due(request_id, now)
         ]
         if not again:
             return
         log.warning("event=resubmitting count=%d", len(again))
         self.resubmitted += len(again)
         for wire in again:
+            if wire.request_id in self._sent_at:
+                self._sent_at[wire.request_id] = now  # a resend in flight is not sent again
             task = asyncio.create_task(self._resubmit(wire))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    def _resend_due(self, request_id: str, now: float) -> bool:
+        sent_at = self._sent_at.get(request_id)
+        if sent_at is None:
+            return False  # its send is not acked yet
+        give_up_at = self._give_up_at.get(request_id)
+        left_s = None if give_up_at is None else give_up_at - now
+        return now - sent_at >= resend_after_s(left_s)
 
     async def _resubmit(self, wire: WireRequest) -> None:
         try:
@@ -361,13 +379,14 @@ class InferenceClient:
         is a batch of its own, so Tansu's end, the last batch's first offset + 1, is past
         it otherwise). Then read the reply logs from their start and resubmit."""
         while True:
-            await asyncio.sleep(every_s)
+            watching = time.monotonic() - self._restarted_at < RESTART_WATCH_S
+            await asyncio.sleep(min(every_s, RESTART_CHECK_S) if watching else every_s)
             if not self._pending or self._consumer is None:
                 continue
-            if time.monotonic() - self._restarted_at < RESTART_WATCH_S:
+            if watching:
                 # A restarted broker can still lose records written in its first seconds
-                # (Tansu keeps some it cannot serve): what waits too long is sent again.
-                self._resubmit_pending(older_than_s=RESEND_AFTER_RESTART_S)
+                # (Tansu acks some it cannot serve): what waits too long is sent again.
+                self._resubmit_pending(every_one=False)
             if await self._registry_overrun():
                 await self._broker_restarted()
                 continue
@@ -397,6 +416,7 @@ class InferenceClient:
         wire = request if isinstance(request, WireRequest) else WireRequest(request)
         self._waiters[request.request_id] = future
         self._pending[request.request_id] = wire
+        self._give_up_at[request.request_id] = time.monotonic() + timeout_s
         deadline = loop.time() + timeout_s
         try:
             await asyncio.wait_for(self.submit(wire), timeout_s)
@@ -409,6 +429,7 @@ class InferenceClient:
             self._waiters.pop(request.request_id, None)
             self._pending.pop(request.request_id, None)
             self._sent_at.pop(request.request_id, None)
+            self._give_up_at.pop(request.request_id, None)
 
     async def results(self) -> AsyncIterator[InferenceResult]:
         """Results as they arrive: this client's requests (or all, with see_all_results)."""
@@ -496,6 +517,20 @@ class InferenceClient:
         if self._publisher is None:
             raise RuntimeError("InferenceClient is not started: use `async with` or start()")
         return self._publisher
+
+
+def resend_after_s(left_s: float | None) -> float:
+    """How long a request awaited after a broker restart waits since its last ack before
+    it is sent again: `RESEND_AFTER_RESTART_S`, or half the time its caller still waits
+    (`left_s`; None: no limit) when that is shorter, never under `RESEND_FLOOR_S`.
+
+    A restarted Tansu can ack a record and lose it (docs/reliability.md); a request sent
+    while the broker was away is acked late, when little of its time is left, and must be
+    sent again while an answer can still come in time.
+    """
+    if left_s is None:
+        return RESEND_AFTER_RESTART_S
+    return max(RESEND_FLOOR_S, min(RESEND_AFTER_RESTART_S, left_s / 2))
 
 
 class RestartDetector:

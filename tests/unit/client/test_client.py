@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.parse import parse_request
 from schemas.result import InferenceResult, error_result
 from schemas.tensors import Tensor, TextInput
-from services.client.client import InferenceClient, _SeenIds, to_wire_inputs
+from services.client.client import InferenceClient, _SeenIds, resend_after_s, to_wire_inputs
 from services.client.pending import PendingRequests
 
 REPLY = "inferbus.results"
@@ -278,3 +279,69 @@ def test_a_repeat_of_a_request_sent_again_ends_its_pending(client: InferenceClie
     assert client.duplicates_dropped == 1
     assert "r1" not in client._mine
     assert not client._mine.any_due()
+
+
+# ---- resends after a broker restart --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("left_s", "after_s"),
+    [
+        pytest.param(None, 5.0, id="no-limit"),
+        pytest.param(30.0, 5.0, id="plenty-left"),
+        pytest.param(10.0, 5.0, id="twice-the-wait-left"),
+        pytest.param(6.0, 3.0, id="half-of-what-is-left"),
+        pytest.param(1.5, 1.0, id="floor"),
+        pytest.param(-2.0, 1.0, id="past-its-time"),
+    ],
+)
+def test_resend_after_s(left_s: float | None, after_s: float) -> None:
+    assert resend_after_s(left_s) == after_s
+
+
+@pytest.mark.parametrize(
+    ("acked_ago_s", "left_s", "due"),
+    [
+        pytest.param(None, 10.0, False, id="not-acked-yet"),
+        pytest.param(4.0, 20.0, False, id="young-with-time-left"),
+        pytest.param(5.0, 20.0, True, id="old"),
+        # Sent while the broker was away: acked late, with little of its time left.
+        pytest.param(2.0, 4.0, True, id="young-but-its-time-runs-out"),
+        pytest.param(0.5, 1.0, False, id="just-sent-again"),
+    ],
+)
+def test_a_request_is_sent_again_by_its_age_and_the_time_it_has_left(
+    client: InferenceClient, acked_ago_s: float | None, left_s: float, due: bool
+) -> None:
+    now = 1_000.0
+    if acked_ago_s is not None:
+        client._sent_at["r1"] = now - acked_ago_s
+    client._give_up_at["r1"] = now + left_s
+
+    assert client._resend_due("r1", now) is due
+
+
+async def test_a_request_sent_again_waits_again_before_the_next_resend(
+    client: InferenceClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resend's ack may take seconds after a restart: the watch, a second later, must
+    not send it once more meanwhile."""
+    resent: list[str] = []
+
+    async def resubmit(wire: Any) -> None:
+        resent.append(wire.request_id)
+
+    monkeypatch.setattr(client, "_resubmit", resubmit)
+    request = client.build_request("m", {"in": np.ones((1, 2), np.float32)}, request_id="r1")
+    client._pending["r1"] = request
+    now = time.monotonic()
+    client._sent_at["r1"] = now - 6.0
+    client._give_up_at["r1"] = now + 20.0
+
+    client._resubmit_pending(every_one=False)
+    await asyncio.sleep(0)
+    client._resubmit_pending(every_one=False)
+    await asyncio.sleep(0)
+
+    assert resent == ["r1"]
+    assert client.resubmitted == 1
