@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
 from infra.settings import KafkaSettings, kafka_settings
 
@@ -59,6 +59,27 @@ def step_wait_ms(
     return max(busy, min(round(grown * 1000), cap))
 
 
+def gather_min_bytes(expected_records: float, bytes_per_record: float, share: float) -> int:
+    """The least a fetch asks the broker to return: `share` of the records its wait is
+    expected to bring, in bytes, when that is at least 2 records (1 byte otherwise: answer
+    as soon as anything is there).
+
+    Tansu, like Kafka, answers a fetch at once only when it already holds this much, and
+    otherwise at its first check that does (half the wait, three quarters, ...) or at the
+    wait's end: a record then waits up to the wait for company, and the hop makes one
+    fetch and one produce per few records instead of per one or two.
+    """
+    records = int(expected_records * share)
+    if records < 2 or bytes_per_record <= 0:
+        return 1
+    return max(1, round(records * bytes_per_record))
+
+
+def record_bytes(records: Sequence[ConsumerRecord[bytes, bytes]]) -> int:
+    """Keys and values of `records`, bytes (what a fetch's minimum counts, near enough)."""
+    return sum(len(r.value or b"") + len(r.key or b"") for r in records)
+
+
 def held_wait_ms(step_ms: int, needed_in_s: float | None, *, margin_ms: int, cap_ms: int) -> int:
     """The wait for a fetch built now when the reader needs records `needed_in_s` from now.
 
@@ -90,8 +111,10 @@ class FetchPacer:
         *,
         clock: Callable[[], float] = time.monotonic,
         expecting: Callable[[], bool] | None = None,
+        gather: bool = False,
     ) -> None:
         self._settings = settings or kafka_settings()
+        self._gather = gather
         self._clock = clock
         self._consumer = consumer
         self._expecting = expecting
@@ -100,6 +123,8 @@ class FetchPacer:
         """Smoothed time between polls that returned records (bursts' spacing)."""
         self._batch = 0.0
         """Smoothed records of those polls: over `_gap_s`, the stream's rate."""
+        self._record_bytes = 0.0
+        """Smoothed bytes a record (key and value) of those polls."""
         self._needed_at: float | None = None
 
     @property
@@ -148,11 +173,20 @@ class FetchPacer:
             cap_ms=settings.fetch_wait_idle_ms,
         )
 
-    def observe(self, records: int) -> None:
-        """Records the last poll returned: records end the quiet the wait grows with and
-        add its length to the smoothed gap. Records after an idle spell start it afresh:
-        the spell is no spacing of traffic, and what follows the first record is polled
-        briskly."""
+    def current_min_bytes(self) -> int:
+        """The least a fetch built now asks for: 1 byte, or with `gather`, while records
+        flow and nothing holds the fetch, `gather_min_bytes` of what its wait should bring."""
+        share = self._settings.fetch_gather_share
+        if not self._gather or share <= 0 or self._needed_at is not None or self.idle:
+            return 1
+        expected = self.rate * self.wait_ms / 1000
+        return gather_min_bytes(expected, self._record_bytes, share)
+
+    def observe(self, records: int, nbytes: int = 0) -> None:
+        """Records the last poll returned (and their bytes): records end the quiet the wait
+        grows with and add its length to the smoothed gap. Records after an idle spell
+        start it afresh: the spell is no spacing of traffic, and what follows the first
+        record is polled briskly."""
         if records:
             now = self._clock()
             gap = now - self._last_records
@@ -161,6 +195,9 @@ class FetchPacer:
             else:
                 self._gap_s += GAP_SMOOTHING * (gap - self._gap_s)
                 self._batch += GAP_SMOOTHING * (records - self._batch)
+            if nbytes:
+                size = nbytes / records
+                self._record_bytes += GAP_SMOOTHING * (size - self._record_bytes)
             self._last_records = now
 
     def wake(self) -> None:
@@ -187,13 +224,20 @@ def _paced(fetcher_class: type[Any]) -> type[Any]:
         pacer: FetchPacer = fetcher._inferbus_pacer
         return pacer.current_wait_ms()
 
+    def least(fetcher: Any) -> int:
+        pacer: FetchPacer = fetcher._inferbus_pacer
+        return pacer.current_min_bytes()
+
     def ignore(fetcher: Any, value: int) -> None:
-        """The fetcher's own __init__ value: the pacer has its settings."""
+        """The fetcher's own __init__ values: the pacer has its settings."""
 
     paced = type(
         f"Paced{fetcher_class.__name__}",
         (fetcher_class,),
-        {"_fetch_max_wait_ms": property(wait, ignore)},
+        {
+            "_fetch_max_wait_ms": property(wait, ignore),
+            "_fetch_min_bytes": property(least, ignore),
+        },
     )
     _PACED[fetcher_class] = _PACED[paced] = paced
     return paced

@@ -42,6 +42,10 @@ class KafkaSettings(BaseSettings):
     """While records flow, a fetch may wait as long as the smoothed rate takes to bring this
     many (within the busy wait and `fetch_wait_busy_max_ms`): on Tansu every fetch costs the
     broker and the reader the same whatever it carries. 0 turns it off."""
+    fetch_gather_share: float = Field(default=0.5, ge=0, le=1)
+    """A gathering consumer (ingest) asks each fetch for this share of the records its wait
+    is expected to bring (`infra.pacing.gather_min_bytes`), when that is 2 or more: the
+    broker then answers when they are there, or at the wait's end. 0 turns it off."""
     fetch_wait_busy_max_ms: int = Field(default=20, ge=0)
     """The longest wait while records flow (before `idle_after_s`), ms; never below the busy
     wait, never above the idle one."""

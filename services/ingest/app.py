@@ -60,7 +60,7 @@ from services.runtime.answers import (
     deliver_until_taken,
     result_headers,
 )
-from services.runtime.consumer import OwnedConsumer
+from services.runtime.consumer import ConsumerOptions, OwnedConsumer
 from services.runtime.membership import Identity, Membership, default_instance_id
 from services.runtime.offsets import OffsetTracker
 from tracing.attributes import RequestAttrs
@@ -145,6 +145,7 @@ class IngestService:
             offsets=self.offsets,
             drain=self._drain,
             control=control,
+            options=ConsumerOptions(gather=True),
         )
 
     # ---- lifecycle ---------------------------------------------------------------------

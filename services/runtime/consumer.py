@@ -27,7 +27,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.log_end import fetch_once
-from infra.pacing import FetchPacer
+from infra.pacing import FetchPacer, record_bytes
 from schemas.errors import InferbusError
 from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS
 from services.runtime.committer import Committer
@@ -129,6 +129,10 @@ class ConsumerOptions:
     broker kept its logs first: aiokafka retries a commit until a broker answers, and one
     sent to a broker that went away landed on the fresh one that replaced it, with the old
     log's offsets."""
+    gather: bool = False
+    """While records flow, each fetch asks the broker for about as many as its wait is
+    expected to bring (`FetchPacer`, `fetch_gather_share`): fewer, fuller fetches for a
+    hop that can wait a few ms (ingest), not for one that waits on results."""
 
 
 class OwnedConsumer:
@@ -218,7 +222,7 @@ class OwnedConsumer:
             client_id=self.client_id,
             max_poll_records=self.options.max_poll_records,
         )
-        self.pacer = FetchPacer(consumer)
+        self.pacer = FetchPacer(consumer, gather=self.options.gather)
         self.gaps = GapGuard()
         await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
         self.pacer.attach()
@@ -316,7 +320,7 @@ class OwnedConsumer:
             elif not fenced:
                 records.extend(batch)
         assert self.pacer is not None
-        self.pacer.observe(len(records))
+        self.pacer.observe(len(records), record_bytes(records))
         now = time.monotonic()
         news = self.membership.version != self._seen_version
         if news or now - self._last_rebalance >= self.options.rebalance_every_s:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from infra.pacing import FetchPacer, held_wait_ms, step_wait_ms
+from infra.pacing import FetchPacer, gather_min_bytes, held_wait_ms, step_wait_ms
 from infra.settings import KafkaSettings
 
 SETTINGS = KafkaSettings(
@@ -81,6 +81,7 @@ def test_held_wait(step_ms: int, needed_in_s: float | None, expected: int) -> No
 class _Fetcher:
     def __init__(self) -> None:
         self._fetch_max_wait_ms = 5
+        self._fetch_min_bytes = 1
 
 
 class _Consumer:
@@ -225,3 +226,66 @@ def test_without_a_fetcher_it_says_so(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         assert not pacer.attach()
     assert "fetch_pacing_unavailable" in caplog.text
+
+
+# ---- gathering: the least a fetch asks for -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expected_records", "bytes_per_record", "share", "least"),
+    [
+        pytest.param(6.0, 800.0, 0.5, 2_400, id="half-of-6-records"),
+        pytest.param(3.9, 800.0, 0.5, 1, id="under-2-records-answer-at-once"),
+        pytest.param(4.0, 800.0, 0.5, 1_600, id="2-records"),
+        pytest.param(40.0, 100.0, 0.25, 1_000, id="a-quarter"),
+        pytest.param(6.0, 0.0, 0.5, 1, id="size-not-known-yet"),
+        pytest.param(6.0, 800.0, 0.0, 1, id="off"),
+    ],
+)
+def test_gather_min_bytes(
+    expected_records: float, bytes_per_record: float, share: float, least: int
+) -> None:
+    assert gather_min_bytes(expected_records, bytes_per_record, share) == least
+
+
+GATHER = RECORDS.model_copy(update={"fetch_gather_share": 0.5})
+
+
+def _stream(pacer: FetchPacer, clock: _Clock, *, polls: int, gap_s: float, size: int) -> None:
+    for _ in range(polls):
+        clock.now += gap_s
+        pacer.observe(1, size)
+
+
+@pytest.mark.parametrize(
+    ("gather", "gap_s", "hold", "least"),
+    [
+        # 300 a second: the wait is 20 ms (8 records would take 27), which brings 6.
+        pytest.param(True, 1 / 300, False, 2_400, id="300-a-second-asks-for-3-records"),
+        pytest.param(True, 1 / 50, False, 1, id="50-a-second-answered-at-once"),
+        pytest.param(False, 1 / 300, False, 1, id="not-a-gathering-consumer"),
+        pytest.param(True, 1 / 300, True, 1, id="a-held-fetch-takes-what-is-there"),
+    ],
+)
+def test_a_gathering_fetcher_reads_the_least_it_asks_for(
+    gather: bool, gap_s: float, hold: bool, least: int
+) -> None:
+    clock, consumer = _Clock(), _Consumer()
+    pacer = FetchPacer(consumer, GATHER, clock=clock, gather=gather)
+    assert pacer.attach()
+    _stream(pacer, clock, polls=40, gap_s=gap_s, size=800)
+    if hold:
+        pacer.hold_until(clock.now + 0.05)
+
+    assert consumer._fetcher._fetch_min_bytes == least
+
+
+def test_a_gathering_consumer_that_idles_answers_at_once_again() -> None:
+    clock, consumer = _Clock(), _Consumer()
+    pacer = FetchPacer(consumer, GATHER, clock=clock, gather=True)
+    assert pacer.attach()
+    _stream(pacer, clock, polls=40, gap_s=1 / 300, size=800)
+    assert consumer._fetcher._fetch_min_bytes > 1
+    clock.now += 3.0
+
+    assert consumer._fetcher._fetch_min_bytes == 1
