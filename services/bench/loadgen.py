@@ -140,6 +140,15 @@ def read_result(value: bytes) -> dict[str, Any]:
     return orjson.loads(value)  # type: ignore[no-any-return]
 
 
+def poisson_arrivals(count: int, rate_rps: float, *, seed: int) -> np.ndarray[Any, Any]:
+    """Seconds from the start at which `count` Poisson arrivals at `rate_rps` come
+    (exponential gaps, seeded), ascending."""
+    if rate_rps <= 0:
+        raise ValueError(f"an open loop needs a rate above 0, not {rate_rps}")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_rps, count)
+    return np.cumsum(gaps)
+
+
 class LoadGenerator:
     """Produces events and matches results by request id."""
 
@@ -274,17 +283,23 @@ class LoadGenerator:
         rate_rps: float,
         lengths: Callable[[], int],
         progress: Callable[[int], None],
+        *,
+        seed: int = 1,
     ) -> LoadReport:
-        """Send `count` requests at a fixed rate, regardless of answers (evenly paced; the
-        requests due in each millisecond go together)."""
+        """Send `count` requests at `rate_rps` regardless of answers, as Poisson arrivals
+        (`poisson_arrivals`; the peers' load generator draws the same): each is sent at its
+        time, those already due go together."""
         self._reset(count)
+        arrivals = poisson_arrivals(count, rate_rps, seed=seed)
         start = time.perf_counter()
         while self._report.sent < count:
-            due = min(int((time.perf_counter() - start) * rate_rps) + 1, count)
+            elapsed = time.perf_counter() - start
+            due = int(np.searchsorted(arrivals, elapsed, side="right"))
             if due > self._report.sent:
                 self._send(due - self._report.sent, lengths)
                 self._tick(progress)
-            await asyncio.sleep(0.001)
+            if self._report.sent < count:
+                await asyncio.sleep(max(arrivals[self._report.sent] - elapsed, 0.0))
         return await self._finish(progress)
 
     def _reset(self, count: int) -> None:

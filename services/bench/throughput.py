@@ -1,9 +1,10 @@
 """`inferbus bench throughput`: raw engine samples/s, then end to end through the bus, one run.
 
 Phases: (1) the raw engine alone at the configured batch size; (2) saturation through
-broker, ingest and one worker (closed loop); (3) half that rate open loop, for the
-overhead the bus adds over engine time. Broker, ingest, worker and load generator share
-this machine's cores: the report says how many.
+broker, ingest and one worker (closed loop); (3) half that rate open loop, Poisson arrivals
+(as the peers' load generator draws them), for the overhead the bus adds over engine time.
+Broker, ingest, worker and load generator share this machine's cores: the report says how
+many.
 """
 
 from __future__ import annotations
@@ -369,7 +370,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
                 else max(saturated["samples_per_s"] / 2, 1.0)
             )
             half_count = max(int(half_rate * 10), 200)
-            progress(f"open loop: {half_rate:.0f} req/s, {half_count} requests")
+            progress(f"open loop: {half_rate:.0f} req/s (Poisson arrivals), {half_count} requests")
             half = await _measured(
                 meter, lambda: gen.open_loop(half_count, half_rate, lengths, tick)
             )
@@ -395,7 +396,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             "raw_engine": raw,
             "saturation": saturated,
             "ratio_e2e_over_raw": saturated["samples_per_s"] / raw["samples_per_s"],
-            "half_load": {"rate_rps": half_rate, **half},
+            "half_load": {"rate_rps": half_rate, "arrivals": "poisson", **half},
         }
     finally:
         if sink is not None:

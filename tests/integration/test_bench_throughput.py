@@ -1,0 +1,30 @@
+"""`inferbus bench throughput` end to end on the embedded broker, kept small: every request
+answered in both phases, the open loop's arrivals Poisson, each process's CPU reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.bench.throughput import ThroughputOptions, bench_throughput
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_small_null_engine_run_answers_everything_and_reports_its_costs() -> None:
+    said: list[str] = []
+    options = ThroughputOptions(
+        engine="null", requests=400, window=64, raw_seconds=0.5, open_rate=50.0
+    )
+
+    report = await bench_throughput(options, said.append)
+
+    saturation, open_loop = report["saturation"], report["half_load"]
+    assert saturation["answered"] == saturation["sent"] == 400, said[-5:]
+    assert saturation["statuses"] == {"ok": 400}
+    assert open_loop["arrivals"] == "poisson"
+    assert open_loop["rate_rps"] == 50.0
+    assert open_loop["answered"] == open_loop["sent"] == 500
+    assert open_loop["statuses"] == {"ok": 500}
+    cpu = saturation["cpu"]["cpu_ms_per_request"]
+    assert {"broker", "loadgen", "ingest-0"} <= set(cpu)
+    assert all(value >= 0 for value in cpu.values())
