@@ -1,5 +1,5 @@
-"""aiokafka's own fetcher builds each fetch with the pacer's live wait, and a held
-consumer still gets its records."""
+"""aiokafka's own fetcher builds each fetch with the pacer's live wait and least bytes; a
+held consumer still gets its records, and a gathering one a record that comes alone."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from infra.kafka import make_consumer, make_producer
 from infra.pacing import FetchPacer, record_bytes
@@ -19,17 +20,29 @@ from infra.topics import TopicSpec, ensure_topics
 pytestmark = pytest.mark.integration
 
 
-async def test_a_held_consumer_fetches_with_the_live_wait(broker: str) -> None:
-    topic = f"pacing-{uuid.uuid4().hex[:8]}"
+@contextlib.asynccontextmanager
+async def _one_partition(
+    broker: str, name: str
+) -> AsyncIterator[tuple[str, AIOKafkaConsumer, AIOKafkaProducer]]:
+    """A fresh 1-partition topic, a consumer assigned to it from its start, and a producer."""
+    topic = f"{name}-{uuid.uuid4().hex[:8]}"
     await ensure_topics(broker, [TopicSpec(topic, 1)])
     tp = TopicPartition(topic, 0)
-    consumer = make_consumer(bootstrap=broker, group_id=None, client_id="pacing")
-    producer = make_producer(bootstrap=broker, client_id="pacing")
+    consumer = make_consumer(bootstrap=broker, group_id=None, client_id=name)
+    producer = make_producer(bootstrap=broker, client_id=name)
     await consumer.start()
     await producer.start()
     try:
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
+        yield topic, consumer, producer
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+async def test_a_held_consumer_fetches_with_the_live_wait(broker: str) -> None:
+    async with _one_partition(broker, "pacing") as (topic, consumer, producer):
         pacer = FetchPacer(consumer)
         assert pacer.attach()
         fetcher = consumer._fetcher
@@ -45,9 +58,6 @@ async def test_a_held_consumer_fetches_with_the_live_wait(broker: str) -> None:
         assert got == [b"held"]
         await asyncio.sleep(0.2)
         assert fetcher._fetch_max_wait_ms == pacer.wait_ms  # the hold has passed
-    finally:
-        await consumer.stop()
-        await producer.stop()
 
 
 async def test_a_gathering_consumer_asks_for_several_records_and_still_gets_a_lone_one(
@@ -55,50 +65,40 @@ async def test_a_gathering_consumer_asks_for_several_records_and_still_gets_a_lo
 ) -> None:
     """While a stream flows, each fetch asks for a few records' bytes (`fetch_min_bytes`);
     a record that then comes alone is still answered by the wait's end, not held."""
-    topic = f"gather-{uuid.uuid4().hex[:8]}"
-    await ensure_topics(broker, [TopicSpec(topic, 1)])
-    tp = TopicPartition(topic, 0)
-    consumer = make_consumer(bootstrap=broker, group_id=None, client_id="gather")
-    producer = make_producer(bootstrap=broker, client_id="gather")
-    await consumer.start()
-    await producer.start()
-    settings = kafka_settings().model_copy(update={"fetch_gather_share": 1.0})
-    pacer = FetchPacer(consumer, settings, gather=True)
-    got: list[tuple[float, bytes]] = []
-    asked: list[int] = []
-    lone = asyncio.Event()
-
-    async def read() -> None:
-        while True:
-            batches = await consumer.getmany(timeout_ms=100)
-            records = [r for rs in batches.values() for r in rs]
-            pacer.observe(len(records), record_bytes(records))
-            asked.append(consumer._fetcher._fetch_min_bytes)
-            got.extend((time.monotonic(), r.value or b"") for r in records)
-            if any(r.value == b"lone" for r in records):
-                lone.set()
-
-    reader = asyncio.create_task(read())
-    try:
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
+    async with _one_partition(broker, "gather") as (topic, consumer, producer):
+        settings = kafka_settings().model_copy(update={"fetch_gather_share": 1.0})
+        pacer = FetchPacer(consumer, settings, gather=True)
         assert pacer.attach()
-        for _ in range(60):  # ~400 a second: 4 records every 10 ms
-            for _ in range(4):
-                await producer.send(topic, b"x" * 500, partition=0)
-            await asyncio.sleep(0.01)
-        await producer.flush()
-        assert max(asked) >= 2 * 500, f"never asked for more than one record: {set(asked)}"
-        await asyncio.sleep(0.05)
-        sent_at = time.monotonic()
-        await producer.send_and_wait(topic, b"lone", partition=0)
-        await asyncio.wait_for(lone.wait(), 5.0)
-        [arrived] = [at for at, value in got if value == b"lone"]
-        assert arrived - sent_at < 1.0  # the wait is at most 20 ms while records flow
-        assert len(got) == 241
-    finally:
-        reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await reader
-        await consumer.stop()
-        await producer.stop()
+        got: list[tuple[float, bytes]] = []
+        asked: list[int] = []
+        lone = asyncio.Event()
+
+        async def read() -> None:
+            while True:
+                batches = await consumer.getmany(timeout_ms=100)
+                records = [r for rs in batches.values() for r in rs]
+                pacer.observe(len(records), record_bytes(records))
+                asked.append(consumer._fetcher._fetch_min_bytes)
+                got.extend((time.monotonic(), r.value or b"") for r in records)
+                if any(r.value == b"lone" for r in records):
+                    lone.set()
+
+        reader = asyncio.create_task(read())
+        try:
+            for _ in range(60):  # ~400 a second: 4 records every 10 ms
+                for _ in range(4):
+                    await producer.send(topic, b"x" * 500, partition=0)
+                await asyncio.sleep(0.01)
+            await producer.flush()
+            assert max(asked) >= 2 * 500, f"never asked for more than one record: {set(asked)}"
+            await asyncio.sleep(0.05)
+            sent_at = time.monotonic()
+            await producer.send_and_wait(topic, b"lone", partition=0)
+            await asyncio.wait_for(lone.wait(), 5.0)
+            [arrived] = [at for at, value in got if value == b"lone"]
+            assert arrived - sent_at < 1.0  # the wait is at most 20 ms while records flow
+            assert len(got) == 241
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
