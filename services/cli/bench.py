@@ -67,7 +67,9 @@ def throughput(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
     open_rate: Annotated[
         float | None,
-        typer.Option(help="Open-loop phase rate, req/s (default: half the saturated rate)."),
+        typer.Option(
+            help="Open-loop phase rate, req/s, Poisson arrivals (default: half the saturated rate)."
+        ),
     ] = None,
 ) -> None:
     """Raw engine samples/s (all cores), then end to end at saturation and at half load.
