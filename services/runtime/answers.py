@@ -151,6 +151,13 @@ class Publisher:
     record where aiokafka's per-record `send` costs fifteen, and a worker that reads the
     partition gets the records together. Records keep their keys. What fails is retried
     alone, with backoff; what outlives every attempt is returned as its error.
+
+    Calls take turns per partition. aiokafka holds one unsent batch a partition, and every
+    `send_batch` to it waits for that batch to go, then looks again. With hundreds of calls
+    waiting (a load generator or a client with a request per call, on a slow broker),
+    each departure woke all of them to find one place: the live scale-step's load
+    generator spent its loop on that and sent late (docs/benchmarks.md, stop 18). In turn,
+    each departure wakes one.
     """
 
     def __init__(
@@ -166,6 +173,8 @@ class Publisher:
         self.metadata_timeout_s = metadata_timeout_s
         self._clock = clock
         self._next_partition: dict[str, int] = {}
+        self._turns: dict[tuple[str, int], asyncio.Lock] = {}
+        """One lock a partition: whose batch goes to it next."""
 
     async def _partitions(self, topics: set[str]) -> dict[str, int | BaseException]:
         """Partition count per topic, or why it cannot be produced to (checked once each:
@@ -244,7 +253,8 @@ class Publisher:
                 continue
             for partition, batch, taken in self._batches(topic, count, records, members, outcomes):
                 try:
-                    future = await self.producer.send_batch(batch, topic, partition=partition)
+                    async with self._turns.setdefault((topic, partition), asyncio.Lock()):
+                        future = await self.producer.send_batch(batch, topic, partition=partition)
                 except KafkaError as exc:
                     future = _failed(exc)
                 sent.append((future, topic, partition, taken))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,52 @@ class FakeProducer:
             future.set_result(RecordMetadata(topic, partition, None, self.offset, -1, 0, -1))
             self.offset += len(batch.values)
         return future
+
+
+class DrainingProducer(FakeProducer):
+    """Like aiokafka's accumulator: one unsent batch a partition, and `send_batch` to it
+    waits until that batch goes (1 ms here), then looks again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting: Counter[int] = Counter()
+        self.most_waiting = 0
+        self._unsent: dict[int, asyncio.Event] = {}
+
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
+        self.waiting[partition] += 1
+        self.most_waiting = max(self.most_waiting, self.waiting[partition])
+        while partition in self._unsent:
+            await self._unsent[partition].wait()
+        self.waiting[partition] -= 1
+        gone = self._unsent[partition] = asyncio.Event()
+
+        def depart() -> None:
+            del self._unsent[partition]
+            gone.set()
+
+        asyncio.get_running_loop().call_later(0.001, depart)
+        return await super().send_batch(batch, topic, partition=partition)
+
+
+async def test_calls_take_turns_per_partition_instead_of_all_waiting_on_each_batch() -> None:
+    """Regression: 200 concurrent one-record calls (a load generator on a slow broker) all
+    woke on every batch's departure; the bench's loop spent itself on that."""
+    producer = DrainingProducer()
+    publisher = Publisher(producer)  # type: ignore[arg-type]
+
+    calls = [
+        publisher.send_all([Outgoing("known", None, f"v{i}".encode(), [])]) for i in range(200)
+    ]
+    acks = await asyncio.wait_for(asyncio.gather(*calls), 10)
+
+    assert all(not isinstance(ack, BaseException) for [ack] in acks)
+    assert sorted(v for _, values in producer.sent for v in values) == sorted(
+        f"v{i}" for i in range(200)
+    )
+    assert producer.most_waiting == 1
 
 
 async def test_a_failed_batch_is_retried_and_acks_keep_the_records_order() -> None:
