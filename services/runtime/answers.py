@@ -28,6 +28,7 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import RecordMetadata, TopicPartition
 
+from infra.settings import kafka_settings
 from schemas import headers as h
 from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.frames import join_frame
@@ -166,11 +167,20 @@ class Publisher:
         *,
         patience_s: float = 60.0,
         metadata_timeout_s: float = 5.0,
+        append_timeout_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.producer = producer
         self.patience_s = patience_s
         self.metadata_timeout_s = metadata_timeout_s
+        self.append_timeout_s = (
+            kafka_settings().request_timeout_ms / 1000
+            if append_timeout_s is None
+            else append_timeout_s
+        )
+        """A batch that cannot be handed to the producer within this (turn included) fails
+        as a timeout, as aiokafka's own wait would: callers in line do not wait one
+        timeout each."""
         self._clock = clock
         self._next_partition: dict[str, int] = {}
         self._turns: dict[tuple[str, int], asyncio.Lock] = {}
@@ -195,6 +205,20 @@ class Publisher:
                     continue
             out[topic] = len(known)
         return out
+
+    async def _append(self, batch: Any, topic: str, partition: int) -> asyncio.Future[Any]:
+        """Hand `batch` to the producer in this partition's turn, within `append_timeout_s`."""
+        try:
+            async with asyncio.timeout(self.append_timeout_s):
+                async with self._turns.setdefault((topic, partition), asyncio.Lock()):
+                    future: asyncio.Future[Any] = await self.producer.send_batch(
+                        batch, topic, partition=partition
+                    )
+                    return future
+        except TimeoutError:
+            raise KafkaTimeoutError(
+                f"no room for a batch to {topic}[{partition}] within {self.append_timeout_s:g} s"
+            ) from None
 
     async def send_all(self, records: Sequence[Outgoing]) -> list[RecordMetadata | BaseException]:
         """Per record, in order: its ack, or the error that ended its tries.
@@ -253,8 +277,7 @@ class Publisher:
                 continue
             for partition, batch, taken in self._batches(topic, count, records, members, outcomes):
                 try:
-                    async with self._turns.setdefault((topic, partition), asyncio.Lock()):
-                        future = await self.producer.send_batch(batch, topic, partition=partition)
+                    future = await self._append(batch, topic, partition)
                 except KafkaError as exc:
                     future = _failed(exc)
                 sent.append((future, topic, partition, taken))

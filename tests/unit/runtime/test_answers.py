@@ -158,6 +158,34 @@ async def test_calls_take_turns_per_partition_instead_of_all_waiting_on_each_bat
     assert producer.most_waiting == 1
 
 
+class AwayProducer(DrainingProducer):
+    """A broker that is away: a batch, once there, never goes."""
+
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
+        self._unsent.setdefault(partition, asyncio.Event())
+        return await super().send_batch(batch, topic, partition=partition)
+
+
+async def test_callers_in_line_time_out_together_not_one_after_another() -> None:
+    """Taking turns must not make each caller wait out the one before it: with the broker
+    away, ten callers (four to one partition) all fail about one timeout after they began."""
+    publisher = Publisher(AwayProducer(), patience_s=0.0, append_timeout_s=0.2)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+
+    acks = await asyncio.wait_for(
+        asyncio.gather(
+            *(publisher.send_all([Outgoing("known", None, b"v", [])]) for _ in range(10))
+        ),
+        5,
+    )
+
+    assert all(isinstance(ack, KafkaTimeoutError) for [ack] in acks)
+    assert loop.time() - began < 0.6
+
+
 async def test_a_failed_batch_is_retried_and_acks_keep_the_records_order() -> None:
     producer = FakeProducer(fail=1)
     publisher = Publisher(producer, patience_s=5)  # type: ignore[arg-type]
