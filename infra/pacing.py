@@ -177,10 +177,12 @@ class FetchPacer:
         """The least a fetch built now asks for: 1 byte, or with `gather`, while records
         flow and nothing holds the fetch, `gather_min_bytes` of what its wait should bring."""
         share = self._settings.fetch_gather_share
-        if not self._gather or share <= 0 or self._needed_at is not None or self.idle:
+        if not self._gather or share <= 0 or self._needed_at is not None:
             return 1
-        expected = self.rate * self.wait_ms / 1000
-        return gather_min_bytes(expected, self._record_bytes, share)
+        wait_ms = self.wait_ms
+        if wait_ms > self._settings.fetch_wait_busy_max_ms:  # idle
+            return 1
+        return gather_min_bytes(self.rate * wait_ms / 1000, self._record_bytes, share)
 
     def observe(self, records: int, nbytes: int = 0) -> None:
         """Records the last poll returned (and their bytes): records end the quiet the wait

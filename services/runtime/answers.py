@@ -208,9 +208,12 @@ class Publisher:
 
     async def _append(self, batch: Any, topic: str, partition: int) -> asyncio.Future[Any]:
         """Hand `batch` to the producer in this partition's turn, within `append_timeout_s`."""
+        turn = self._turns.get((topic, partition))
+        if turn is None:
+            turn = self._turns[(topic, partition)] = asyncio.Lock()
         try:
             async with asyncio.timeout(self.append_timeout_s):
-                async with self._turns.setdefault((topic, partition), asyncio.Lock()):
+                async with turn:
                     future: asyncio.Future[Any] = await self.producer.send_batch(
                         batch, topic, partition=partition
                     )
