@@ -72,11 +72,15 @@ def read_trace(path: Path) -> tuple[FloatArray, FloatArray]:
     """Read `TIMESTAMP,ContextTokens,GeneratedTokens`; times from 0 s, context tokens."""
     try:
         with path.open(newline="") as handle:
-            rows = list(csv.DictReader(handle))
+            reader = csv.DictReader(handle)
+            rows = list(reader)
+            header = set(reader.fieldnames or ())
     except OSError as exc:
         raise WorkloadError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
-    if not rows or not {"TIMESTAMP", "ContextTokens"} <= set(rows[0]):
+    if not {"TIMESTAMP", "ContextTokens"} <= header:
         raise WorkloadError(f"{path}: need a header with TIMESTAMP and ContextTokens")
+    if not rows:
+        raise WorkloadError(f"{path}: no requests after the header", path=str(path))
     try:
         times = np.array([_parse_time(r["TIMESTAMP"]) for r in rows], dtype=np.float64)
         tokens = np.array([float(r["ContextTokens"]) for r in rows], dtype=np.float64)

@@ -15,7 +15,14 @@ from scaler.sim.oracle import oracle
 from scaler.sim.params import ServiceModel, SimParams
 from scaler.sim.report import compare
 from scaler.sim.scenarios import SCENARIOS, poisson_arrivals, scenario
-from scaler.sim.workload import TierArrivals, Workload, from_trace, read_trace, scale_rate
+from scaler.sim.workload import (
+    TierArrivals,
+    Workload,
+    WorkloadError,
+    from_trace,
+    read_trace,
+    scale_rate,
+)
 
 SMALL = SimParams(
     service=ServiceModel(a_ms=5, b_ms=0.1, per="token", max_batch_size=4, max_queue_delay_ms=5),
@@ -141,3 +148,20 @@ def test_trace_reader(tmp_path: Path) -> None:
     assert tokens.tolist() == [374.0, 900.0]
     w = from_trace(path, rate_scale=1.0, tiers=["interactive"], max_input_tokens=512, seed=0)
     assert sorted(w.tiers["interactive"].tokens.tolist()) == [374.0, 512.0]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "need a header"),
+        ("time,tokens\n1,2\n", "need a header"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no requests after the header"),
+        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,abc\n", "bad row"),
+        ("TIMESTAMP,ContextTokens\nyesterday,12\n", "bad row"),
+    ],
+)
+def test_trace_reader_names_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(WorkloadError, match=message):
+        read_trace(path)
