@@ -274,6 +274,10 @@ class PolicyConfig:
     remembered base (a steady load's wobble is not a burst)."""
     burst_min_count: int = 2
     """slo: bursts the memory must hold before it keeps capacity through a gap."""
+    burst_unknown_margin: float = 0.25
+    """slo: while too few bursts are remembered for `burst_peak_quantile` to lie below
+    their highest, the floor is sized for the highest lead load times 1 + this (the next
+    burst exceeds the highest of n with probability 1 / (n + 1))."""
     standby_after_gap_s: float | None = None
     """slo: once a gap has lasted this long, held capacity waits as warm standby rather than
     as idle consumers (when the deployment supports standby). None: never."""
@@ -339,6 +343,8 @@ class PolicyConfig:
             problems.append("burst_min_ratio must be >= 1")
         if self.burst_min_count < 1:
             problems.append("burst_min_count must be >= 1")
+        if self.burst_unknown_margin < 0:
+            problems.append("burst_unknown_margin must be >= 0")
         if self.standby_after_gap_s is not None and self.standby_after_gap_s < 0:
             problems.append("standby_after_gap_s must be >= 0")
         return problems

@@ -89,10 +89,15 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         return plan
     if memory.in_gap_s > limit + (keep if standby else 0.0):
         return plan
-    lead = memory.lead_peak(config.burst_peak_quantile)
-    floor = replicas_for(lead, plan.state, config)
-    release = release_to_floor(memory, keep)
     known = memory.knows_quantile(config.burst_peak_quantile)
+    release = release_to_floor(memory, keep)
+    lead = memory.lead_peak(config.burst_peak_quantile)
+    # Bursts at their peak within a keep cost, too few for the quantile: the highest of a few
+    # is what the next one exceeds with probability 1 / (n + 1), so it gets a margin. A slow
+    # ramp's lead is part of a ramp, and `burst_rise` sizes the rest at its onset.
+    margin = config.burst_unknown_margin if not known and rise <= keep else 0.0
+    lead *= 1 + margin
+    floor = replicas_for(lead, plan.state, config)
     plan = dataclasses.replace(plan, burst_floor=floor, floor_known=known, release_to_floor=release)
     if floor <= plan.desired:
         return plan
@@ -107,6 +112,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         "floor": floor,
         "release_to_floor": float(release),
         "floor_known": float(known),
+        "unknown_margin": margin,
     }
     kept_for = (
         f"median gap {gap:.0f} s <= {config.burst_keep_factor:g} x keep cost {keep:.0f} s"
@@ -116,7 +122,8 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     )
     text = (
         f"{len(memory.onsets())} bursts rising in ~{rise:.0f} s (<= 2 x {ttr:.0f} s to start one), "
-        f"{lead:.1f} busy replicas (p{config.burst_peak_quantile * 100:.0f}) within "
+        f"{lead:.1f} busy replicas (p{config.burst_peak_quantile * 100:.0f}"
+        f"{f', the highest of a few + {margin:.0%}' if margin else ''}) within "
         f"{keep:.0f} s of their start needs {floor}; {kept_for}"
     )
     after = config.standby_after_gap_s

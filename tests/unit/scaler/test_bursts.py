@@ -428,3 +428,43 @@ def test_one_remembered_slow_ramp_is_enough_to_meet_the_next(
         reason = next(r for r in rises[0].reasons if r.code == "burst_rise")
         assert reason.numbers["bursts"] == 1.0
         assert "slower than the keep cost 41 s" in reason.message
+
+
+def _gap_floors(
+    clock: FakeClock, rps: list[float], margin: float
+) -> list[tuple[float, float, int]]:
+    """(bursts remembered, floor_known, floor) of every `burst_hold` in a gap."""
+    config = PolicyConfig(initial_spare_replicas=1.0, burst_unknown_margin=margin)
+    seen = _drive(clock, rps, config)
+    return [
+        (r.numbers["bursts"], r.numbers["floor_known"], int(r.numbers["floor"]))
+        for _, g in seen
+        for r in g.reasons
+        if r.code == "burst_hold" and r.numbers["in_gap_s"] > 0
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rps", "margin", "few", "many"),
+    [
+        # Steps to 3000/s: 10 busy, 13 with the spare the policy learns here. With 2-6 bursts
+        # remembered, p75 is only the highest, which the next exceeds with probability
+        # 1 / (n + 1): 12.5 busy, 16 replicas; from the 7th burst on p75 is known.
+        pytest.param(BURSTY, 0.25, 16, 13, id="fast-bursts-few-then-known"),
+        pytest.param(BURSTY, 0.0, 13, 13, id="no-margin"),
+        # Ramps: the lead load is part of a ramp, and the rise is sized at its onset.
+        pytest.param(_ramps(8, 19, 12), 0.25, None, None, id="slow-ramps-unchanged"),
+    ],
+)
+def test_a_floor_from_few_bursts_has_a_margin(
+    clock: FakeClock, rps: list[float], margin: float, few: int | None, many: int | None
+) -> None:
+    floors = _gap_floors(clock, rps, margin)
+    assert floors, "no hold in the gaps"
+    assert any(not known for _, known, _ in floors), "no floor from few bursts"
+    if few is None:
+        plain = _gap_floors(FakeClock(), rps, 0.0)
+        assert floors == plain
+        return
+    assert {f for _, known, f in floors if not known} == {few}
+    assert {f for _, known, f in floors if known} == {many}
