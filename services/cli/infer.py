@@ -45,6 +45,15 @@ def parse_inputs(payload: Any, dtypes: Mapping[str, str]) -> dict[str, Tensor | 
     return out
 
 
+def printable(result: InferenceResult) -> InferenceResult:
+    """`result` with every output as a nested list (`data`): a binary frame's `raw` outputs
+    point into bytes after the envelope, which printed JSON would not carry."""
+    if not result.outputs:
+        return result
+    outputs = {name: Tensor.from_numpy(result.output(name)) for name in result.outputs}
+    return result.model_copy(update={"outputs": outputs})
+
+
 async def infer_once(
     bootstrap: str, models_dir: Path, model: str, payload: Any, *, tier: Tier, timeout_s: float
 ) -> InferenceResult:

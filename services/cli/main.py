@@ -189,7 +189,7 @@ def infer(
     models: ModelsDir = Path("models"),
 ) -> None:
     """Send one request and print its result JSON (exit 1 unless status is ok)."""
-    from services.cli.infer import infer_once
+    from services.cli.infer import infer_once, printable
 
     setup_logging("WARNING", kafka_level="CRITICAL")
     try:
@@ -199,7 +199,7 @@ def infer(
     result = run(
         infer_once(bootstrap, models, model, payload, tier=_tiers(tier)[0], timeout_s=timeout)
     )
-    typer.echo(result.model_dump_json(indent=2, exclude_none=True))
+    typer.echo(printable(result).model_dump_json(indent=2, exclude_none=True))
     raise typer.Exit(0 if result.ok else 1)
 
 
