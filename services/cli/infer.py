@@ -17,8 +17,13 @@ from services.client import InferenceClient
 from tracing.setup import init_tracing, shutdown_tracing
 
 
-def parse_inputs(payload: Any, dtypes: Mapping[str, str]) -> dict[str, Tensor | TextInput]:
-    """`{"x": [[...]]}` (dtype from the model), wire tensors, or `{"text": "..."}`."""
+def parse_inputs(
+    payload: Any, dtypes: Mapping[str, str] | None, *, unknown_model: str = ""
+) -> dict[str, Tensor | TextInput]:
+    """`{"x": [[...]]}` (dtype from the model), wire tensors, or `{"text": "..."}`.
+
+    `dtypes`: the model's inputs, None when the model is not in the local repository
+    (`unknown_model` then says which and what is there)."""
     if not isinstance(payload, dict) or not payload:
         raise InvalidInput('--json: inputs must be a JSON object such as {"x": [[0.1, 0.2]]}')
     out: dict[str, Tensor | TextInput] = {}
@@ -30,12 +35,17 @@ def parse_inputs(payload: Any, dtypes: Mapping[str, str]) -> dict[str, Tensor | 
         elif isinstance(value, str):
             out[name] = TextInput(text=value)
         else:
+            if dtypes is None:
+                raise InvalidInput(
+                    f"input {name!r}: {unknown_model}, so its dtype is unknown; give a "
+                    'wire-format tensor {"dtype": ..., "shape": ..., "data": ...} or pass '
+                    "--models DIR"
+                )
             dtype = dtypes.get(name)
             if dtype is None:
                 raise InvalidInput(
-                    f"input {name!r}: model not found in the local repository, so its dtype "
-                    'is unknown; give a wire-format tensor {"dtype": ..., "shape": ..., '
-                    '"data": ...} or pass --models DIR'
+                    f"input {name!r}: the model has no such input; it takes "
+                    f"{', '.join(sorted(dtypes)) or 'none'}"
                 )
             try:
                 array = np.asarray(value, dtype=DTYPES[dtype])
@@ -58,12 +68,17 @@ async def infer_once(
     bootstrap: str, models_dir: Path, model: str, payload: Any, *, tier: Tier, timeout_s: float
 ) -> InferenceResult:
     """One request through the bus."""
+    repository = ModelRepository(models_dir)
+    dtypes: dict[str, str] | None
     try:
-        config = ModelRepository(models_dir).config(model)
+        config = repository.config(model)
         dtypes = {spec.name: spec.dtype for spec in config.inputs}
     except ModelNotFound:
-        dtypes = {}
-    inputs = parse_inputs(payload, dtypes)
+        dtypes = None
+    known = ", ".join(repository.names()) or "no models"
+    inputs = parse_inputs(
+        payload, dtypes, unknown_model=f"model {model!r} is not in {models_dir} ({known})"
+    )
     client = InferenceClient(bootstrap)
     init_tracing("inferbus-client", instance_id=client.client_id)
     try:

@@ -1,0 +1,67 @@
+"""`inferbus infer`: friendly inputs with errors that say what is wrong; outputs printed as
+numbers, whichever form the result travelled in."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from schemas.errors import InvalidInput
+from schemas.result import InferenceResult
+from schemas.tensors import Tensor, TextInput
+from services.cli.infer import parse_inputs, printable
+from services.runtime.answers import encode_result
+
+OUTPUTS = {
+    "y": np.array([[0.25, -1.5, 3.0, 0.125]], dtype=np.float32),
+    "label": np.array([[7]], dtype=np.int64),
+}
+
+
+@pytest.mark.parametrize("form", ["frame", "b64", "list"])
+def test_printed_outputs_are_the_values(form: str) -> None:
+    value = encode_result(
+        request_id="r-1", model="demo-mlp", status="ok", form=form, outputs=OUTPUTS
+    )
+    printed = json.loads(
+        printable(InferenceResult.from_wire(value)).model_dump_json(exclude_none=True)
+    )
+    for name, array in OUTPUTS.items():
+        tensor = printed["outputs"][name]
+        assert "raw" not in tensor and "b64" not in tensor
+        assert (tensor["dtype"], tensor["shape"]) == (str(array.dtype), list(array.shape))
+        assert tensor["data"] == array.tolist()
+
+
+def test_an_error_result_prints_as_it_is() -> None:
+    value = encode_result(request_id="r-2", model="m", status="invalid_input", error="bad x")
+    result = InferenceResult.from_wire(value)
+    assert printable(result) == result
+
+
+@pytest.mark.parametrize(
+    ("payload", "dtypes", "message"),
+    [
+        pytest.param([1, 2], {"x": "float32"}, "must be a JSON object", id="not-an-object"),
+        pytest.param({}, {"x": "float32"}, "must be a JSON object", id="empty"),
+        pytest.param(
+            {"z": [[1.0]]}, {"x": "float32"}, "no such input; it takes x", id="wrong-input-name"
+        ),
+        pytest.param({"x": [[1.0]]}, None, "model 'nosuch' is not in models", id="model-not-local"),
+        pytest.param({"x": [["a"]]}, {"x": "float32"}, "is not a float32 array", id="bad-values"),
+    ],
+)
+def test_inputs_that_cannot_be_sent_say_why(
+    payload: object, dtypes: dict[str, str] | None, message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        parse_inputs(payload, dtypes, unknown_model="model 'nosuch' is not in models (demo-mlp)")
+
+
+def test_plain_lists_take_the_model_dtype() -> None:
+    inputs = parse_inputs({"x": [[1, 2]], "note": "hi"}, {"x": "float32"})
+    tensor, note = inputs["x"], inputs["note"]
+    assert isinstance(tensor, Tensor) and tensor.to_numpy().dtype == np.float32
+    assert isinstance(note, TextInput) and note.text == "hi"
