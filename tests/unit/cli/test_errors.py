@@ -107,7 +107,7 @@ def repo(tmp_path: Path) -> Path:
         pytest.param(
             ["infer", "nosuch", "--json", '{"x": [[1]]}'],
             {},
-            "error: input 'x': model not found in the local repository",
+            "error: input 'x': model 'nosuch' is not in ",
             id="infer-model-missing-locally",
         ),
         pytest.param(
