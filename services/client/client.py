@@ -432,7 +432,9 @@ class InferenceClient:
             self._give_up_at.pop(request.request_id, None)
 
     async def results(self) -> AsyncIterator[InferenceResult]:
-        """Results as they arrive: this client's requests (or all, with see_all_results)."""
+        """Results as they arrive that no `infer` call is awaiting: those of `submit`ted
+        requests, and late ones of an `infer` that gave up (or every result on the reply
+        topic, with see_all_results). A result `infer` returns is not yielded again."""
         while True:
             yield await self._stream.get()
 
@@ -510,7 +512,10 @@ class InferenceClient:
             return
         waiter = self._waiters.get(result.request_id)
         if waiter is not None and not waiter.done():
+            # `infer` returns it; the stream would keep it for a `results()` reader that an
+            # infer-only client never has, one result per request for the client's life.
             waiter.set_result(result)
+            return
         self._stream.put_nowait(result)
 
     def _require_publisher(self) -> Publisher:

@@ -198,7 +198,21 @@ async def test_deliver_completes_the_waiter_once(client: InferenceClient) -> Non
     assert future.done()
     assert future.result().status == "deadline_exceeded"
     assert client.duplicates_dropped == 1
-    assert streamed(client) == ["r1"]
+    # `infer` returns it: not kept again for a `results()` reader an infer-only client lacks.
+    assert streamed(client) == []
+
+
+async def test_an_infer_only_client_keeps_no_results(client: InferenceClient) -> None:
+    loop = asyncio.get_running_loop()
+    futures = {}
+    for i in range(100):
+        futures[f"r{i}"] = client._waiters[f"r{i}"] = loop.create_future()
+    client._mine.add("s1", deadline_in_s=30.0)  # one submitted without a waiter
+
+    deliver(client, *(result(request_id) for request_id in [*futures, "s1"]))
+
+    assert all(f.done() for f in futures.values())
+    assert streamed(client) == ["s1"]
 
 
 async def test_deliver_leaves_a_cancelled_waiter_alone(client: InferenceClient) -> None:
