@@ -380,22 +380,29 @@ class Pipeline:
             else:
                 status, error = "internal_error", outcome.error or "engine failed"
             timings = self._timings(item, outcome)
-            value = encode_result(
-                request_id=item.request_id,
-                model=item.model,
-                status=status,
-                form=item.form,
-                outputs=outcome.outputs,
-                error=error,
-                model_version=version,
-                timings=timings,
-                batch_size=outcome.batch_size,
-                worker_id=self.instance_id,
-                provider=info.provider,
-                simulated=info.simulated,
-                tenant=item.tenant,
-                completed_at=completed_at,
-            )
+            fields: dict[str, Any] = {
+                "request_id": item.request_id,
+                "model": item.model,
+                "form": item.form,
+                "model_version": version,
+                "timings": timings,
+                "batch_size": outcome.batch_size,
+                "worker_id": self.instance_id,
+                "provider": info.provider,
+                "simulated": info.simulated,
+                "tenant": item.tenant,
+                "completed_at": completed_at,
+            }
+            try:
+                value = encode_result(status=status, outputs=outcome.outputs, error=error, **fields)
+            except Exception as exc:  # outputs the wire cannot carry: answered, not left
+                log.error("event=result_encode_failed request_id=%s error=%r", item.request_id, exc)
+                status = "internal_error"
+                value = encode_result(
+                    status=status,
+                    error=f"the worker could not encode this request's outputs: {exc}",
+                    **fields,
+                )
             # Result encoding is the tail of postprocessing; e2e includes it.
             timings["postprocess_ms"] = (timings["postprocess_ms"] or 0.0) + (
                 time.perf_counter() - started
