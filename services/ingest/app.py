@@ -16,7 +16,7 @@ import os
 import signal
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TypeAlias
 
@@ -478,7 +478,8 @@ class IngestService:
             elif isinstance(outcome, Answer):
                 result = outcome.result
                 self.counts[result.status] += 1
-                count_request("inferbus-ingest", result.model, outcome.tier, result.status)
+                model = metric_model(result.model, self.catalog.knows)
+                count_request("inferbus-ingest", model, outcome.tier, result.status)
                 log.info(
                     "event=request_rejected request_id=%s status=%s reason=%r",
                     result.request_id,
@@ -537,3 +538,10 @@ async def run_ingest(bootstrap: str, settings: IngestSettings | None = None) -> 
         beat.cancel()
         await service.stop()
         shutdown_tracing()
+
+
+def metric_model(name: str, known: Callable[[str], bool]) -> str:
+    """The `model` label of a rejected request: its name if the repository knows it, else
+    `-`. Producers choose the names, and every distinct label is a series kept for the
+    life of the process."""
+    return name if known(name) else "-"

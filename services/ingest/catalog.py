@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -20,6 +20,11 @@ from schemas.topics import TIERS, parse_request_topic, request_topic, worker_gro
 log = logging.getLogger(__name__)
 
 
+MISSES_KEPT = 1024
+"""Names that failed to resolve, remembered at most: producers choose the names, so a stream
+of distinct bad ones must not grow ingest's memory (the oldest is forgotten first)."""
+
+
 class CachedModelCatalog:
     """Model configs read from disk at most every `refresh_s`; errors are re-raised each time."""
 
@@ -29,22 +34,34 @@ class CachedModelCatalog:
         self.repository = repository
         self.refresh_s = refresh_s
         self.depths = depths
-        self._configs: dict[str, tuple[float, ModelConfig | Exception]] = {}
+        self._configs: dict[str, tuple[float, ModelConfig]] = {}
+        self._misses: OrderedDict[str, tuple[float, Exception]] = OrderedDict()
         self._versions: dict[str, tuple[float, list[str]]] = {}
 
     def config(self, name: str) -> ModelConfig:
         now = time.monotonic()
-        cached = self._configs.get(name)
+        cached = self._configs.get(name) or self._misses.get(name)
         if cached is None or now - cached[0] > self.refresh_s:
             try:
-                entry: ModelConfig | Exception = self.repository.config(name)
-            except Exception as exc:  # cached and re-raised below for every request
-                entry = exc
-            cached = (now, entry)
-            self._configs[name] = cached
+                config = self.repository.config(name)
+            except Exception as exc:  # remembered and re-raised for every request
+                self._configs.pop(name, None)
+                self._misses[name] = (now, exc)
+                self._misses.move_to_end(name)
+                while len(self._misses) > MISSES_KEPT:
+                    self._misses.popitem(last=False)
+                raise
+            self._misses.pop(name, None)
+            self._configs[name] = (now, config)
+            return config
         if isinstance(cached[1], Exception):
-            raise cached[1]
+            # Its old traceback dropped: raised again and again, it would keep growing.
+            raise cached[1].with_traceback(None)
         return cached[1]
+
+    def knows(self, name: str) -> bool:
+        """Whether `name` resolved to a model the last time it was looked up."""
+        return name in self._configs
 
     def has_version(self, name: str, version: str) -> bool:
         now = time.monotonic()

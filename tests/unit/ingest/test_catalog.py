@@ -12,6 +12,7 @@ from infra.models.config import ModelConfig, ModelConfigError
 from infra.models.repository import ModelRepository
 from schemas.errors import ModelNotFound
 from services.ingest import catalog as catalog_module
+from services.ingest.app import metric_model
 from services.ingest.catalog import (
     CachedModelCatalog,
     QueueDepths,
@@ -224,6 +225,38 @@ def test_config_errors_are_cached_and_raised_every_time(clock: Clock) -> None:
     repository.result = mlp_config()
     clock.now += 6
     assert catalog.config("x").name == "demo-mlp"
+
+
+def test_names_that_do_not_resolve_are_remembered_only_so_many(clock: Clock) -> None:
+    repository = CountingRepository()
+    repository.result = ModelNotFound("no such model", model="x")
+    catalog = make_catalog(repository)
+
+    for i in range(catalog_module.MISSES_KEPT + 50):
+        with pytest.raises(ModelNotFound):
+            catalog.config(f"made-up-{i}")
+
+    assert len(catalog._misses) == catalog_module.MISSES_KEPT
+    assert "made-up-0" not in catalog._misses  # the oldest went first
+    assert not catalog.knows("made-up-60")
+    repository.result = mlp_config()
+    catalog.config("demo-mlp")
+    assert catalog.knows("demo-mlp")
+
+
+def test_a_remembered_error_does_not_grow_with_each_raise(clock: Clock) -> None:
+    repository = CountingRepository()
+    repository.result = ModelNotFound("no such model", model="x")
+    catalog = make_catalog(repository)
+    depths = []
+    for _ in range(5):
+        with pytest.raises(ModelNotFound) as raised:
+            catalog.config("x")
+        tb, frames = raised.value.__traceback__, 0
+        while tb is not None:
+            frames, tb = frames + 1, tb.tb_next
+        depths.append(frames)
+    assert depths[-1] == depths[1]
 
 
 def test_config_picks_up_a_fix_after_refresh(clock: Clock) -> None:
@@ -453,3 +486,15 @@ def test_admission_asking_for_a_depth_marks_the_topic_wanted(tmp_path: Path) -> 
     catalog = CachedModelCatalog(ModelRepository(tmp_path), refresh_s=60, depths=queue)
     catalog.queue_depth(T)
     assert T in queue._wanted_at
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [pytest.param("demo-mlp", "demo-mlp", id="known"), pytest.param("made-up", "-", id="unknown")],
+)
+def test_a_rejected_request_is_counted_under_a_known_model_or_none(
+    clock: Clock, name: str, label: str
+) -> None:
+    catalog = make_catalog(CountingRepository())
+    catalog.config("demo-mlp")
+    assert metric_model(name, catalog.knows) == label
