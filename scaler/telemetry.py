@@ -129,6 +129,10 @@ class InstanceLoad:
     load: WorkerLoad
 
 
+LOADS_PRUNE_MIN = 64
+"""Instances' last loads kept before the first pruning in `apply`."""
+
+
 class TelemetryReader:
     """The scaler's view of `inferbus.telemetry`: stage windows plus each instance's last load."""
 
@@ -145,6 +149,7 @@ class TelemetryReader:
         """Per lane: canary workers' heartbeats fold apart from everyone else's."""
         self._clock = clock
         self._loads: dict[str, InstanceLoad] = {}
+        self._prune_above = LOADS_PRUNE_MIN
         self.invalid = 0
         """Heartbeats or histograms that could not be read."""
 
@@ -167,6 +172,10 @@ class TelemetryReader:
             self._loads[heartbeat.instance_id] = InstanceLoad(
                 at_s, heartbeat.service, heartbeat.model, heartbeat.load
             )
+            if len(self._loads) > self._prune_above:
+                # Instances that stopped sending (replaced, killed) go once the table has
+                # doubled since the last pruning: amortized O(1) a heartbeat.
+                self._prune(at_s - self.windows.window_s)
 
     def apply_bytes(self, value: bytes) -> bool:
         """Parse and fold one record value; False (counted, logged) when it is not a Heartbeat."""
@@ -181,9 +190,12 @@ class TelemetryReader:
 
     def loads(self) -> dict[str, InstanceLoad]:
         """Each instance's last load, for instances heard from within the window."""
-        oldest = self._clock() - self.windows.window_s
-        self._loads = {k: v for k, v in self._loads.items() if v.at_s >= oldest}
+        self._prune(self._clock() - self.windows.window_s)
         return dict(self._loads)
+
+    def _prune(self, oldest_s: float) -> None:
+        self._loads = {k: v for k, v in self._loads.items() if v.at_s >= oldest_s}
+        self._prune_above = max(LOADS_PRUNE_MIN, 2 * len(self._loads))
 
 
 def _entry(entry: dict[str, Any]) -> tuple[StageKey, LatencyHistogram] | None:

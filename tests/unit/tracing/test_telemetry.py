@@ -156,3 +156,14 @@ async def test_consume_loop_feeds_the_reader() -> None:
     await asyncio.wait_for(consume_telemetry(FakeConsumer(values, stop), reader, stop=stop), 2)
     stats = reader.windows.stats("m", "batch", "queue")
     assert stats is not None and stats.count == 1
+
+
+def test_instances_that_stop_sending_do_not_pile_up() -> None:
+    """Replaced workers send no more heartbeats; `loads()` may never be called between."""
+    clock = Clock(0.0)
+    reader = TelemetryReader(window_s=60, slot_s=5, clock=clock)
+    for i in range(2000):  # a new instance every second, each heard from once
+        clock.now = float(i)
+        reader.apply(heartbeat(f"w{i}", float(i), [1.0]))
+    assert len(reader._loads) <= 2 * 61 + 1
+    assert set(reader.loads()) == {f"w{i}" for i in range(1939, 2000)}  # the last 60 s
