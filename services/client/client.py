@@ -8,7 +8,7 @@ import logging
 import math
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -93,6 +93,10 @@ def to_frame_inputs(
     return out, payload
 
 
+STREAM_KEPT = 10_000
+"""Results kept for `results()` while nobody reads them; the oldest beyond go (counted)."""
+
+
 @dataclass(frozen=True)
 class WireRequest:
     """A request ready to produce: its envelope and, for a binary frame, the payload."""
@@ -159,7 +163,10 @@ class InferenceClient:
         self._waiters: dict[str, asyncio.Future[InferenceResult]] = {}
         self._mine = PendingRequests()
         self._seen = _SeenIds()
-        self._stream: asyncio.Queue[InferenceResult] = asyncio.Queue()
+        self._stream: deque[InferenceResult] = deque()
+        self._streamed = asyncio.Event()
+        self.results_unread_dropped = 0
+        """Results no `results()` reader took before `STREAM_KEPT` newer ones came."""
         self._publisher: Publisher | None = None
         self._pending: dict[str, WireRequest] = {}
         self._restarts = RestartDetector()
@@ -434,9 +441,13 @@ class InferenceClient:
     async def results(self) -> AsyncIterator[InferenceResult]:
         """Results as they arrive that no `infer` call is awaiting: those of `submit`ted
         requests, and late ones of an `infer` that gave up (or every result on the reply
-        topic, with see_all_results). A result `infer` returns is not yielded again."""
+        topic, with see_all_results). A result `infer` returns is not yielded again. Unread,
+        the newest `STREAM_KEPT` are kept (`results_unread_dropped` counts the rest)."""
         while True:
-            yield await self._stream.get()
+            while not self._stream:
+                self._streamed.clear()
+                await self._streamed.wait()
+            yield self._stream.popleft()
 
     async def _read(self) -> None:
         consumer = self._consumer
@@ -516,7 +527,20 @@ class InferenceClient:
             # infer-only client never has, one result per request for the client's life.
             waiter.set_result(result)
             return
-        self._stream.put_nowait(result)
+        if len(self._stream) >= STREAM_KEPT:
+            # Nobody reads them (a client that submits and never iterates `results()`):
+            # the oldest goes, said, rather than the client's memory.
+            self._stream.popleft()
+            self.results_unread_dropped += 1
+            dropped = self.results_unread_dropped
+            if dropped in (1, 10, 100) or dropped % 1000 == 0:
+                log.warning(
+                    "event=results_unread_dropped count=%d kept=%d (read results() to get them)",
+                    dropped,
+                    STREAM_KEPT,
+                )
+        self._stream.append(result)
+        self._streamed.set()
 
     def _require_publisher(self) -> Publisher:
         if self._publisher is None:

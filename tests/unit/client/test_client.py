@@ -15,6 +15,7 @@ from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.parse import parse_request
 from schemas.result import InferenceResult, error_result
 from schemas.tensors import Tensor, TextInput
+from services.client import client as client_module
 from services.client.client import InferenceClient, _SeenIds, resend_after_s, to_wire_inputs
 from services.client.pending import PendingRequests
 
@@ -123,9 +124,8 @@ def deliver(client: InferenceClient, *results: InferenceResult | bytes | None) -
 
 
 def streamed(client: InferenceClient) -> list[str]:
-    out = []
-    while not client._stream.empty():
-        out.append(client._stream.get_nowait().request_id)
+    out = [r.request_id for r in client._stream]
+    client._stream.clear()
     return out
 
 
@@ -213,6 +213,34 @@ async def test_an_infer_only_client_keeps_no_results(client: InferenceClient) ->
 
     assert all(f.done() for f in futures.values())
     assert streamed(client) == ["s1"]
+
+
+def test_results_nobody_reads_are_kept_only_so_many(
+    client: InferenceClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client_module, "STREAM_KEPT", 5)
+    ids = [f"s{i}" for i in range(8)]
+    for request_id in ids:
+        client._mine.add(request_id, deadline_in_s=30.0)
+
+    deliver(client, *(result(request_id) for request_id in ids))
+
+    assert streamed(client) == ids[3:]  # the newest five, oldest first
+    assert client.results_unread_dropped == 3
+
+
+async def test_results_yields_what_arrives_while_it_waits(client: InferenceClient) -> None:
+    client._mine.add("s1", deadline_in_s=30.0)
+    client._mine.add("s2", deadline_in_s=30.0)
+    stream = client.results()
+    first = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0)
+    assert not first.done()
+
+    deliver(client, result("s1"), result("s2"))
+
+    assert (await asyncio.wait_for(first, 1)).request_id == "s1"
+    assert (await asyncio.wait_for(anext(stream), 1)).request_id == "s2"
 
 
 async def test_deliver_leaves_a_cancelled_waiter_alone(client: InferenceClient) -> None:
