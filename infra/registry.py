@@ -15,6 +15,11 @@ from schemas.telemetry import InstanceRecord
 READY_HISTORY = 32
 """Time-to-ready measurements kept per group (newest last)."""
 
+FORGET_AFTER_LEASES = 10
+"""An instance whose record is this many leases older than the newest record folded is
+forgotten: a process killed without its `gone` (OOM, eviction) would otherwise stay in every
+member's table for the life of the topic."""
+
 
 @dataclass(frozen=True)
 class RegistryTable:
@@ -37,7 +42,11 @@ def fold(table: RegistryTable, record: InstanceRecord) -> RegistryTable:
     previous = table.instances.get(record.instance_id)
     if previous is not None and record.updated_at < previous.updated_at:
         return table  # An older update replayed out of order: the table already knows better.
-    instances = dict(table.instances)
+    instances = {
+        key: kept
+        for key, kept in table.instances.items()
+        if not _long_gone(kept, record.updated_at)
+    }
     if record.state == "gone":
         instances.pop(record.instance_id, None)
     else:
@@ -49,6 +58,12 @@ def fold(table: RegistryTable, record: InstanceRecord) -> RegistryTable:
         history = (*table.time_to_ready_s.get(record.group, ()), measured)[-READY_HISTORY:]
         ready_times = {**table.time_to_ready_s, record.group: history}
     return replace(table, instances=instances, time_to_ready_s=ready_times)
+
+
+def _long_gone(record: InstanceRecord, now: datetime) -> bool:
+    if record.lease_s is None:
+        return False
+    return (now - record.updated_at).total_seconds() > FORGET_AFTER_LEASES * record.lease_s
 
 
 def fold_all(
