@@ -199,12 +199,21 @@ class Publisher:
                         self.producer.partitions_for(topic), self.metadata_timeout_s
                     )
                 except (KafkaError, TimeoutError) as exc:
+                    self._forget(topic)
                     out[topic] = UnknownTopic(
                         f"topic {topic!r} is not known to the broker: {exc!r}"
                     )
                     continue
             out[topic] = len(known)
         return out
+
+    def _forget(self, topic: str) -> None:
+        """aiokafka's `partitions_for` adds the topic to the client's metadata topics for
+        good (asked for at every refresh): a reply topic a producer named that does not
+        exist must not stay there (one per distinct name, for the life of the process)."""
+        topics = getattr(self.producer.client, "_topics", None)
+        if isinstance(topics, set):
+            topics.discard(topic)
 
     async def _append(self, batch: Any, topic: str, partition: int) -> asyncio.Future[Any]:
         """Hand `batch` to the producer in this partition's turn, within `append_timeout_s`."""

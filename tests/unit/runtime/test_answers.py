@@ -84,6 +84,7 @@ class FakeProducer:
         self.topics = topics
         self.client = self
         self.offset = 0
+        self._topics: set[str] = set(topics)
 
     @property
     def cluster(self) -> FakeProducer:
@@ -93,6 +94,7 @@ class FakeProducer:
         return {0, 1, 2} if topic in self.topics else None
 
     async def partitions_for(self, topic: str) -> set[int]:
+        self._topics.add(topic)  # as aiokafka's client does before it asks
         raise KafkaTimeoutError(f"no metadata for {topic}")
 
     def create_batch(self) -> FakeBatch:
@@ -218,6 +220,7 @@ async def test_records_for_a_missing_topic_are_retried_until_patience_then_fail_
     assert not isinstance(acks[0], BaseException) and acks[0].offset == 0
     assert isinstance(acks[1], UnknownTopic)
     assert "gone" in str(acks[1])
+    assert producer._topics == {"known"}  # not asked for at every metadata refresh after
 
 
 async def test_a_record_too_large_for_any_batch_fails_alone() -> None:
