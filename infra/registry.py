@@ -15,10 +15,12 @@ from schemas.telemetry import InstanceRecord
 READY_HISTORY = 32
 """Time-to-ready measurements kept per group (newest last)."""
 
-FORGET_AFTER_LEASES = 10
+FORGET_AFTER_LEASES = 100
 """An instance whose record is this many leases older than the newest record folded is
 forgotten: a process killed without its `gone` (OOM, eviction) would otherwise stay in every
-member's table for the life of the topic."""
+member's table for the life of the topic. Records carry their writers' clocks, so the
+margin is wide (10 minutes at a 6 s lease): a host whose clock runs ahead by less cannot
+make live instances look gone."""
 
 
 @dataclass(frozen=True)

@@ -151,9 +151,9 @@ def test_standbys_are_counted_apart_from_consumers() -> None:
 @pytest.mark.parametrize(
     ("lease_s", "kept"),
     [
-        # Killed without a `gone`, every 30 s a new one: those 10 leases (60 s) older than the
-        # newest record go; a8 (60 s old), a9, a10 and the live refresher stay.
-        pytest.param(6.0, {"a8", "a9", "a10", "live"}, id="leased-forgotten"),
+        # Killed without a `gone`, every 120 s a new one: those 100 leases (600 s) older than
+        # the newest record go; a5 (600 s old) to a10 and the live refresher stay.
+        pytest.param(6.0, {f"a{i}" for i in range(5, 11)} | {"live"}, id="leased-forgotten"),
         pytest.param(None, {f"a{i}" for i in range(11)} | {"live"}, id="no-lease-kept"),
     ],
 )
@@ -162,7 +162,8 @@ def test_instances_long_past_their_lease_are_forgotten(
 ) -> None:
     records = []
     for i in range(11):
-        records.append(rec(f"a{i}", "ready", 30.0 * i).model_copy(update={"lease_s": lease_s}))
-        records.append(rec("live", "ready", 30.0 * i).model_copy(update={"lease_s": lease_s}))
+        at_s = 120.0 * i
+        records.append(rec(f"a{i}", "ready", at_s).model_copy(update={"lease_s": lease_s}))
+        records.append(rec("live", "ready", at_s).model_copy(update={"lease_s": lease_s}))
     table = fold_all(records)
     assert set(table.instances) == kept
