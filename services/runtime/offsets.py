@@ -29,6 +29,16 @@ class OffsetTracker:
 
     def __init__(self) -> None:
         self._partitions: dict[tuple[str, int], PartitionOffsets] = {}
+        self._last_epoch: dict[tuple[str, int], int] = {}
+        """Per partition, the newest epoch handed out; it outlives `forget`, so a partition
+        read again (its logs lost, or owned again) never reuses an epoch whose late answers
+        are still on their way (one entry a partition ever held)."""
+
+    def _fresh(self, key: tuple[str, int]) -> PartitionOffsets:
+        epoch = self._last_epoch.get(key, -1) + 1
+        self._last_epoch[key] = epoch
+        state = self._partitions[key] = PartitionOffsets(epoch=epoch)
+        return state
 
     def polled(self, topic: str, partition: int, offset: int) -> int:
         """A record was taken in hand; returns the partition's epoch to answer it with.
@@ -39,10 +49,8 @@ class OffsetTracker:
         """
         key = (topic, partition)
         state = self._partitions.get(key)
-        if state is None:
-            state = self._partitions[key] = PartitionOffsets()
-        elif offset <= state.highest_polled:
-            state = self._partitions[key] = PartitionOffsets(epoch=state.epoch + 1)
+        if state is None or offset <= state.highest_polled:
+            state = self._fresh(key)
         state.outstanding.add(offset)
         state.highest_polled = offset
         return state.epoch
@@ -96,7 +104,7 @@ class OffsetTracker:
     def mark_committed(self, offsets: dict[tuple[str, int], int]) -> None:
         """Record a successful commit."""
         for key, offset in offsets.items():
-            state = self._partitions.setdefault(key, PartitionOffsets())
+            state = self._partitions.get(key) or self._fresh(key)
             state.committed = max(state.committed or 0, offset)
 
     def forget(self, topic: str, partition: int) -> None:

@@ -161,6 +161,23 @@ def test_a_partition_that_starts_over_gets_a_new_epoch_and_old_answers_are_ignor
     assert tracker.committable() == {("t", 0): 1}
 
 
+def test_a_late_answer_from_before_forget_does_not_answer_a_new_record() -> None:
+    """Forgotten (logs lost, partition owned again) and read again from 0: an answer still
+    on its way from the old log, for an offset the new one reached, is not the new record's."""
+    tracker = OffsetTracker()
+    old = tracker.polled("t", 0, 3)  # in flight when the partition is forgotten
+    tracker.forget("t", 0)
+    new = [tracker.polled("t", 0, offset) for offset in range(5)]
+
+    tracker.answered("t", 0, 3, old)  # the old record's ack arrives late
+
+    assert old not in new
+    assert tracker.in_flight("t", 0) == 5
+    for offset in range(3):
+        tracker.answered("t", 0, offset, new[offset])
+    assert tracker.committable() == {("t", 0): 3}  # the new 3 is still unanswered
+
+
 @pytest.mark.parametrize(
     ("polled", "answered", "abandoned", "committable"),
     [
