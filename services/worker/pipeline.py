@@ -487,12 +487,16 @@ class Pipeline:
         pending = []
         for answer, error in failed:
             item = answer.item
+            value = answer.outgoing.value
             if isinstance(error, MessageSizeTooLargeError):
                 replacement = self._too_large(answer, len(answer.outgoing.value))
                 [ack] = await self.publisher.send_all([replacement])
                 if not isinstance(ack, BaseException):
                     answer.status = "internal_error"
                     continue
+                # The DLQ takes no more than the reply topic did: it gets the error result
+                # (the headers name the request's topic, partition and offset).
+                value = replacement.value
             reason = f"could not deliver the result to {item.reply_to}: {error!r}"
             log.error("event=result_undeliverable request_id=%s reason=%r", item.request_id, reason)
             headers = h.dead_letter(
@@ -502,7 +506,7 @@ class Pipeline:
                 offset=item.offset,
                 code="undeliverable",
             )
-            pending.append(Outgoing(DLQ, item.request_id.encode(), answer.outgoing.value, headers))
+            pending.append(Outgoing(DLQ, item.request_id.encode(), value, headers))
         await deliver_until_taken(self.publisher, pending)
         self.counts["dead_lettered"] += len(pending)
 
