@@ -163,6 +163,14 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         bool, typer.Option("--standby/--no-standby", help="The actuator keeps warm standby.")
     ] = True,
     partitions: Annotated[int | None, typer.Option("--partitions")] = None,
+    queues: Annotated[
+        str | None,
+        typer.Option(
+            "--queues",
+            help="partition (each consumer serves its own partitions, as live; default)"
+            " | shared (one pooled FIFO)",
+        ),
+    ] = None,
     max_total_replicas: Annotated[int | None, typer.Option("--max-total-replicas")] = None,
     slo_ms: Annotated[
         float | None, typer.Option("--slo-ms", help="p99 e2e SLO of the traced tiers, ms.")
@@ -204,6 +212,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             "standby": standby,
             "rebalance_pause_s": rebalance_pause_s,
             "partitions": partitions,
+            "queues": queues,
             "max_total_replicas": max_total_replicas,
             "collection_interval_s": interval_s,
             "min_replicas": min_replicas,

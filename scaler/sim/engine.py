@@ -144,7 +144,7 @@ class _Loop:
                     diagnosis=d.diagnosis,
                 )
             )
-        return now < self.last_arrival or any(g.head < g.times.size for g in self.groups)
+        return now < self.last_arrival or any(g.unserved_left() for g in self.groups)
 
     def _joins(self, gi: int, now: float) -> bool:
         """A readiness event only rebalances if its replica still consumes from then."""

@@ -4,7 +4,9 @@ Computed offline with the whole future known, minute by minute: for each minute,
 fewest replicas (between the floor and the partition count) such that at least
 `target` of the requests arriving in that minute finish within the SLO, serving the
 minute's requests with the same batching and service-time model as the simulator and
-carrying the replicas' busy state over from the previous minute. Replicas are assumed
+carrying the replicas' busy state over from the previous minute. With `partitions` set
+every replica serves only the partitions the live assignment gives it (the simulator's
+`partition` queues); without, the group is one pooled FIFO. Replicas are assumed
 ready when the minute starts and membership changes cost no rebalance pause, so the
 oracle is a lower bound on the cost any real policy can reach.
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scaler.sim.group import batching, form_batch
+from scaler.sim.group import IntArray, batching, form_batch, owners, partitions_of
 from scaler.sim.params import ServiceModel
 from scaler.sim.workload import FloatArray, TierArrivals
 
@@ -58,6 +60,38 @@ def _serve(
     return ends, heap
 
 
+def _serve_partitioned(
+    times: FloatArray,
+    units: FloatArray,
+    owner_of: IntArray,
+    span: tuple[int, int],
+    free: list[float],
+    *,
+    service: ServiceModel,
+) -> tuple[FloatArray, list[float]]:
+    """Serve [lo, hi) = `span` with server i taking only its own requests (`owner_of`), FIFO."""
+    size, delay, a, b = batching(service)
+    lo, hi = span
+    ends = np.empty(hi - lo)
+    after = list(free)
+    order = np.argsort(owner_of[lo:hi], kind="stable")
+    counts = np.bincount(owner_of[lo:hi], minlength=len(free))
+    at = 0
+    for server, count in enumerate(counts.tolist()):
+        own = order[at : at + count]
+        at += count
+        mine = times[lo + own].tolist()
+        cum = np.concatenate(([0.0], np.cumsum(units[lo + own]))).tolist()
+        head, ready = 0, after[server]
+        while head < count:
+            start = max(ready, mine[head])
+            k, _, ready = form_batch(mine, cum, head, start, size=size, delay_s=delay, a_s=a, b_s=b)
+            ends[own[head:k]] = ready
+            head = k
+        after[server] = ready
+    return ends, after
+
+
 def _resize(free: list[float], n: int, at: float) -> list[float]:
     """Keep the n servers that free up first; add new ones free at `at`."""
     kept = sorted(free)[:n]
@@ -73,12 +107,24 @@ def oracle(
     step_s: float,
     floor: int,
     cap: int,
+    partitions: int | None = None,
     target: float = 0.99,
 ) -> OracleSchedule:
     """Greedy minute-by-minute search for the fewest replicas meeting `target` attainment."""
     times_arr = arrivals.times
     units = arrivals.tokens if service.per == "token" else np.ones_like(arrivals.tokens)
     cum = np.concatenate(([0.0], np.cumsum(units))).tolist()
+    part = partitions_of(times_arr.size, partitions) if partitions else None
+    owner_cache: dict[int, IntArray] = {}
+
+    def serve(lo: int, hi: int, free: list[float]) -> tuple[FloatArray, list[float]]:
+        if part is None or partitions is None:
+            return _serve(times, cum, lo, hi, free, service=service)
+        n = len(free)
+        if n not in owner_cache:
+            owner_cache[n] = owners(partitions, [str(i) for i in range(n)])[part]
+        return _serve_partitioned(times_arr, units, owner_cache[n], (lo, hi), free, service=service)
+
     times = times_arr.tolist()
     slo_s = slo_p99_e2e_ms / 1000
     steps = max(1, math.ceil(duration_s / step_s))
@@ -94,7 +140,7 @@ def oracle(
         def attempt(
             count: int, lo: int = lo, hi: int = hi, at: float = at, carried: list[float] = free
         ) -> tuple[bool, FloatArray, list[float]]:
-            ends, after = _serve(times, cum, lo, hi, _resize(carried, count, at), service=service)
+            ends, after = serve(lo, hi, _resize(carried, count, at))
             e2e = ends - times_arr[lo:hi]
             ok = e2e.size == 0 or float(np.mean(e2e <= slo_s)) >= target
             return ok, e2e, after

@@ -58,6 +58,10 @@ PauseModel = Literal["incremental", "eager"]
 """How a membership change pauses a group: moved partitions only, or every consumer."""
 
 
+QueueModel = Literal["partition", "shared"]
+"""Who serves what: each consumer its own partitions (live), or one pooled FIFO (ideal)."""
+
+
 def _default_slos() -> dict[Tier, float]:
     return {"critical": 200.0, "interactive": 500.0, "batch": 60_000.0}
 
@@ -87,6 +91,11 @@ class SimParams:
     standby_promote_s: float = 1.0
     """A warm standby replica consumes this long after it is asked to (the handover)."""
     partitions: int = 32
+    queues: QueueModel = "partition"
+    """`partition`: every consumer serves only the partitions it owns under the live
+    assignment (`infra.assignment`), so with n consumers on P partitions the members with
+    ⌈P/n⌉ carry ⌈P/n⌉/(P/n) of the mean load; `shared`: one FIFO every consumer serves
+    (pooled, kept to show what uneven shares cost)."""
     min_replicas: int = 1
     warm_replicas: int = 1
     max_replicas: int | None = None
@@ -109,6 +118,8 @@ class SimParams:
             raise WorkloadError("time_to_ready_s, pauses, standby_promote_s, drain_s must be >= 0")
         if self.pause_model not in get_args(PauseModel):
             raise WorkloadError(f"pause_model must be one of {get_args(PauseModel)}")
+        if self.queues not in get_args(QueueModel):
+            raise WorkloadError(f"queues must be one of {get_args(QueueModel)}")
         if self.partitions < 1 or self.collection_interval_s <= 0 or self.metrics_window_s <= 0:
             raise WorkloadError("partitions >= 1, intervals > 0")
         if (self.initial_replicas or 0) < 0 or self.min_replicas < 0 or self.oracle_step_s <= 0:

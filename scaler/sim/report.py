@@ -119,6 +119,7 @@ def compare(
             step_s=params.oracle_step_s,
             floor=floor,
             cap=cap,
+            partitions=params.partitions if params.queues == "partition" else None,
         )
         for t in tiers
     }

@@ -1,7 +1,7 @@
 """A fetching consumer over the partitions this instance owns in some of its groups.
 
 Every partition of the group topics is assigned and paused; the instance resumes the ones
-it owns. Ownership follows `ownership.balanced_assignment` of the live members read from
+it owns. Ownership follows `infra.assignment.balanced_assignment` of the live members read from
 the registry (and the scaler's word on how many consume). A partition moves by handover:
 the old owner stops reading it, answers what it holds, commits and releases it in its
 record; only then does the new owner read it from the committed offset. Partitions

@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
+from infra.assignment import balanced_assignment
 from services.runtime.ownership import (
     Member,
     active_members,
-    balanced_assignment,
     claims_of,
     handover,
     target_for,
