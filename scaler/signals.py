@@ -225,6 +225,10 @@ class PolicyConfig:
     scale_up_min_step_share: float = 0.0
     """slo: a scale-up adds at least this share of current replicas (min 1); 0 = exactly what
     is needed (membership changes only pause the partitions that move)."""
+    busiest_max_utilization: float | None = 0.8
+    """slo: add consumers until the busiest member (the one with the most partitions) runs
+    at most this busy at the measured arrivals (`policy/shares.py`; the sizing ceiling
+    `target_utilization + utilization_band` by default); None: size for the mean only."""
     scale_down_min_step_share: float = 0.0
     """slo: skip a scale-down smaller than this share of current (min 1 replica)."""
     scale_down_hold_s: float | None = None
@@ -317,6 +321,8 @@ class PolicyConfig:
         problems: list[str] = []
         if not (self.scale_up_min_step_share >= 0 and 0 <= self.scale_down_min_step_share < 1):
             problems.append("scale_up_min_step_share >= 0, scale_down_min_step_share in [0, 1)")
+        if self.busiest_max_utilization is not None and self.busiest_max_utilization <= 0:
+            problems.append("busiest_max_utilization must be > 0 or null")
         holds = (self.scale_down_hold_s, self.scale_down_gap_hold_s)
         if any(h is not None and h < 0 for h in holds):
             problems.append("scale_down_hold_s and scale_down_gap_hold_s must be >= 0")

@@ -20,6 +20,7 @@ from scaler.policy.plan import Plan, direction
 from scaler.policy.rate import arrival_estimate
 from scaler.policy.rebalance import queue_budget_ms, scale_up_step
 from scaler.policy.scale_down import stabilize_slo
+from scaler.policy.shares import even_shares
 from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
 
 _EPS = 1e-9
@@ -340,7 +341,7 @@ def size(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -
     plan = burst_hold(plan, config)
     plan = not_while_rising(plan, config)
     plan = engine_hold(plan, config)
-    return scale_up_step(plan, config)
+    return even_shares(scale_up_step(plan, config), config)
 
 
 decide = Pipeline(

@@ -58,8 +58,9 @@ def test_capacity_line_reads_well() -> None:
     assert "forecast" in {r.code for r in g.reasons}
 
 
-SPARE_1 = {"initial_spare_replicas": 1.0}
-"""Size as busy + 1 spare replica, so that the numbers below are easy to follow."""
+SPARE_1 = {"initial_spare_replicas": 1.0, "busiest_max_utilization": None}
+"""Size as busy + 1 spare replica for the mean, so that the numbers below are easy to follow
+(the busiest member's share is tested in test_shares.py)."""
 
 
 def _one(s: GroupSignals, state: ScalerState | None = None, now: float = 0.0, **cfg: float):
