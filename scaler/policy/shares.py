@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from scaler.policy.plan import Plan
+from scaler.policy.plan import Plan, direction
 from scaler.signals import PolicyConfig, Reason
 
 
@@ -57,6 +57,7 @@ def even_shares(plan: Plan, config: PolicyConfig) -> Plan:
     after = busiest_utilization(busy, raised, s.partitions)
     return plan.with_(
         desired=raised,
+        diagnosis=direction(raised, plan.current),
         reason=Reason(
             "partition_shares",
             f"{plan.desired} consumers of {s.partitions} partitions leave the busiest with "

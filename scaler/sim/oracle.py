@@ -147,7 +147,7 @@ def oracle(
 
         ok, e2e, after = attempt(n)
         if ok:
-            while n > floor:
+            while n > max(floor, 1):
                 ok_less, e2e_less, after_less = attempt(n - 1)
                 if not ok_less:
                     break
