@@ -18,7 +18,7 @@ from scaler.sim.params import SimParams
 from scaler.sim.workload import FloatArray, Workload
 from schemas.topics import TIERS, Tier, worker_group
 
-EventKind = Literal["tick", "ready", "leave"]
+EventKind = Literal["tick", "ready"]
 Progress = Callable[[float, float], None]
 """Called as progress(sim_time_s, end_s) after every tick."""
 
@@ -113,7 +113,7 @@ class _Loop:
                     self.push(t + self.params.collection_interval_s, "tick")
                 if progress is not None:
                     progress(t, self.end_s)
-            elif kind == "leave" or self._joins(gi, t):
+            elif self._joins(gi, t):
                 self.groups[gi].membership_changed(t)
         for g in self.groups:
             g.advance(self.end_s)
@@ -224,20 +224,17 @@ class _Loop:
         g = self.groups[gi]
         victims = sorted(g.consuming_role(), key=lambda r: (_consuming(r, now), -r.started_at))
         for r in victims[:count]:
-            was_consuming = _consuming(r, now)
             if to_standby > 0:
                 to_standby -= 1
                 r.consume_from = None
-            elif not was_consuming:
+            elif not _consuming(r, now):
                 r.gone_at = now
-                continue
             else:
                 r.leaving = True
                 r.gone_at = max(now, r.free_at)
-            if was_consuming:
-                # Its partitions move once its batch in flight is done.
-                self.push(max(now, r.free_at), "leave", gi)
-        g.refresh_consumers(now)
+        # The consumers' partitions move now; each stays paused until the batch its
+        # previous owner has in flight is done, then for the handover.
+        g.membership_changed(now)
 
     def outcome(self, horizon_s: float) -> tuple[GroupOutcome, ...]:
         out = []

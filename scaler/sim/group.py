@@ -145,6 +145,7 @@ class GroupSim:
         self._p_head = [0] * params.partitions
         self._queues: dict[str, list[tuple[float, int]]] = {}
         self._named = 0
+        self._members: dict[str, Replica] = {}
 
     # --- membership ------------------------------------------------------------
 
@@ -177,6 +178,7 @@ class GroupSim:
             if not r.member_id:
                 self._named += 1
                 r.member_id = f"{self.name}/{self._named}"
+                self._members[r.member_id] = r
         if [r.member_id for r in consumers] == [r.member_id for r in self._consumers]:
             return
         self._consumers = consumers
@@ -199,20 +201,35 @@ class GroupSim:
             r.free_at = max(r.free_at, now)
 
     def membership_changed(self, now: float) -> None:
-        """Consumers joined or left: pause the group (eager) or the moved partitions."""
+        """Consumers joined or left: pause the group (eager) or the moved partitions.
+
+        As live, a partition's previous owner finishes its batch in flight before it lets
+        the partition go: the pause of a moved partition runs from now until that owner is
+        free, plus the handover (`handover_pause_s`), or the rebalance for the whole group.
+        """
         self.refresh_consumers(now)
         before, self._owner_at_change = self._owner_at_change, list(self._owner)
+        released = {
+            p: self._released_at(b, now)
+            for p, (a, b) in enumerate(zip(self._owner, before, strict=True))
+            if a is not None and a != b
+        }
         if self.params.pause_model == "eager":
-            self.pause_until = max(self.pause_until, now + self.params.rebalance_pause_s)
+            settled = max(released.values(), default=now)
+            self.pause_until = max(self.pause_until, settled + self.params.rebalance_pause_s)
             return
-        if self.params.handover_pause_s <= 0:
+        if self.params.handover_pause_s <= 0 or not released:
             return
-        moved = np.array(
-            [a is not None and a != b for a, b in zip(self._owner, before, strict=True)],
-            dtype=np.bool_,
-        )
-        if moved.any():
-            self.handovers.append(Handover(now, now + self.params.handover_pause_s, moved))
+        for settled in sorted(set(released.values())):
+            moved = np.zeros(self.params.partitions, dtype=np.bool_)
+            moved[[p for p, t in released.items() if t == settled]] = True
+            self.handovers.append(Handover(now, settled + self.params.handover_pause_s, moved))
+        self.handovers.sort(key=lambda h: h.end_s)
+
+    def _released_at(self, previous_owner: str | None, now: float) -> float:
+        """When a partition's previous owner is done with the batch it has in flight."""
+        replica = self._members.get(previous_owner) if previous_owner else None
+        return max(now, replica.free_at) if replica is not None else now
 
     def unserved_left(self) -> bool:
         """Some request has not been taken into a batch yet."""

@@ -92,9 +92,14 @@ def _serve_partitioned(
     return ends, after
 
 
-def _resize(free: list[float], n: int, at: float) -> list[float]:
-    """Keep the n servers that free up first; add new ones free at `at`."""
-    kept = sorted(free)[:n]
+def _resize(free: list[float], n: int, at: float, *, positional: bool) -> list[float]:
+    """Keep n servers, add new ones free at `at`.
+
+    Pooled, the n that free up first stay. Serving partitions, server i owns the
+    partitions of member i, so its carried busy time belongs to that position: the first
+    n stay, whatever they still have to finish.
+    """
+    kept = free[:n] if positional else sorted(free)[:n]
     return kept + [at] * (n - len(kept))
 
 
@@ -140,7 +145,7 @@ def oracle(
         def attempt(
             count: int, lo: int = lo, hi: int = hi, at: float = at, carried: list[float] = free
         ) -> tuple[bool, FloatArray, list[float]]:
-            ends, after = serve(lo, hi, _resize(carried, count, at))
+            ends, after = serve(lo, hi, _resize(carried, count, at, positional=part is not None))
             e2e = ends - times_arr[lo:hi]
             ok = e2e.size == 0 or float(np.mean(e2e <= slo_s)) >= target
             return ok, e2e, after

@@ -94,6 +94,28 @@ def test_incremental_pauses_only_moved_partitions() -> None:
     assert 0 < np.count_nonzero(during & moved) < np.count_nonzero(during)
 
 
+def test_a_leaver_keeps_its_partitions_until_its_batch_in_flight_is_done() -> None:
+    g = _group(dataclasses.replace(PARAMS, pause_model="incremental", handover_pause_s=1.0))
+    g.advance(20.0)
+    leaver = g.replicas[0]
+    owned = [p for p, m in enumerate(g._owner) if m == leaver.member_id]
+    leaver.free_at = 23.0  # a long batch in flight
+    leaver.leaving, leaver.gone_at = True, 23.0
+    g.membership_changed(20.0)
+    ends = {h.end_s for h in g.handovers}
+    moved = np.array([h.moved for h in g.handovers]).any(axis=0)
+    g.advance(1e9)
+    assert ends == {21.0, 24.0}
+    theirs = np.isin(g.partition_of, owned)
+    others = moved[g.partition_of] & ~theirs
+    during = (g.times >= 20.0) & (g.times < 23.9)
+    # Nobody serves the leaver's partitions before it is done and the handover is over;
+    # the other moved partitions wait for the handover only.
+    assert np.all(g.end_t[during & theirs] >= 24.0)
+    assert np.all(g.end_t[during & others] >= 21.0)
+    assert np.any(g.end_t[during & others] < 24.0)
+
+
 def test_eager_pauses_the_whole_group() -> None:
     g = _group(dataclasses.replace(PARAMS, pause_model="eager", rebalance_pause_s=1.0))
     assert _join_at(g, 20.0) is None

@@ -9,7 +9,7 @@ import pytest
 
 from infra.assignment import balanced_assignment
 from scaler.sim.group import GroupSim
-from scaler.sim.oracle import oracle
+from scaler.sim.oracle import _resize, oracle
 from scaler.sim.params import QueueModel, ServiceModel, SimParams
 from scaler.sim.workload import TierArrivals
 
@@ -78,3 +78,19 @@ def test_oracle_pays_for_uneven_shares() -> None:
     assert max(pooled.replicas) == 5
     assert min(split.replicas) >= 6
     assert split.replica_seconds > pooled.replica_seconds
+
+
+@pytest.mark.parametrize(
+    ("positional", "n", "expected"),
+    [
+        # Serving partitions, server i is member i: its backlog stays with it.
+        pytest.param(True, 2, [9.0, 1.0], id="partition-keeps-positions"),
+        pytest.param(True, 4, [9.0, 1.0, 5.0, 3.0], id="partition-adds-free-now"),
+        # Pooled, the servers that free up first stay.
+        pytest.param(False, 2, [1.0, 5.0], id="pooled-keeps-earliest"),
+    ],
+)
+def test_oracle_carries_busy_time_by_position_when_serving_partitions(
+    positional: bool, n: int, expected: list[float]
+) -> None:
+    assert _resize([9.0, 1.0, 5.0], n, 3.0, positional=positional) == expected
