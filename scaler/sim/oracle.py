@@ -92,7 +92,7 @@ def _serve_partitioned(
     return ends, after
 
 
-def _resize(free: list[float], n: int, at: float, *, positional: bool) -> list[float]:
+def keep_servers(free: list[float], n: int, at: float, *, positional: bool) -> list[float]:
     """Keep n servers, add new ones free at `at`.
 
     Pooled, the n that free up first stay. Serving partitions, server i owns the
@@ -145,7 +145,8 @@ def oracle(
         def attempt(
             count: int, lo: int = lo, hi: int = hi, at: float = at, carried: list[float] = free
         ) -> tuple[bool, FloatArray, list[float]]:
-            ends, after = serve(lo, hi, _resize(carried, count, at, positional=part is not None))
+            servers = keep_servers(carried, count, at, positional=part is not None)
+            ends, after = serve(lo, hi, servers)
             e2e = ends - times_arr[lo:hi]
             ok = e2e.size == 0 or float(np.mean(e2e <= slo_s)) >= target
             return ok, e2e, after

@@ -9,7 +9,7 @@ import pytest
 
 from infra.assignment import balanced_assignment
 from scaler.sim.group import GroupSim
-from scaler.sim.oracle import _resize, oracle
+from scaler.sim.oracle import keep_servers, oracle
 from scaler.sim.params import QueueModel, ServiceModel, SimParams
 from scaler.sim.workload import TierArrivals
 
@@ -93,4 +93,4 @@ def test_oracle_pays_for_uneven_shares() -> None:
 def test_oracle_carries_busy_time_by_position_when_serving_partitions(
     positional: bool, n: int, expected: list[float]
 ) -> None:
-    assert _resize([9.0, 1.0, 5.0], n, 3.0, positional=positional) == expected
+    assert keep_servers([9.0, 1.0, 5.0], n, 3.0, positional=positional) == expected
