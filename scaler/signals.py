@@ -261,8 +261,8 @@ class PolicyConfig:
     stop 21; with each consumer serving its own partitions 0.55 meets the cost target on 21
     of 24 held-out cells against 11, for 0.3 points of attainment: docs/benchmarks.md)."""
     headroom_min_share: float = 0.2
-    """slo: a window whose queue p99 was under this share of the budget teaches nothing
-    (its wait is batch formation, not queueing)."""
+    """slo: a window whose queue p99 was under this share of the budget counts as if at it
+    (its wait is batch formation, not queueing: the share is an upper bound of its need)."""
     panic_growth_share: float = 0.1
     """slo: fast path when lag grows faster than this share of ready capacity and the backlog
     will not drain within the SLO."""

@@ -8,9 +8,12 @@ peak), ~7 at 30x. That is queueing theory's heavy-traffic picture: the wait scal
 1 / (spare servers) (Kingman, and Whitt for many servers), not with utilization.
 
 So the policy sizes `busy + spare` (never above `target_utilization + utilization_band`).
-Each clean window (no consumer joined or left in it, the arrival rate steady, queue p99
-at least `headroom_min_share` of its budget) tells what spare would have put its queue
-p99 exactly at the budget: spare seen × queue p99 / budget. The spare is the
+Each clean window (no consumer joined or left in it, the arrival rate steady) tells what
+spare would have put its queue p99 exactly at the budget: spare seen × queue p99 / budget.
+A queue p99 under `headroom_min_share` of the budget is mostly batch formation, which no
+spare shrinks, so such a window counts as if at that share: an upper bound of its need.
+(Skipping them instead left a group whose queue never reached the share on its initial
+spare for good: live run K1 held 8 replicas where 5 served.) The spare is the
 `headroom_quantile` of those over `headroom_memory_s`; until there are five,
 `initial_spare_replicas`.
 """
@@ -69,12 +72,13 @@ def learn(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     plan = dataclasses.replace(plan, state=dataclasses.replace(state, spare_samples=kept))
     u, q = s.utilization, s.queue_p99_ms
     budget = queue_budget_ms(s)
-    if u is None or q is None or q < config.headroom_min_share * budget:
+    if u is None or q is None or not _clean(s, state, config, now):
         return plan
-    if not _clean(s, state, config, now):
-        return plan
+    # Under the floor the wait is mostly batch formation: the window is only an upper
+    # bound, what the floor's queue p99 would have needed.
+    counted = max(q, config.headroom_min_share * budget)
     seen = min(s.ready_replicas, s.partitions) * (1 - u)
-    needed = seen * q / budget
+    needed = seen * counted / budget
     before = spare_replicas(plan.state, config)
     learned = dataclasses.replace(
         plan.state, spare_samples=(*plan.state.spare_samples, (now, needed))

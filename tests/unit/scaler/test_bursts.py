@@ -70,7 +70,8 @@ def _tick(load_rps: float, replicas: int, **extra: object) -> GroupSignals:
         arrival_rps=load_rps,
         utilization=min(1.0, load_rps / (300.0 * max(replicas, 1))),
         lag=0,
-        queue_p99_ms=30.0,
+        # No request, no queue to measure (the collector and the simulator report none).
+        queue_p99_ms=30.0 if load_rps > 0 else None,
         oldest_age_ms=10.0,
         partitions=64,
         **extra,

@@ -81,8 +81,9 @@ def _clean_ticks(clock: FakeClock, queue_ms: float, ticks: int, replicas: int = 
         pytest.param(700.0, 10.0, id="breaching-windows-raise-the-spare"),
         # At 0.4 of the budget -> 2 would have been enough.
         pytest.param(140.0, 2.0, id="calm-windows-lower-the-spare"),
-        # Under 20 % of the budget: batch formation, not queueing; keeps the default 4.
-        pytest.param(20.0, 4.0, id="near-empty-queue-teaches-nothing"),
+        # Under 20 % of the budget the wait is batch formation: the window counts as if at
+        # the floor (70 ms), an upper bound of what it needed -> 1, not the default 4.
+        pytest.param(20.0, 1.0, id="near-empty-queue-teaches-the-floor-bound"),
     ],
 )
 def test_spare_is_learned_from_clean_windows(
