@@ -127,6 +127,27 @@ def drain_capacity(
     return interval_rate if known is None else alpha * interval_rate + (1 - alpha) * known
 
 
+def admission_rate(
+    capacity: float | None, served: tuple[float, float] | None, *, now: float, memory_s: float
+) -> float | None:
+    """The drain rate admission predicts waits with: the measured capacity, but never less
+    than what the workers served while they kept up within the last `memory_s`.
+
+    A backlog's intervals measure capacity only while the workers are there: one whose
+    only worker was killed measured the replacement's first trickle (1-7/s) and rejected
+    requests with 25 s deadlines that it served within 2 s (chaos worker-kill). What they
+    served before the backlog is a lower bound of what they can serve when back. Only
+    where the capacity is known: a quiet spell's rate as a floor at a backlog's first read
+    would be the quiet spell read as capacity (`drain_capacity`). After `memory_s` the
+    measured capacity stands alone: workers gone that long are not coming back soon.
+    """
+    if capacity is None:
+        return None
+    if served is None or now - served[0] > memory_s:
+        return capacity
+    return max(capacity, served[1])
+
+
 KICKED_READ_GAP_S = 0.05
 """Reads kicked by requests routed to a topic never read are at least this far apart."""
 
@@ -138,15 +159,27 @@ class QueueDepths:
     ListOffsets for partitions ingest has not written since it started.
     """
 
-    def __init__(self, bootstrap: str, *, refresh_ms: int, active_for_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        refresh_ms: int,
+        active_for_s: float = 10.0,
+        served_memory_s: float = 30.0,
+    ) -> None:
         self.bootstrap = bootstrap
         self.refresh_s = refresh_ms / 1000
         self.active_for_s = active_for_s
+        self.served_memory_s = served_memory_s
+        """How long what the workers served while keeping up floors their drain rate."""
         self._routed_at: dict[str, float] = {}
         self._wanted_at: dict[str, float] = {}
         """When admission last asked for each topic's depth (routed or not)."""
         self._rates: dict[str, float | None] = {}
         """Drain capacity per topic while backlogged (`drain_capacity`)."""
+        self._served: dict[str, tuple[float, float]] = {}
+        """(when, rate): the workers' commit rate, smoothed over intervals spent wholly
+        outside a backlog (`admission_rate`)."""
         self._last_committed: dict[str, tuple[float, int]] = {}
         self._last_depth: dict[str, int] = {}
         self._backlogged: dict[str, bool] = {}
@@ -204,14 +237,23 @@ class QueueDepths:
             self._last_committed,
             self._last_depth,
             self._rates,
+            self._served,
         ):
             for topic in [t for t in by_topic if gone(t)]:
                 del by_topic[topic]
 
     def drain_rate(self, topic: str) -> float | None:
         """Requests per second the topic's workers commit while they work through a backlog
-        (their capacity); None when they keep up, or before two reads."""
-        return self._rates.get(topic) if self._backlogged.get(topic) else None
+        (their capacity, floored by `admission_rate`); None when they keep up, or before
+        two reads."""
+        if not self._backlogged.get(topic):
+            return None
+        return admission_rate(
+            self._rates.get(topic),
+            self._served.get(topic),
+            now=time.monotonic(),
+            memory_s=self.served_memory_s,
+        )
 
     def observe_ack(self, topic: str, partition: int, offset: int) -> None:
         """Record a produce ack: the partition's end is at least offset + 1."""
@@ -363,6 +405,10 @@ class QueueDepths:
             self._rates[topic] = drain_capacity(
                 self._rates.get(topic), interval_rate, within_backlog=was and now_backlogged
             )
+            if interval_rate is not None and not was and not now_backlogged:
+                served = self._served.get(topic)
+                smoothed = interval_rate if served is None else (interval_rate + served[1]) / 2
+                self._served[topic] = (time.monotonic(), smoothed)
 
     def _interval_rate(self, topic: str, committed: int) -> float | None:
         """Requests per second committed since the last read (None: first read, or the

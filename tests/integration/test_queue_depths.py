@@ -1,5 +1,6 @@
-"""Ingest's queue depths against a real broker: known before the first request, and a
-topic never read is read as soon as a request is routed to it, not at the next refresh."""
+"""Ingest's queue depths against a real broker: known before the first request, a topic
+never read is read as soon as a request is routed to it, not at the next refresh, and a
+stalled group's drain rate is floored by what it served while it kept up."""
 
 from __future__ import annotations
 
@@ -73,4 +74,55 @@ async def test_a_topic_never_read_is_read_when_a_request_is_routed_to_it(broker:
             await asyncio.sleep(0.02)
         assert depths.depth(topic) == 7, "read at once: 10 - 4 committed, +1 in flight"
     finally:
+        await depths.stop()
+
+
+async def test_a_stalled_group_is_not_taken_for_a_slow_one(broker: str) -> None:
+    """Its only worker killed, a group commits a trickle while requests pile up: the drain
+    rate admission uses stays at what it served while it kept up, then, once that is
+    older than the memory, falls to what it measures."""
+    model = f"depths-{uuid.uuid4().hex[:8]}"
+    topic = await consumed_backlog(broker, model, produced=0, committed=0)
+    tp = TopicPartition(topic, 0)
+    depths = QueueDepths(broker, refresh_ms=NEVER, served_memory_s=2.0)
+    producer = make_producer(bootstrap=broker, client_id="depths-test")
+    group = make_consumer(
+        bootstrap=broker, group_id=worker_group(model, "interactive"), client_id="depths-test"
+    )
+    await producer.start()
+    await group.start()
+    group.assign([tp])
+    end = 0
+
+    async def interval(produce: int, commit_to: int) -> None:
+        nonlocal end
+        for _ in range(produce):
+            await producer.send_and_wait(topic, b"r", partition=0)
+        end += produce
+        await group.commit({tp: OffsetAndMetadata(commit_to, "")})
+        await asyncio.sleep(0.2)
+        await depths.refresh([topic])
+
+    depths.watch_models([model])
+    try:
+        await depths.refresh([topic])
+        for _ in range(3):  # keeping up: ~10 requests an interval, all committed
+            await interval(10, end + 10)
+        assert depths.drain_rate(topic) is None, "keeping up: no drain rate is known"
+        committed = end
+        for _ in range(3):  # the worker is gone: 20 more an interval, one committed
+            committed += 1
+            await interval(20, committed)
+        stalled = depths.drain_rate(topic)
+        # Kept up at 10 an interval of >= 0.2 s; the stall commits 1 an interval (<= 5/s).
+        assert stalled is not None and stalled >= 10.0, stalled
+        await asyncio.sleep(2.0)  # the memory passes with the group still stalled
+        for _ in range(2):
+            committed += 1
+            await interval(20, committed)
+        measured = depths.drain_rate(topic)
+        assert measured is not None and measured <= 5.0, measured
+    finally:
+        await group.stop()
+        await producer.stop()
         await depths.stop()

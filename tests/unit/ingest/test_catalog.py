@@ -16,6 +16,7 @@ from services.ingest.app import metric_model
 from services.ingest.catalog import (
     CachedModelCatalog,
     QueueDepths,
+    admission_rate,
     backlogged,
     drain_capacity,
     projected_depth,
@@ -403,6 +404,22 @@ def test_drain_capacity(
     known: float | None, interval_rate: float | None, within_backlog: bool, expected: float | None
 ) -> None:
     assert drain_capacity(known, interval_rate, within_backlog=within_backlog) == expected
+
+
+@pytest.mark.parametrize(
+    ("capacity", "served", "now", "expected"),
+    [
+        pytest.param(None, (100.0, 20.0), 101.0, None, id="capacity-unknown-stays-unknown"),
+        pytest.param(1.3, (100.0, 20.0), 101.0, 20.0, id="a-stall-is-floored-by-what-they-served"),
+        pytest.param(50.0, (100.0, 20.0), 101.0, 50.0, id="more-than-they-served-stands"),
+        pytest.param(1.3, (100.0, 20.0), 131.0, 1.3, id="served-too-long-ago-is-forgotten"),
+        pytest.param(1.3, None, 101.0, 1.3, id="never-kept-up"),
+    ],
+)
+def test_admission_rate(
+    capacity: float | None, served: tuple[float, float] | None, now: float, expected: float | None
+) -> None:
+    assert admission_rate(capacity, served, now=now, memory_s=30.0) == expected
 
 
 @pytest.mark.parametrize(
