@@ -179,7 +179,9 @@ class QueueDepths:
         """Drain capacity per topic while backlogged (`drain_capacity`)."""
         self._served: dict[str, tuple[float, float]] = {}
         """(when, rate): the workers' commit rate, smoothed over intervals spent wholly
-        outside a backlog (`admission_rate`)."""
+        outside a backlog (`admission_rate`). Kept by `forget`: a broker that lost its logs
+        did not slow the workers down, and the requests produced while it was away make a
+        backlog at its return that their reconnecting trickle would price at minutes."""
         self._last_committed: dict[str, tuple[float, int]] = {}
         self._last_depth: dict[str, int] = {}
         self._backlogged: dict[str, bool] = {}
@@ -237,7 +239,6 @@ class QueueDepths:
             self._last_committed,
             self._last_depth,
             self._rates,
-            self._served,
         ):
             for topic in [t for t in by_topic if gone(t)]:
                 del by_topic[topic]

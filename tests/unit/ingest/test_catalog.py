@@ -469,6 +469,18 @@ def test_forgetting_restarted_logs_keeps_what_is_known_of_the_others(
     assert (queue.depth(T), queue.depth(OTHER)) == (depth_t, depth_other)
 
 
+def test_forgetting_restarted_logs_keeps_what_the_workers_served() -> None:
+    # The broker lost its logs, not the workers their speed: the backlog of what was sent
+    # while it was away is priced at what they served before, not their reconnecting trickle.
+    queue = depths(acks=[(T, 0, 9)], committed={tp(0): 4})
+    queue._served[T] = (time.monotonic(), 20.0)
+    queue.forget(None)
+    queue._backlogged[T] = True
+    assert queue.drain_rate(T) is None, "capacity not measured again yet"
+    queue._rates[T] = 2.0
+    assert queue.drain_rate(T) == 20.0
+
+
 @pytest.mark.parametrize(
     ("routed_s_ago", "asked", "read"),
     [
