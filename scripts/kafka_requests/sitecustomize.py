@@ -27,6 +27,14 @@ _counts: collections.Counter[str] = collections.Counter()
 
 def _name(request: Any) -> str:
     name = type(request).__name__
+    if name.startswith("Produce"):
+        try:
+            produced = request._topics  # aiokafka >= 0.12 keeps them private
+            topics = "/".join(sorted(t.rsplit(".", 1)[-1] for t, _ in produced))
+            parts = sum(len(p) for _, p in produced)
+            return f"{name} parts={parts} topics={topics}"
+        except AttributeError:
+            return name
     if not name.startswith("Fetch"):
         return name
     try:
