@@ -172,6 +172,10 @@ class GroupState:
     spare_samples: tuple[tuple[float, float], ...] = ()
     """slo: (time s, spare replicas that would have put a clean window's queue p99 at its
     budget), oldest first, over `headroom_memory_s`."""
+    pending_downs: tuple[tuple[float, int], ...] = ()
+    """slo: (time s, replicas scaled down to) of scale-downs not yet judged (`regret.py`)."""
+    hold_factor: float = 1.0
+    """slo: the scale-down hold is this many times `hold_s` (`regret.py`)."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,15 @@ class PolicyConfig:
     scale_down_gap_hold_s: float | None = None
     """slo: after arrivals step down, scale down only to the highest recommendation over
     this long (a gap may end in a burst). None: 2 x (time-to-ready + handover)."""
+    regret_window_s: float = 60.0
+    """slo: a scale-down followed by a scale-up above its level within this long is a
+    regret (`regret.py`); one that stands this long is not."""
+    regret_hold_growth: float = 1.0
+    """slo: each regret multiplies the scale-down hold by this (1 = the hold never learns)."""
+    regret_hold_decay: float = 1.0
+    """slo: each scale-down that stood divides the hold's factor by this, down to 1."""
+    max_regret_hold_factor: float = 4.0
+    """slo: the learned hold is at most this many times `hold_s`."""
     rebalance_settle_s: float = 15.0
     """After a scale-down, the group's lag and queue p99 include the handover pause: for
     this many seconds a lag up to arrival × this long adds no replicas (0 = off)."""
@@ -326,6 +339,16 @@ class PolicyConfig:
             problems.append("scale_up_min_step_share >= 0, scale_down_min_step_share in [0, 1)")
         if self.busiest_max_utilization is not None and self.busiest_max_utilization <= 0:
             problems.append("busiest_max_utilization must be > 0 or null")
+        if not (
+            self.regret_window_s > 0
+            and self.regret_hold_growth >= 1
+            and self.regret_hold_decay >= 1
+            and self.max_regret_hold_factor >= 1
+        ):
+            problems.append(
+                "regret_window_s > 0; regret_hold_growth, regret_hold_decay and "
+                "max_regret_hold_factor >= 1"
+            )
         holds = (self.scale_down_hold_s, self.scale_down_gap_hold_s)
         if any(h is not None and h < 0 for h in holds):
             problems.append("scale_down_hold_s and scale_down_gap_hold_s must be >= 0")

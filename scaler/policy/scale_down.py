@@ -7,6 +7,7 @@ import math
 
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arrival_estimate
+from scaler.policy.regret import judge, remember_scale_down
 from scaler.signals import PolicyConfig, Reason
 
 
@@ -24,7 +25,8 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     if not plan.fresh:
         return plan
     s, current = plan.signals, plan.current
-    hold = config.hold_s(s)
+    plan = dataclasses.replace(plan, state=judge(plan.state, plan.desired, current, config, now))
+    hold = config.hold_s(s) * plan.state.hold_factor
     rate = arrival_estimate(plan, config)
     step_at = plan.state.last_step_down_at
     if rate is not None and rate.before_step is not None and rate.level < rate.before_step:
@@ -66,6 +68,8 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     target = min(current, max(plan.desired, highest))
     if target > plan.desired:
         after = " after a step down in arrivals" if dropped else ""
+        if plan.state.hold_factor > 1 and not dropped:
+            after += f", {plan.state.hold_factor:.2f}x its base hold after regrets"
         if dropped and plan.burst_floor:
             after += f"; the burst floor {plan.burst_floor} is the highest of a few bursts"
         plan = plan.with_(
@@ -89,5 +93,7 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
                 {"wanted": target, "step": step},
             ),
         )
-    state = dataclasses.replace(plan.state, last_scale_down_at=now)
+    state = remember_scale_down(
+        dataclasses.replace(plan.state, last_scale_down_at=now), target, now
+    )
     return dataclasses.replace(plan, state=state)
