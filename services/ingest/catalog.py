@@ -178,7 +178,7 @@ class QueueDepths:
         self._rates: dict[str, float | None] = {}
         """Drain capacity per topic while backlogged (`drain_capacity`)."""
         self._served: dict[str, tuple[float, float]] = {}
-        """(when, rate): the workers' commit rate, smoothed over intervals spent wholly
+        """(when, rate): the workers' commit rate, smoothed over intervals that end
         outside a backlog (`admission_rate`). Kept by `forget`: a broker that lost its logs
         did not slow the workers down, and the requests produced while it was away make a
         backlog at its return that their reconnecting trickle would price at minutes."""
@@ -406,7 +406,10 @@ class QueueDepths:
             self._rates[topic] = drain_capacity(
                 self._rates.get(topic), interval_rate, within_backlog=was and now_backlogged
             )
-            if interval_rate is not None and not was and not now_backlogged:
+            # Every interval that ends keeping up, not only those wholly outside a backlog:
+            # at a steady 20/s the depth's noise reads "growing" every other refresh, and
+            # the floor went stale within 30 s (chaos worker-kill, full size: 44 rejected).
+            if interval_rate is not None and not now_backlogged:
                 served = self._served.get(topic)
                 smoothed = interval_rate if served is None else (interval_rate + served[1]) / 2
                 self._served[topic] = (time.monotonic(), smoothed)
