@@ -4,7 +4,7 @@
 ARG CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
 FROM ${CUDA_IMAGE} AS base
 
-ARG EXTRAS=gpu,k8s
+ARG EXTRAS=gpu,k8s,fast
 ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
