@@ -124,7 +124,12 @@ def drain_capacity(
         return None
     if interval_rate is None:
         return known
-    return interval_rate if known is None else alpha * interval_rate + (1 - alpha) * known
+    return smoothed(known, interval_rate, alpha)
+
+
+def smoothed(known: float | None, reading: float, alpha: float = 0.5) -> float:
+    """An exponentially smoothed rate: the reading alone when nothing is known yet."""
+    return reading if known is None else alpha * reading + (1 - alpha) * known
 
 
 def admission_rate(
@@ -411,8 +416,8 @@ class QueueDepths:
             # the floor went stale within 30 s (chaos worker-kill, full size: 44 rejected).
             if interval_rate is not None and not now_backlogged:
                 served = self._served.get(topic)
-                smoothed = interval_rate if served is None else (interval_rate + served[1]) / 2
-                self._served[topic] = (time.monotonic(), smoothed)
+                rate = smoothed(served[1] if served else None, interval_rate)
+                self._served[topic] = (time.monotonic(), rate)
 
     def _interval_rate(self, topic: str, committed: int) -> float | None:
         """Requests per second committed since the last read (None: first read, or the

@@ -84,7 +84,9 @@ async def test_a_stalled_group_is_not_taken_for_a_slow_one(broker: str) -> None:
     model = f"depths-{uuid.uuid4().hex[:8]}"
     topic = await consumed_backlog(broker, model, produced=0, committed=0)
     tp = TopicPartition(topic, 0)
-    depths = QueueDepths(broker, refresh_ms=NEVER, served_memory_s=2.0)
+    # A memory well over the stall's three intervals (~1 s here), so a slow host cannot let
+    # it lapse before the first check.
+    depths = QueueDepths(broker, refresh_ms=NEVER, served_memory_s=5.0)
     producer = make_producer(bootstrap=broker, client_id="depths-test")
     group = make_consumer(
         bootstrap=broker, group_id=worker_group(model, "interactive"), client_id="depths-test"
@@ -117,7 +119,7 @@ async def test_a_stalled_group_is_not_taken_for_a_slow_one(broker: str) -> None:
         stalled = depths.drain_rate(topic)
         # Kept up at ~10 an interval of >= 0.2 s; the stall commits 1 an interval (<= 5/s).
         assert stalled is not None and stalled >= 10.0, stalled
-        await asyncio.sleep(2.0)  # the memory passes with the group still stalled
+        await asyncio.sleep(5.0)  # the memory passes with the group still stalled
         for _ in range(2):
             committed += 1
             await interval(20, committed)
