@@ -43,6 +43,7 @@ async def run_scaler(bootstrap: str, models_dir: Path, settings: ScalerSettings)
         config=config,
         collector_config=CollectorConfig(interval_s=settings.interval_s),
         act=not settings.dry_run,
+        idle_hold_every_s=settings.idle_hold_every_s,
     )
     init_tracing("inferbus-scaler", instance_id=f"scaler-{os.getpid()}")
     start_metrics_server(settings.metrics_port)

@@ -1,5 +1,5 @@
 """The scaler's loop: collect signals, judge canaries, decide with a policy, actuate, publish
-every decision."""
+every decision (an idle group's unchanged hold every 25 s)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ from infra.rollout.feed import RolloutFeed
 from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
 from scaler.actuators.base import Actuator
-from scaler.actuators.decisions import publish_decision
+from scaler.actuators.decisions import (
+    IDLE_HOLD_EVERY_S,
+    Written,
+    publish_decision,
+    what_it_says,
+    worth_writing,
+)
 from scaler.collector.collector import (
     Collector,
     CollectorConfig,
@@ -76,6 +82,7 @@ class ScalerService:
         collector_config: CollectorConfig | None = None,
         act: bool = True,
         tiers: Sequence[Tier] | None = None,
+        idle_hold_every_s: float = IDLE_HOLD_EVERY_S,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
@@ -113,6 +120,9 @@ class ScalerService:
         self.state = ScalerState()
         self.views: dict[str, GroupView] = {}
         self.ticks = 0
+        self.idle_hold_every_s = idle_hold_every_s
+        self._written: dict[str, Written] = {}
+        """Per group: what its last decision record said, and when (`worth_writing`)."""
         self._producer: AIOKafkaProducer | None = None
 
     async def start(self) -> None:
@@ -230,19 +240,27 @@ class ScalerService:
         """The decision record; one that cannot be written (broker away) is logged and
         the next tick writes a fresh one."""
         assert self._producer is not None
+        now = time.time()
+        said = what_it_says(chosen, applied=applied, error=error, acting=self.act)
+        last = self._written.get(chosen.group)
+        signals = collection.signals
+        if not worth_writing(said, signals, last, now=now, idle_every_s=self.idle_hold_every_s):
+            return
         try:
             await publish_decision(
                 self._producer,
                 chosen,
                 policy=self.policy_name,
-                at=time.time(),
-                signals=collection.signals,
+                at=now,
+                signals=signals,
                 applied=applied,
                 error=error,
                 acting=self.act,
             )
         except KafkaError as exc:
             log.warning("event=decision_publish_failed group=%s error=%r", chosen.group, exc)
+            return
+        self._written[chosen.group] = Written(said, now)
 
     @staticmethod
     def _export(collection: GroupCollection, decision: GroupDecision | None) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from scaler.actuators.decisions import IDLE_HOLD_EVERY_S
+
 
 class ScalerSettings(BaseSettings):
     """How the running scaler collects, decides and acts."""
@@ -19,6 +21,9 @@ class ScalerSettings(BaseSettings):
     """`slo` (ours), or the baselines `keda-lag` and `hpa-util`."""
     interval_s: float = Field(default=5.0, gt=0)
     """Seconds between collections and decisions."""
+    idle_hold_every_s: float = Field(default=IDLE_HOLD_EVERY_S, ge=0, le=30)
+    """An idle group's unchanged hold is written this often, not every tick (0: every
+    tick); at most 30 s, the decisions a starting worker reads back."""
     max_total_replicas: int | None = Field(default=None, ge=0)
     """Global replica budget shared by tier priority; None = no budget."""
     scale_down_window_s: float = Field(default=300.0, ge=0)

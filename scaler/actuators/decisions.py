@@ -1,9 +1,11 @@
-"""Every decision goes to `inferbus.scaler.decisions` keyed by group, and to the log as one line."""
+"""Every decision goes to `inferbus.scaler.decisions` keyed by group, and to the log as one
+line; an idle group's unchanged hold goes every 25 s (`worth_writing`)."""
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scaler.signals import GroupDecision, GroupSignals, signals_to_dict
@@ -12,6 +14,64 @@ from schemas.topics import DECISIONS
 log = logging.getLogger("inferbus.scaler.decisions")
 
 DECISION_SCHEMA_VERSION = 1
+
+IDLE_HOLD_EVERY_S = 25.0
+"""How often an idle group's unchanged hold is written (INFERBUS_SCALER_IDLE_HOLD_EVERY_S):
+under the 30 s a starting worker reads the decisions back (`ConsumerOptions.control_window_s`),
+so it finds the scaler's word on how many consume."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a group's last decision record said that matters to its readers, and when."""
+
+    said: tuple[object, ...]
+    at: float
+
+
+def what_it_says(
+    decision: GroupDecision, *, applied: bool, error: str | None, acting: bool
+) -> tuple[object, ...]:
+    """The parts of a decision record its readers act on: the counts, the diagnosis and
+    whether it was applied (the reasons' numbers move every tick)."""
+    return (
+        decision.current,
+        decision.desired,
+        decision.current_standby,
+        decision.standby,
+        decision.diagnosis,
+        applied,
+        error,
+        acting,
+    )
+
+
+def is_idle(signals: GroupSignals | None) -> bool:
+    """No arrivals and nothing queued, by fresh signals (unknown counts as not idle)."""
+    if signals is None or signals.stale:
+        return False
+    return signals.arrival_rps == 0 and signals.lag == 0
+
+
+def worth_writing(
+    said: tuple[object, ...],
+    signals: GroupSignals | None,
+    last: Written | None,
+    *,
+    now: float,
+    idle_every_s: float,
+) -> bool:
+    """Every tick's decision is written, except an idle group's hold that says what the last
+    record said: that one once per `idle_every_s` (0: every tick).
+
+    Every record wakes every worker that reads the topic, and an idle stack of six groups
+    wrote six holds every tick for nothing. A starting worker reads the last 30 s of
+    decisions to learn how many of its group consume, so `idle_every_s` stays under that;
+    a group with traffic keeps a record a tick, the time series the load reports plot.
+    """
+    if last is None or said != last.said or not is_idle(signals):
+        return True
+    return now - last.at >= idle_every_s
 
 
 class Producer(Protocol):

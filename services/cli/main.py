@@ -242,6 +242,7 @@ def up(
         policy=scaler_settings.policy,
         policy_config=PolicyConfig(scale_down_window_s=scaler_settings.scale_down_window_s),
         worker_budget=scaler_settings.max_total_replicas,
+        idle_hold_every_s=scaler_settings.idle_hold_every_s,
     )
     try:
         eventloop.run(Stack(options).run())

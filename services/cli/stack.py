@@ -27,6 +27,7 @@ from infra.models.repository import ModelRepository
 from infra.processes import SupervisedGroup, inferbus_command
 from infra.topics import ensure_topics, repository_topics
 from scaler.actuators.base import parse_group
+from scaler.actuators.decisions import IDLE_HOLD_EVERY_S
 from scaler.actuators.local import LocalActuator
 from scaler.collector.collector import CollectorConfig
 from scaler.service import GroupView, ScalerService
@@ -66,6 +67,8 @@ class StackOptions:
     worker_budget: int | None = None
     """Most workers at once over all groups (the policy's global budget); None:
     `local_worker_budget`."""
+    idle_hold_every_s: float = IDLE_HOLD_EVERY_S
+    """How often an idle group's unchanged hold is written (INFERBUS_SCALER_IDLE_HOLD_EVERY_S)."""
 
 
 def local_worker_budget(requested: int | None, cores: int, started: int) -> int:
@@ -217,6 +220,7 @@ class Stack:
             policy=options.policy,
             config=options.policy_config,
             collector_config=options.collector_config,
+            idle_hold_every_s=options.idle_hold_every_s,
         )
         started = len(self.scaler.collector.groups) * options.workers_per_group
         budget = local_worker_budget(options.worker_budget, os.cpu_count() or 1, started)
