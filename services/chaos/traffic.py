@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 """Room for the storm's 5 MB events."""
 
+TIMED_OUT = "timeout"
+"""What `ClientProducer.seen` holds for an `infer` call that got no result by its deadline."""
+
 
 class Sink(Protocol):
     """Where events go: a plain producer, or inferbus's own client."""
@@ -60,6 +63,9 @@ class ClientProducer:
 
     def __init__(self, bootstrap: str) -> None:
         self._client = InferenceClient(bootstrap, client_id="inferbus-chaos-client")
+        self.seen: dict[str, str] = {}
+        """What each `infer` call ended with, by request id: the result's status, or
+        `timeout`. The client's own view, beside the observer's read of the results topic."""
 
     async def start(self) -> None:
         await self._client.start()
@@ -70,13 +76,15 @@ class ClientProducer:
     async def put(self, event: Event, topic: str) -> None:
         request = InferenceRequest.model_validate_json(event.value)
         try:
-            await self._client.infer(
+            result = await self._client.infer(
                 WireRequest(request), timeout_s=max(event.deadline_s - time.time(), 0.1)
             )
         except TimeoutError:
             # No result by the deadline: the ledger tells lost from late from what the
             # topics show; for the client the request was handed over.
+            self.seen[request.request_id] = TIMED_OUT
             return
+        self.seen[request.request_id] = result.status
 
 
 class Traffic:
@@ -93,6 +101,10 @@ class Traffic:
         self.sent: list[Sent] = []
         self.failures: dict[str, int] = {}
         """Send errors by type name."""
+
+    @property
+    def sink(self) -> Sink:
+        return self._sink
 
     async def start(self) -> None:
         await self._sink.start()

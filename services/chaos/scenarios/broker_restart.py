@@ -18,7 +18,8 @@ from services.chaos.measures import first_ok_sent_after, last_loss_sent_after
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
 from services.chaos.scenarios.base import Progress, ScenarioSpec, running
-from services.chaos.scenarios.checks import first_ok_after, none_lost
+from services.chaos.scenarios.checks import client_view, first_ok_after, none_lost
+from services.chaos.traffic import ClientProducer
 
 NAME = "broker-restart"
 SUMMARY = "broker down ~10 s, back on the same port with no state (a plain producer)"
@@ -88,6 +89,8 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
         fates = r.fates()
         lost_ids = {f.sent.request_id for f in fates if f.outcome == LOST and f.sent.request_id}
         causes = loss_causes(lost_ids, await scan_ingest_topic(r.stack.bootstrap, lost_ids))
+        sink = r.traffic.sink
+        seen = sink.seen if isinstance(sink, ClientProducer) else {}
     phases = tally_by(fates, lambda f: f.sent.phase)
     after = phases.get("after", tally([]))
     recover = first_ok_sent_after(fates, back_at)
@@ -116,7 +119,11 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 broker_defect=None if sizes.via_client else TANSU_PHANTOM,
             ),
             # The client resends what a restart lost: nothing sent in any phase may be lost.
-            *([none_lost(tally(fates), note="every phase")] if sizes.via_client else []),
+            *(
+                [none_lost(tally(fates), note=f"every phase; {client_view(lost_ids, seen)}")]
+                if sizes.via_client
+                else []
+            ),
             *([] if sizes.via_client else [brokers_only]),
         ],
         phases=phases,

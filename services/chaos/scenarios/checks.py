@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
+
 from services.chaos.ledger import Tally
 from services.chaos.report import Check
+from services.chaos.traffic import TIMED_OUT
 
 
 def none_lost(total: Tally, *, note: str | None = None) -> Check:
@@ -16,3 +19,17 @@ def first_ok_after(event: str, recover_s: float | None) -> str:
     """When the first request sent after `event` was served ok, for a check's detail."""
     after = "never" if recover_s is None else f"{recover_s:.1f}s after it"
     return f"first ok for a request sent after the {event}: {after}"
+
+
+def client_view(lost: Set[str], seen: Mapping[str, str]) -> str:
+    """What the client's own `infer` calls ended with for the requests the ledger counts
+    lost: a result there means the observer's read of the results topic missed one the
+    client read (the broker's shadowed offsets); a timeout, that no copy was answered."""
+    got = sorted(seen[i] for i in lost if i in seen and seen[i] != TIMED_OUT)
+    timed_out = sum(1 for i in lost if seen.get(i) == TIMED_OUT)
+    unknown = len(lost) - len(got) - timed_out
+    parts = [f"the client got a result for {len(got)}" + (f" ({', '.join(got)})" if got else "")]
+    parts.append(f"timed out on {timed_out}")
+    if unknown:
+        parts.append(f"has no word on {unknown}")
+    return "of those, " + ", ".join(parts)

@@ -6,7 +6,7 @@ import pytest
 
 from services.chaos.ledger import Tally
 from services.chaos.report import Check
-from services.chaos.scenarios.checks import first_ok_after, none_lost
+from services.chaos.scenarios.checks import client_view, first_ok_after, none_lost
 
 
 @pytest.mark.parametrize(
@@ -42,3 +42,30 @@ def test_none_lost(total: Tally, note: str | None, expected: Check) -> None:
 )
 def test_first_ok_after(recover_s: float | None, expected: str) -> None:
     assert first_ok_after("kill", recover_s) == expected
+
+
+@pytest.mark.parametrize(
+    ("lost", "seen", "expected"),
+    [
+        pytest.param(
+            set(), {}, "of those, the client got a result for 0, timed out on 0", id="none-lost"
+        ),
+        pytest.param(
+            {"a"}, {"a": "timeout", "b": "ok"},
+            "of those, the client got a result for 0, timed out on 1", id="timed-out",
+        ),
+        pytest.param(
+            {"a", "b"}, {"a": "ok", "b": "timeout"},
+            "of those, the client got a result for 1 (ok), timed out on 1",
+            id="observer-missed-one",
+        ),
+        pytest.param(
+            {"a", "c"}, {"a": "deadline_exceeded"},
+            "of those, the client got a result for 1 (deadline_exceeded), timed out on 0, "
+            "has no word on 1",
+            id="no-word",
+        ),
+    ],
+)  # fmt: skip
+def test_client_view(lost: set[str], seen: dict[str, str], expected: str) -> None:
+    assert client_view(lost, seen) == expected
