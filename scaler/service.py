@@ -19,13 +19,7 @@ from infra.rollout.feed import RolloutFeed
 from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
 from scaler.actuators.base import Actuator
-from scaler.actuators.decisions import (
-    IDLE_HOLD_EVERY_S,
-    Written,
-    publish_decision,
-    what_it_says,
-    worth_writing,
-)
+from scaler.actuators.decisions import Written, publish_decision, what_it_says, worth_writing
 from scaler.collector.collector import (
     Collector,
     CollectorConfig,
@@ -40,6 +34,7 @@ from scaler.registry import Registry
 from scaler.rollout.judge import RolloutJudge
 from scaler.rollout.lanes import settle_canary
 from scaler.rollout.windows import VersionWindows
+from scaler.settings import IDLE_HOLD_EVERY_S
 from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerState
 from scaler.telemetry import TelemetryReader
 from schemas.errors import InferbusError

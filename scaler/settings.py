@@ -7,7 +7,10 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from scaler.actuators.decisions import IDLE_HOLD_EVERY_S
+IDLE_HOLD_EVERY_S = 25.0
+"""How often an idle group's unchanged hold is written (`worth_writing`): under the 30 s
+of decisions a starting worker reads back (`ConsumerOptions.control_window_s`), so it finds
+the scaler's word on how many of its group consume."""
 
 
 class ScalerSettings(BaseSettings):
@@ -23,7 +26,7 @@ class ScalerSettings(BaseSettings):
     """Seconds between collections and decisions."""
     idle_hold_every_s: float = Field(default=IDLE_HOLD_EVERY_S, ge=0, le=30)
     """An idle group's unchanged hold is written this often, not every tick (0: every
-    tick); at most 30 s, the decisions a starting worker reads back."""
+    tick); at most 30 s, the decisions a starting worker reads back (`IDLE_HOLD_EVERY_S`)."""
     max_total_replicas: int | None = Field(default=None, ge=0)
     """Global replica budget shared by tier priority; None = no budget."""
     scale_down_window_s: float = Field(default=300.0, ge=0)

@@ -15,11 +15,6 @@ log = logging.getLogger("inferbus.scaler.decisions")
 
 DECISION_SCHEMA_VERSION = 1
 
-IDLE_HOLD_EVERY_S = 25.0
-"""How often an idle group's unchanged hold is written (INFERBUS_SCALER_IDLE_HOLD_EVERY_S):
-under the 30 s a starting worker reads the decisions back (`ConsumerOptions.control_window_s`),
-so it finds the scaler's word on how many consume."""
-
 
 @dataclass(frozen=True)
 class Written:
@@ -66,7 +61,8 @@ def worth_writing(
 
     Every record wakes every worker that reads the topic, and an idle stack of six groups
     wrote six holds every tick for nothing. A starting worker reads the last 30 s of
-    decisions to learn how many of its group consume, so `idle_every_s` stays under that;
+    decisions to learn how many of its group consume, so `idle_every_s` stays under that
+    (`scaler.settings.IDLE_HOLD_EVERY_S`);
     a group with traffic keeps a record a tick, the time series the load reports plot.
     """
     if last is None or said != last.said or not is_idle(signals):

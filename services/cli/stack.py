@@ -27,10 +27,10 @@ from infra.models.repository import ModelRepository
 from infra.processes import SupervisedGroup, inferbus_command
 from infra.topics import ensure_topics, repository_topics
 from scaler.actuators.base import parse_group
-from scaler.actuators.decisions import IDLE_HOLD_EVERY_S
 from scaler.actuators.local import LocalActuator
 from scaler.collector.collector import CollectorConfig
 from scaler.service import GroupView, ScalerService
+from scaler.settings import IDLE_HOLD_EVERY_S
 from scaler.signals import PolicyConfig
 from schemas.telemetry import InstanceRecord
 from schemas.topics import INGEST_GROUP, INSTANCES, TIERS, Tier

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from scaler.actuators.decisions import Written, is_idle, what_it_says, worth_writing
-from scaler.signals import GroupDecision, GroupSignals
+from scaler.signals import GroupDecision, GroupSignals, Reason
 
 GROUP = "inferbus.workers.demo_mlp.interactive"
 
@@ -84,7 +84,5 @@ def test_every_tick_when_turned_off() -> None:
 
 def test_reasons_numbers_are_not_news() -> None:
     """The reasons' numbers move every tick; an idle hold says the same whatever they are."""
-    from scaler.signals import Reason
-
     moved = replace(HOLD, reasons=(Reason("idle", "no arrivals for 41 s", {"quiet_s": 41}),))
     assert said(moved) == said()
