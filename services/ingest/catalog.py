@@ -111,18 +111,31 @@ def backlogged(
 
 
 def drain_capacity(
-    known: float | None, interval_rate: float | None, *, within_backlog: bool, alpha: float = 0.5
+    known: float | None,
+    interval_rate: float | None,
+    *,
+    within_backlog: bool,
+    rate_before: float | None,
+    alpha: float = 0.5,
 ) -> float | None:
-    """The workers' drain rate, smoothed over read intervals spent wholly in one backlog.
+    """The workers' drain rate, smoothed over read intervals spent wholly in one backlog
+    with the workers serving throughout.
 
     Only such an interval measures capacity: otherwise the workers committed what arrived,
     and a rate from a quiet spell read as capacity made the first reads of a burst predict
     minutes of wait (bench: 60 s requests rejected at the start of saturation). Outside a
     backlog, and at its first read, nothing is known.
+
+    An interval in which they committed nothing says they were away (rejoining a broker
+    that came back, a killed worker not yet replaced), not what they serve; nor does the
+    next one (`rate_before`: the interval before it), which straddles their return. Read
+    as capacity, a broker restart's 2 s rejoin priced the outage's backlog at ~0/s, floored
+    to the rate served before it, and rejected requests served within 3 s (chaos
+    broker-restart-client: 590 queued "served at 21/s", drained at 156/s a second later).
     """
     if not within_backlog:
         return None
-    if interval_rate is None:
+    if interval_rate is None or not interval_rate or not rate_before:
         return known
     return smoothed(known, interval_rate, alpha)
 
@@ -395,6 +408,7 @@ class QueueDepths:
                 self._committed[tp] = committed if committed is not None else 0
                 self._partitions[topic].add(tp)
             interval_rate = self._interval_rate(topic, sum(self._committed[tp] for tp in tps))
+            rate_before = self._commit_rate.get(topic)
             if interval_rate is not None:
                 self._commit_rate[topic] = interval_rate
             depth = self.depth(topic) or 0
@@ -409,7 +423,10 @@ class QueueDepths:
             self._backlogged[topic] = now_backlogged
             self._last_depth[topic] = depth
             self._rates[topic] = drain_capacity(
-                self._rates.get(topic), interval_rate, within_backlog=was and now_backlogged
+                self._rates.get(topic),
+                interval_rate,
+                within_backlog=was and now_backlogged,
+                rate_before=rate_before,
             )
             # Every interval that ends keeping up, not only those wholly outside a backlog:
             # at a steady 20/s the depth's noise reads "growing" every other refresh, and

@@ -391,19 +391,31 @@ def test_backlogged(
 
 
 @pytest.mark.parametrize(
-    ("known", "interval_rate", "within_backlog", "expected"),
+    ("known", "interval_rate", "within_backlog", "rate_before", "expected"),
     [
-        (None, 3.0, False, None),  # keeping up: the rate is what arrived, not capacity
-        (40.0, 3.0, False, None),  # the backlog ended: forgotten
-        (None, 3.0, True, 3.0),  # the first interval wholly in a backlog
-        (40.0, 20.0, True, 30.0),  # smoothed
-        (40.0, None, True, 40.0),  # no new reading
+        (None, 3.0, False, 3.0, None),  # keeping up: the rate is what arrived, not capacity
+        (40.0, 3.0, False, 3.0, None),  # the backlog ended: forgotten
+        (None, 3.0, True, 3.0, 3.0),  # the first interval wholly in a backlog
+        (40.0, 20.0, True, 30.0, 30.0),  # smoothed
+        (40.0, None, True, 30.0, 40.0),  # no new reading
+        (None, 0.0, True, 20.0, None),  # nothing committed: the workers are away
+        (40.0, 0.0, True, 20.0, 40.0),  # away: what they served stays what they serve
+        (None, 9.0, True, 0.0, None),  # back within the interval: it straddles the return
+        (40.0, 9.0, True, None, 40.0),  # nothing read before it (a log that started over)
+        (None, 156.0, True, 9.0, 156.0),  # serving throughout: a reading
     ],
 )
 def test_drain_capacity(
-    known: float | None, interval_rate: float | None, within_backlog: bool, expected: float | None
+    known: float | None,
+    interval_rate: float | None,
+    within_backlog: bool,
+    rate_before: float | None,
+    expected: float | None,
 ) -> None:
-    assert drain_capacity(known, interval_rate, within_backlog=within_backlog) == expected
+    got = drain_capacity(
+        known, interval_rate, within_backlog=within_backlog, rate_before=rate_before
+    )
+    assert got == expected
 
 
 @pytest.mark.parametrize(
