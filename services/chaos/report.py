@@ -20,8 +20,9 @@ class Check:
     passed: bool
     detail: str
     latency: bool = False
-    """A latency target (a percentile against an SLO): reported and counted by the CLI,
-    not asserted by the test suite, whose hosts are shared and noisy."""
+    """A target the host's speed decides (a percentile against an SLO, a backlog served
+    within its deadlines): reported and counted by the CLI, not asserted by the test
+    suite, whose hosts are shared and noisy."""
     broker_defect: str | None = None
     """Why the embedded broker, not inferbus, can miss this target: reported and counted
     by the CLI, not asserted by the test suite (a sibling check bounds the damage)."""

@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from infra.scan import LogScan
-from services.chaos.scenarios.broker_restart import LossCauses, loss_causes, loss_detail
+from services.chaos.ledger import Tally
+from services.chaos.scenarios.broker_restart import (
+    LossCauses,
+    loss_causes,
+    loss_detail,
+    served_not_refused,
+)
 
 SCAN = LogScan(
     found={"gone": [], "twin": [(0, 4)], "alone": [(1, 7)], "both": [(0, 4), (2, 9)]},
@@ -52,3 +58,20 @@ def test_loss_causes(lost: set[str], never: set[str], shadowed: set[str], ours: 
 )
 def test_loss_detail(causes: LossCauses, last_loss_s: float | None, expected: str) -> None:
     assert loss_detail(causes, last_loss_s) == expected
+
+
+@pytest.mark.parametrize(
+    ("errors", "passed", "detail"),
+    [
+        pytest.param({}, True, "0 of 360 rejected_overload", id="all-served"),
+        pytest.param(
+            {"rejected_overload": 65, "deadline_exceeded": 2},
+            False,
+            "65 of 360 rejected_overload",
+            id="refused-at-the-rejoin",
+        ),
+    ],
+)
+def test_served_not_refused(errors: dict[str, int], passed: bool, detail: str) -> None:
+    check = served_not_refused(Tally(sent=360, errors=errors))
+    assert (check.passed, check.detail, check.asserted) == (passed, detail, False)
