@@ -214,8 +214,10 @@ class QueueDepths:
         """Requests per second the workers committed between the last two reads."""
         self._in_flight: dict[str, int] = {}
         self._partitions: dict[str, set[TopicPartition]] = defaultdict(set)
-        """The partitions of each topic acked or read: `depth` runs per routed request and
-        walks only its own topic's."""
+        """The partitions of each topic acked or read: `depth` walks only its own topic's."""
+        self._sums: dict[str, tuple[int, int, int]] = {}
+        """`_partition_sums` of each topic, kept until an ack or a read changes what it sums:
+        `depth` runs per routed request, and a poll's requests are routed between acks."""
         self._consumers: dict[str, AIOKafkaConsumer] = {}
         self._topics: set[str] = set()
         self._task: asyncio.Task[None] | None = None
@@ -254,6 +256,7 @@ class QueueDepths:
             self._read_at,
             self._commit_rate,
             self._partitions,
+            self._sums,
             self._last_committed,
             self._last_depth,
             self._rates,
@@ -277,6 +280,7 @@ class QueueDepths:
     def observe_ack(self, topic: str, partition: int, offset: int) -> None:
         """Record a produce ack: the partition's end is at least offset + 1."""
         self._in_flight[topic] = max(self._in_flight.get(topic, 0) - 1, 0)
+        self._sums.pop(topic, None)
         tp = TopicPartition(topic, partition)
         self._partitions[topic].add(tp)
         if offset + 1 > self._acked_end.get(tp, 0):
@@ -312,6 +316,19 @@ class QueueDepths:
         tps = self._partitions.get(topic)
         if not tps:
             return in_flight or None
+        sums = self._sums.get(topic)
+        if sums is None:
+            sums = self._sums[topic] = self._partition_sums(tps)
+        at_read, routed_since, ours = sums
+        read_at = self._read_at.get(topic)
+        elapsed = time.monotonic() - read_at if read_at is not None else 0.0
+        projected = projected_depth(
+            at_read, routed_since, drained_per_s=self._commit_rate.get(topic), elapsed_s=elapsed
+        )
+        return in_flight + projected + ours
+
+    def _partition_sums(self, tps: Iterable[TopicPartition]) -> tuple[int, int, int]:
+        """(queued at the last read, routed since, routed to partitions not read yet)."""
         at_read = routed_since = ours = 0
         for tp in tps:
             committed = self._committed.get(tp)
@@ -322,12 +339,7 @@ class QueueDepths:
             end_at_read = max(self._end_at_read.get(tp, 0), self._listed_end.get(tp, 0))
             at_read += max(end_at_read - committed, 0)
             routed_since += max(self._acked_end.get(tp, 0) - end_at_read, 0)
-        read_at = self._read_at.get(topic)
-        elapsed = time.monotonic() - read_at if read_at is not None else 0.0
-        projected = projected_depth(
-            at_read, routed_since, drained_per_s=self._commit_rate.get(topic), elapsed_s=elapsed
-        )
-        return in_flight + projected + ours
+        return at_read, routed_since, ours
 
     async def start(self) -> None:
         """Read every watched tier topic once, then keep those routed to or asked about fresh.
@@ -397,6 +409,7 @@ class QueueDepths:
             if not tps:
                 continue
             ends = await consumer.end_offsets(tps)
+            self._sums.pop(topic, None)
             self._listed_end.update(ends)
             self._read_at[topic] = time.monotonic()
             # The ends just before their committed offsets are read: what was routed after
@@ -407,6 +420,7 @@ class QueueDepths:
             for tp, committed in (await committed_offsets(consumer, tps)).items():
                 self._committed[tp] = committed if committed is not None else 0
                 self._partitions[topic].add(tp)
+            self._sums.pop(topic, None)
             interval_rate = self._interval_rate(topic, sum(self._committed[tp] for tp in tps))
             rate_before = self._commit_rate.get(topic)
             if interval_rate is not None:

@@ -481,6 +481,13 @@ def test_forgetting_restarted_logs_keeps_what_is_known_of_the_others(
     assert (queue.depth(T), queue.depth(OTHER)) == (depth_t, depth_other)
 
 
+def test_a_depth_read_before_a_restart_is_not_kept_after_it() -> None:
+    queue = depths(acks=[(T, 0, 9)], committed={tp(0): 4})
+    assert queue.depth(T) == 6
+    queue.forget(frozenset({T}))
+    assert queue.depth(T) is None, "nothing known of the new log"
+
+
 def test_forgetting_restarted_logs_keeps_what_the_workers_served() -> None:
     # The broker lost its logs, not the workers their speed: the backlog of what was sent
     # while it was away is priced at what they served before, not their reconnecting trickle.
