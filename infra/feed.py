@@ -12,6 +12,13 @@ from infra.kafka import make_consumer, start_with_retry, stop_consume_loop
 
 log = logging.getLogger(__name__)
 
+FEED_WAIT_MS = 2000
+"""Fetch wait of the scaler's feeds (registry, telemetry, rollouts), ms. The scaler acts
+once a tick (5 s), so a record it sees up to a second late (Tansu answers a waiting fetch
+at half its wait when records are there) costs it nothing; and every waiting fetch costs
+Tansu ~2.5 ms of CPU whatever its wait (200-1000 ms; docs/benchmarks.md, stop 26), so at
+500 ms, woken every 250 ms by heartbeats, the three feeds cost an idle stack ~0.02 cores."""
+
 RecordFold = Callable[[bytes | None, bytes | None], None]
 """Called with each record's key and value, in order per partition."""
 
@@ -20,8 +27,8 @@ class TopicFeed:
     """Folds every record of `topic` from `start_at` on, until closed.
 
     No group: every process that runs a feed sees every record. The fetch wait is long
-    because feeds read topics that are written rarely (decisions, heartbeats): a short
-    one would have an idle consumer ask the broker every few ms.
+    (`FEED_WAIT_MS`) because feeds read topics that are written rarely (decisions,
+    heartbeats) for a reader that acts every few seconds.
     """
 
     def __init__(
@@ -33,7 +40,7 @@ class TopicFeed:
         name: str,
         start_at: Literal["earliest", "latest"],
         client_id: str = "inferbus",
-        poll_timeout_ms: int = 500,
+        poll_timeout_ms: int = FEED_WAIT_MS,
         start_attempts: int = 1,
     ) -> None:
         self._bootstrap = bootstrap

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from infra.feed import FEED_WAIT_MS
 from infra.kafka import make_consumer, stop_consume_loop
 from infra.registry import (
     READY_HISTORY,
@@ -104,7 +105,9 @@ class Registry:
     `caught_up` is set once the records present at start have been folded.
     """
 
-    def __init__(self, bootstrap: str, topic: str = INSTANCES, poll_timeout_ms: int = 500) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str = INSTANCES, poll_timeout_ms: int = FEED_WAIT_MS
+    ) -> None:
         self._bootstrap = bootstrap
         self._topic = topic
         self._poll_timeout_ms = poll_timeout_ms
@@ -124,7 +127,7 @@ class Registry:
             bootstrap=self._bootstrap,
             group_id=None,
             client_id="inferbus-registry",
-            fetch_max_wait_ms=500,  # aiokafka's default: the registry changes rarely.
+            fetch_max_wait_ms=self._poll_timeout_ms,
         )
         await consumer.start()
         self._consumer = consumer
@@ -157,6 +160,8 @@ class Registry:
             await asyncio.sleep(self._poll_timeout_ms / 1000)
             targets = await self._assign()
         pending = {tp: end for tp, end in targets.items() if end > 0}
+        if not pending:
+            self.caught_up.set()  # an empty log: nothing to wait a fetch for
         while True:
             batches = await self._consumer.getmany(timeout_ms=self._poll_timeout_ms)
             for tp, messages in batches.items():

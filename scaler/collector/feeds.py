@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from infra.feed import TopicFeed
+from infra.feed import FEED_WAIT_MS, TopicFeed
 from scaler.collector.load import latest
 from schemas.telemetry import Heartbeat
 from schemas.topics import TELEMETRY
@@ -27,9 +27,8 @@ class TelemetryFeed(TopicFeed):
         bootstrap: str,
         sinks: Sequence[HeartbeatSink] = (),
         topic: str = TELEMETRY,
-        poll_timeout_ms: int = 500,
+        poll_timeout_ms: int = FEED_WAIT_MS,
     ) -> None:
-        # Heartbeats come every few seconds: a short wait only costs the broker idle fetches.
         super().__init__(
             bootstrap,
             topic,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from infra import feed as feed_module
-from infra.feed import TopicFeed
+from infra.feed import FEED_WAIT_MS, TopicFeed
 from infra.rollout.feed import RolloutFeed
 from infra.rollout.state import RolloutBook
 from scaler.collector.feeds import TelemetryFeed
@@ -137,7 +137,7 @@ async def test_feeds_read_without_a_group_and_wait_long_between_fetches(
     await feed.close()
     [options] = consumers.options
     assert options["group_id"] is None
-    assert options["fetch_max_wait_ms"] == 500
+    assert options["fetch_max_wait_ms"] == FEED_WAIT_MS
     assert {key: options[key] for key in expected} == expected
 
 
