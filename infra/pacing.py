@@ -59,6 +59,14 @@ def step_wait_ms(
     return max(busy, min(round(grown * 1000), cap))
 
 
+def lane_waits(settings: KafkaSettings, *, batch_lane: bool) -> KafkaSettings:
+    """The fetch waits of one consumer: the process's, or for a batch lane the same with
+    the deeper asleep wait (`fetch_wait_asleep_batch_ms`)."""
+    if not batch_lane:
+        return settings
+    return settings.model_copy(update={"fetch_wait_asleep_ms": settings.fetch_wait_asleep_batch_ms})
+
+
 def gather_min_bytes(expected_records: float, bytes_per_record: float, share: float) -> int:
     """The least a fetch asks the broker to return: `share` of the records its wait is
     expected to bring, in bytes, when that is at least 2 records (1 byte otherwise: answer

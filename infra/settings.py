@@ -59,15 +59,27 @@ class KafkaSettings(BaseSettings):
     """Seconds without records after which a consumer counts as idle."""
     fetch_wait_asleep_ms: int = Field(default=500, ge=0)
     """Fetch wait after `asleep_after_s` without records, ms: a long-idle stack asks rarely."""
+    fetch_wait_asleep_batch_ms: int = Field(default=2000, ge=0)
+    """Fetch wait of a batch-tier consumer (ingest's batch lane, a batch worker) after
+    `asleep_after_s` without records, ms; never below `fetch_wait_asleep_ms`. A waiting
+    fetch costs Tansu ~2.5 ms of CPU whatever its wait, so an idle consumer costs its
+    fetches a second; the batch tier's first request after a long quiet waits up to half
+    of this at each of those two hops (docs/kafka.md)."""
     asleep_after_s: float = Field(default=30.0, gt=0)
     """Seconds without records after which an idle consumer uses the longest wait."""
 
     @model_validator(mode="after")
     def _ordered(self) -> KafkaSettings:
-        if not self.fetch_wait_busy_ms <= self.fetch_wait_idle_ms <= self.fetch_wait_asleep_ms:
+        if not (
+            self.fetch_wait_busy_ms
+            <= self.fetch_wait_idle_ms
+            <= self.fetch_wait_asleep_ms
+            <= self.fetch_wait_asleep_batch_ms
+        ):
             raise ValueError(
                 "fetch waits must grow: INFERBUS_KAFKA_FETCH_WAIT_BUSY_MS <= "
-                "INFERBUS_KAFKA_FETCH_WAIT_IDLE_MS <= INFERBUS_KAFKA_FETCH_WAIT_ASLEEP_MS"
+                "INFERBUS_KAFKA_FETCH_WAIT_IDLE_MS <= INFERBUS_KAFKA_FETCH_WAIT_ASLEEP_MS <= "
+                "INFERBUS_KAFKA_FETCH_WAIT_ASLEEP_BATCH_MS"
             )
         if self.asleep_after_s < self.idle_after_s:
             raise ValueError("INFERBUS_KAFKA_ASLEEP_AFTER_S must be >= INFERBUS_KAFKA_IDLE_AFTER_S")

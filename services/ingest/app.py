@@ -113,7 +113,7 @@ class IngestService:
         )
         self.consumers = [
             self._consumer(HIGH_TOPICS, control=True),
-            self._consumer(LOW_TOPICS, control=False),
+            self._consumer(LOW_TOPICS, control=False, batch_lane=True),
         ]
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
@@ -136,7 +136,9 @@ class IngestService:
         self._started = False
         self._stopping = False
 
-    def _consumer(self, topics: Sequence[str], *, control: bool) -> OwnedConsumer:
+    def _consumer(
+        self, topics: Sequence[str], *, control: bool, batch_lane: bool = False
+    ) -> OwnedConsumer:
         return OwnedConsumer(
             self.bootstrap,
             client_id=self.instance_id,
@@ -145,7 +147,7 @@ class IngestService:
             offsets=self.offsets,
             drain=self._drain,
             control=control,
-            options=ConsumerOptions(gather=True),
+            options=ConsumerOptions(gather=True, batch_lane=batch_lane),
         )
 
     # ---- lifecycle ---------------------------------------------------------------------

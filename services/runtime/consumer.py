@@ -27,7 +27,8 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.log_end import fetch_once
-from infra.pacing import FetchPacer, record_bytes
+from infra.pacing import FetchPacer, lane_waits, record_bytes
+from infra.settings import kafka_settings
 from schemas.errors import InferbusError
 from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS
 from services.runtime.committer import Committer
@@ -133,6 +134,9 @@ class ConsumerOptions:
     """While records flow, each fetch asks the broker for about as many as its wait is
     expected to bring (`FetchPacer`, `fetch_gather_share`): fewer, fuller fetches for a
     hop that can wait a few ms (ingest), not for one that waits on results."""
+    batch_lane: bool = False
+    """Reads only the batch tier: asleep, it waits `fetch_wait_asleep_batch_ms` a fetch
+    (fewer fetches for the broker to answer; batch requests can wait a second)."""
 
 
 class OwnedConsumer:
@@ -222,7 +226,11 @@ class OwnedConsumer:
             client_id=self.client_id,
             max_poll_records=self.options.max_poll_records,
         )
-        self.pacer = FetchPacer(consumer, gather=self.options.gather)
+        self.pacer = FetchPacer(
+            consumer,
+            lane_waits(kafka_settings(), batch_lane=self.options.batch_lane),
+            gather=self.options.gather,
+        )
         self.gaps = GapGuard()
         await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
         self.pacer.attach()

@@ -31,7 +31,7 @@ from schemas.result import STATUSES
 from schemas.telemetry import WorkerLoad
 from schemas.topics import TIERS, Tier, request_topic, worker_group
 from services.runtime.answers import Publisher
-from services.runtime.consumer import OwnedConsumer
+from services.runtime.consumer import ConsumerOptions, OwnedConsumer
 from services.runtime.membership import Identity, Membership, default_instance_id
 from services.runtime.offsets import OffsetTracker
 from services.worker.batching import Batcher, BatchPolicy
@@ -224,6 +224,7 @@ class Worker:
                 drain=self.pipeline.drain,
                 let_go=self.pipeline.let_go,
                 control=rank == 0,
+                options=ConsumerOptions(batch_lane=tier == "batch"),
             )
             self.consumers[tier] = consumer  # before start: a cancelled start still closes it
             await consumer.start()

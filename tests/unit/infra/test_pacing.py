@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from infra.pacing import FetchPacer, gather_min_bytes, held_wait_ms, step_wait_ms
+from infra.pacing import FetchPacer, gather_min_bytes, held_wait_ms, lane_waits, step_wait_ms
 from infra.settings import KafkaSettings
 
 SETTINGS = KafkaSettings(
@@ -289,3 +289,22 @@ def test_a_gathering_consumer_that_idles_answers_at_once_again() -> None:
     clock.now += 3.0
 
     assert consumer._fetcher._fetch_min_bytes == 1
+
+
+@pytest.mark.parametrize(
+    ("batch_lane", "asleep_ms", "idle_ms"),
+    [
+        pytest.param(False, 500, 200, id="request-path-lane"),
+        pytest.param(True, 2000, 200, id="batch-lane-sleeps-deeper"),
+    ],
+)
+def test_lane_waits(batch_lane: bool, asleep_ms: int, idle_ms: int) -> None:
+    settings = SETTINGS.model_copy(update={"fetch_wait_asleep_batch_ms": 2000})
+    waits = lane_waits(settings, batch_lane=batch_lane)
+    assert (waits.fetch_wait_asleep_ms, waits.fetch_wait_idle_ms) == (asleep_ms, idle_ms)
+    assert step_wait_ms(31.0, waits) == asleep_ms
+
+
+def test_a_batch_lane_never_sleeps_lighter_than_the_rest() -> None:
+    with pytest.raises(ValueError, match="FETCH_WAIT_ASLEEP_BATCH_MS"):
+        KafkaSettings(fetch_wait_asleep_ms=500, fetch_wait_asleep_batch_ms=400)
