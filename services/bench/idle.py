@@ -19,12 +19,14 @@ from typing import Any
 
 import numpy as np
 
+from schemas.topics import Tier
 from services.bench.cpu import machine_busy_s, process_cpu
 from services.bench.stats import percentiles
 from services.cli.stack import Stack, StackOptions
 from services.client import InferenceClient
 
 Progress = Callable[[str], None]
+PROBED_TIERS: tuple[Tier, ...] = ("interactive", "batch")
 
 
 @dataclass(frozen=True)
@@ -56,18 +58,23 @@ def _stack_pids(stack: Stack) -> dict[str, int]:
     return pids
 
 
-async def _probe(bootstrap: str, gap_s: float, count: int) -> list[float]:
-    """e2e ms of single demo-mlp requests, each after `gap_s` of quiet."""
+async def _probe(bootstrap: str, gap_s: float, count: int) -> dict[Tier, list[float]]:
+    """e2e ms of single demo-mlp requests after `gap_s` of quiet: an interactive one, then
+    a batch one (batch lanes sleep deeper: `fetch_wait_asleep_batch_ms`)."""
     x = np.linspace(0, 1, 16, dtype=np.float32).reshape(1, 16)
-    out = []
+    out: dict[Tier, list[float]] = {tier: [] for tier in PROBED_TIERS}
     async with InferenceClient(bootstrap) as client:
         for _ in range(count):
             await asyncio.sleep(gap_s)
-            started = time.perf_counter()
-            result = await client.infer(client.build_request("demo-mlp", {"x": x}), timeout_s=30)
-            if not result.ok:
-                raise RuntimeError(f"probe request failed: {result.status} {result.error}")
-            out.append((time.perf_counter() - started) * 1000)
+            for tier in PROBED_TIERS:
+                started = time.perf_counter()
+                request = client.build_request("demo-mlp", {"x": x}, tier=tier)
+                result = await client.infer(request, timeout_s=30)
+                if not result.ok:
+                    raise RuntimeError(
+                        f"probe request ({tier}) failed: {result.status} {result.error}"
+                    )
+                out[tier].append((time.perf_counter() - started) * 1000)
     return out
 
 
@@ -105,14 +112,18 @@ async def bench_idle(options: IdleOptions, progress: Progress) -> dict[str, Any]
             if now is not None and then is not None:
                 cores[name] = round((now.total_s - then.total_s) / options.window_s, 4)
         machine_cores = (machine_busy_s() - machine) / options.window_s
-        probes: dict[str, Any] = {}
+        probes: dict[Tier, dict[str, Any]] = {tier: {} for tier in PROBED_TIERS}
         for gap in options.gaps_s:
-            progress(f"probe: {options.probes} single requests, each after {gap:.0f}s quiet")
-            latencies = await _probe(bootstrap, gap, options.probes)
-            probes[f"after_{gap:.0f}s"] = {
-                "e2e_ms": [round(v, 1) for v in latencies],
-                **percentiles(latencies),
-            }
+            progress(
+                f"probe: {options.probes} x (interactive, batch) requests, each after "
+                f"{gap:.0f}s quiet"
+            )
+            by_tier = await _probe(bootstrap, gap, options.probes)
+            for tier, latencies in by_tier.items():
+                probes[tier][f"after_{gap:.0f}s"] = {
+                    "e2e_ms": [round(v, 1) for v in latencies],
+                    **percentiles(latencies),
+                }
         stop.set()
         await scaler
     finally:
@@ -125,6 +136,7 @@ async def bench_idle(options: IdleOptions, progress: Progress) -> dict[str, Any]
         "inferbus_cores_busy": round(sum(cores.values()), 4),
         "machine_cores_busy": round(machine_cores, 4),
         "by_process_cores": cores,
-        "first_request_after_quiet": probes,
+        "first_request_after_quiet": probes["interactive"],
+        "first_batch_request_after_quiet": probes["batch"],
         "note": "machine_cores_busy includes anything else running on the machine",
     }

@@ -139,13 +139,18 @@ def idle(
         bench_idle(IdleOptions(settle_s=settle, window_s=window, probes=probes), _progress)
     )
     _write(report, json_out)
-    probes_line = ", ".join(
-        f"{gap}: p50 {p['p50']:.0f} ms max {max(p['e2e_ms']):.0f} ms"
-        for gap, p in report["first_request_after_quiet"].items()
-    )
+
+    def probes_line(key: str) -> str:
+        return ", ".join(
+            f"{gap}: p50 {p['p50']:.0f} ms max {max(p['e2e_ms']):.0f} ms"
+            for gap, p in report[key].items()
+        )
+
     typer.echo(
         f"idle inferbus up: {report['inferbus_cores_busy']:.3f} cores busy (machine "
-        f"{report['machine_cores_busy']:.3f}) | first requests {probes_line}"
+        f"{report['machine_cores_busy']:.3f}) | first requests "
+        f"{probes_line('first_request_after_quiet')} | batch "
+        f"{probes_line('first_batch_request_after_quiet')}"
     )
 
 
