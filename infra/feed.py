@@ -12,12 +12,21 @@ from infra.kafka import make_consumer, start_with_retry, stop_consume_loop
 
 log = logging.getLogger(__name__)
 
-FEED_WAIT_MS = 2000
-"""Fetch wait of the scaler's feeds (registry, telemetry, rollouts), ms. The scaler acts
-once a tick (5 s), so a record it sees up to a second late (Tansu answers a waiting fetch
-at half its wait when records are there) costs it nothing; and every waiting fetch costs
-Tansu ~2.5 ms of CPU whatever its wait (200-1000 ms; docs/benchmarks.md, stop 26), so at
-500 ms, woken every 250 ms by heartbeats, the three feeds cost an idle stack ~0.02 cores."""
+
+def feed_wait_ms(tick_s: float) -> int:
+    """Fetch wait of a feed read by a loop that acts every `tick_s` (the scaler), ms: 0.4
+    of the tick, within 500 ms and 2 s.
+
+    Tansu answers a waiting fetch at half its wait once records are there, so what the loop
+    reads is at most a fifth of a tick late. Every waiting fetch costs Tansu ~2.5 ms of CPU
+    whatever its wait (200-1000 ms; docs/benchmarks.md, stop 26): at 500 ms, woken every
+    250 ms by heartbeats, the scaler's three feeds cost an idle stack ~0.02 cores.
+    """
+    return round(min(max(tick_s * 400, 500), 2000))
+
+
+FEED_WAIT_MS = feed_wait_ms(5.0)
+"""The wait for the scaler's default tick (5 s): 2 s."""
 
 RecordFold = Callable[[bytes | None, bytes | None], None]
 """Called with each record's key and value, in order per partition."""

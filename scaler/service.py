@@ -13,6 +13,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from infra.feed import feed_wait_ms
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
 from infra.rollout.feed import RolloutFeed
@@ -93,10 +94,13 @@ class ScalerService:
         # 60 s default kept a drained spike's queue p99 in the signals for a minute.
         self.reader = TelemetryReader(window_s=collector_config.rate_window_s)
         self.versions = VersionWindows()
-        self.registry = Registry(bootstrap)
-        self.feed = TelemetryFeed(bootstrap, sinks=[self.reader.apply, self.versions.apply])
+        feed_wait = feed_wait_ms(collector_config.interval_s)
+        self.registry = Registry(bootstrap, poll_timeout_ms=feed_wait)
+        self.feed = TelemetryFeed(
+            bootstrap, sinks=[self.reader.apply, self.versions.apply], poll_timeout_ms=feed_wait
+        )
         self.rollouts = RolloutBook()
-        self.rollout_feed = RolloutFeed(bootstrap, self.rollouts)
+        self.rollout_feed = RolloutFeed(bootstrap, self.rollouts, poll_timeout_ms=feed_wait)
         self.tiers = tiers
         self.collector = Collector(
             bootstrap,

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from infra.feed import feed_wait_ms
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.registry import RegistryTable, live_instances
@@ -147,7 +148,7 @@ class StackObserver:
         self.clock = clock
         self.sample_every_s = sample_every_s
         self.origin = clock()
-        self.registry = Registry(bootstrap)
+        self.registry = Registry(bootstrap, poll_timeout_ms=feed_wait_ms(sample_every_s))
         self.replicas: list[ReplicaSample] = []
         self.decisions: list[DecisionPoint] = []
         self._consumer: AIOKafkaConsumer | None = None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from infra import feed as feed_module
-from infra.feed import FEED_WAIT_MS, TopicFeed
+from infra.feed import FEED_WAIT_MS, TopicFeed, feed_wait_ms
 from infra.rollout.feed import RolloutFeed
 from infra.rollout.state import RolloutBook
 from scaler.collector.feeds import TelemetryFeed
@@ -151,3 +151,16 @@ async def test_the_rollout_feed_folds_records_into_its_book(consumers: Consumers
     assert feed.book.invalid == 1  # the value reached the book (and was refused there)
     assert feed.book.get("m") is None
     assert feed.error is None
+
+
+@pytest.mark.parametrize(
+    ("tick_s", "expected_ms"),
+    [
+        pytest.param(5.0, 2000, id="the-scaler-default-tick"),
+        pytest.param(2.0, 800, id="a-fast-tick-reads-fresher"),
+        pytest.param(1.0, 500, id="never-below-the-asleep-wait"),
+        pytest.param(60.0, 2000, id="never-above-2-s"),
+    ],
+)
+def test_feed_wait_follows_the_readers_tick(tick_s: float, expected_ms: int) -> None:
+    assert feed_wait_ms(tick_s) == expected_ms
