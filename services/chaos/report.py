@@ -19,7 +19,7 @@ class Check:
     name: str
     passed: bool
     detail: str
-    latency: bool = False
+    host_speed: bool = False
     """A target the host's speed decides (a percentile against an SLO, a backlog served
     within its deadlines): reported and counted by the CLI, not asserted by the test
     suite, whose hosts are shared and noisy."""
@@ -30,14 +30,14 @@ class Check:
     @property
     def asserted(self) -> bool:
         """Whether the test suite asserts this target."""
-        return not self.latency and self.broker_defect is None
+        return not self.host_speed and self.broker_defect is None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "passed": self.passed,
             "detail": self.detail,
-            "latency": self.latency,
+            "host_speed": self.host_speed,
             "broker_defect": self.broker_defect,
         }
 
@@ -65,7 +65,7 @@ class ScenarioReport:
         return [check for check in self.checks if not check.passed]
 
     def correct(self) -> bool:
-        """Every asserted target met: all but latency and broker-defect ones."""
+        """Every asserted target met: all but host-speed and broker-defect ones."""
         return all(check.passed for check in self.checks if check.asserted)
 
     def to_json(self) -> dict[str, Any]:

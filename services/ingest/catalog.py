@@ -135,7 +135,7 @@ def drain_capacity(
     """
     if not within_backlog:
         return None
-    if interval_rate is None or not interval_rate or not rate_before:
+    if not interval_rate or not rate_before:  # none read, none committed, or just back
         return known
     return smoothed(known, interval_rate, alpha)
 

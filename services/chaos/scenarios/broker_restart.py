@@ -91,6 +91,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
         causes = loss_causes(lost_ids, await scan_ingest_topic(r.stack.bootstrap, lost_ids))
         sink = r.traffic.sink
         seen = sink.seen if isinstance(sink, ClientProducer) else {}
+    total = tally(fates)
     phases = tally_by(fates, lambda f: f.sent.phase)
     after = phases.get("after", tally([]))
     recover = first_ok_sent_after(fates, back_at)
@@ -104,7 +105,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
     )
     return r.report(
         summary=CLIENT_SUMMARY if sizes.via_client else SUMMARY,
-        tally=tally(fates),
+        tally=total,
         recover_s=recover,
         checks=[
             Check(
@@ -118,10 +119,10 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 f"{after.lost} of {after.accepted} lost",
                 broker_defect=None if sizes.via_client else TANSU_PHANTOM,
             ),
-            served_not_refused(tally(fates)),
+            served_not_refused(total),
             # The client resends what a restart lost: nothing sent in any phase may be lost.
             *(
-                [none_lost(tally(fates), note=f"every phase; {client_view(lost_ids, seen)}")]
+                [none_lost(total, note=f"every phase; {client_view(lost_ids, seen)}")]
                 if sizes.via_client
                 else []
             ),
@@ -146,7 +147,7 @@ def served_not_refused(total: Tally) -> Check:
         "0 rejected_overload: the outage's backlog is served",
         refused == 0,
         f"{refused} of {total.accepted} rejected_overload",
-        latency=True,
+        host_speed=True,
     )
 
 

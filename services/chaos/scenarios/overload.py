@@ -81,7 +81,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 "interactive p99 within its SLO",
                 p99 is not None and p99 <= slo_ms,
                 f"p99 {_ms(p99)} (anything but ok counts as never) vs SLO {slo_ms:.0f} ms",
-                latency=True,
+                host_speed=True,
             ),
             Check(
                 "batch excess gets rejected_overload",

@@ -39,7 +39,7 @@ def test_passed_only_when_every_check_is_met() -> None:
     ("missed", "correct"),
     [
         pytest.param(Check("b", False, "no"), False, id="plain-target-is-asserted"),
-        pytest.param(Check("p99", False, "slow", latency=True), True, id="latency-reported"),
+        pytest.param(Check("p99", False, "slow", host_speed=True), True, id="host-speed-reported"),
         pytest.param(
             Check("0 lost", False, "3 lost", broker_defect="phantom acks"),
             True,
