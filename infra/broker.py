@@ -150,6 +150,9 @@ class EmbeddedBroker:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+            # Out of the terminal's process group: on Ctrl-C the broker outlives the
+            # services that drain into it, and its owner stops it last.
+            process_group=0,
         )
         atexit.register(self.stop)
         if not wait_for_port(host, port, self.settings.broker_start_timeout_s):

@@ -86,6 +86,9 @@ class ChildProcess:
             stdout=output,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
+            # Its own process group: a terminal's Ctrl-C reaches the parent alone, which
+            # stops its children in order (workers drain before ingest and the broker go).
+            process_group=0,
         )
         log.info("event=child_started name=%s pid=%d", self.name, self.process.pid)
 
