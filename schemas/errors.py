@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from schemas.result import Status
 
@@ -69,10 +71,61 @@ class Unparseable(InferbusError):
 def describe_validation_error(exc: ValidationError, *, limit: int | None = 5) -> str:
     """pydantic's errors as `field.path: message; ...`, the first `limit` of them.
 
-    pydantic's own `str(exc)` quotes the input values: these messages do not.
+    pydantic's own `str(exc)` quotes the input values: these messages do not. Where a value
+    could be one of several forms (an input: a tensor or text), only the form it came
+    closest to speaks (`_one_form`), and the paths name fields, not pydantic's labels.
     """
-    errors = exc.errors(include_url=False, include_input=False)
+    errors = _one_form(exc.errors(include_url=False, include_input=False))
     shown = errors if limit is None else errors[:limit]
-    parts = [f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}" for err in shown]
+    parts = [f"{'.'.join(str(p) for p in loc) or '<event>'}: {msg}" for loc, msg in shown]
     more = len(errors) - len(shown)
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+Loc = tuple[int | str, ...]
+
+
+def _form_at(loc: Loc) -> int | None:
+    """Where in `loc` pydantic names a union member it tried (`TextInput`, `str`,
+    `function-after[...]`); None when it names none."""
+    for i, part in enumerate(loc):
+        if isinstance(part, str) and (part in _FORM_LABELS or part.startswith("function-")):
+            return i
+    return None
+
+
+_FORM_LABELS = frozenset({"Tensor", "TextInput", "str", "list[str]"})
+"""pydantic's labels of the members of the request's unions (`inputs` values, `text`)."""
+
+
+def _misfit(errors: Sequence[ErrorDetails]) -> tuple[int, int]:
+    """How far a value is from one union member: its missing fields, then its errors."""
+    return sum(e["type"] == "missing" for e in errors), len(errors)
+
+
+def _one_form(errors: Sequence[ErrorDetails]) -> list[tuple[Loc, str]]:
+    """(path, message) per error, each union answered by the member(s) the value came
+    closest to (`_misfit`), member labels left out, repeats once.
+
+    A tensor with an unknown dtype read `inputs.x.function-after[_one_payload(),
+    Tensor].dtype: ...; inputs.x.TextInput.text: Field required`; it now reads
+    `inputs.x.dtype: ...`.
+    """
+    by_union: dict[Loc, dict[str, list[ErrorDetails]]] = {}
+    for err in errors:
+        loc = tuple(err["loc"])
+        at = _form_at(loc)
+        if at is not None:
+            by_union.setdefault(loc[:at], {}).setdefault(str(loc[at]), []).append(err)
+    dropped: set[int] = set()
+    for members in by_union.values():
+        best = min(_misfit(errs) for errs in members.values())
+        dropped |= {id(e) for errs in members.values() if _misfit(errs) != best for e in errs}
+    out: list[tuple[Loc, str]] = []
+    for err in errors:
+        if id(err) in dropped:
+            continue
+        item = (tuple(p for p in err["loc"] if _form_at((p,)) is None), err["msg"])
+        if item not in out:
+            out.append(item)
+    return out
