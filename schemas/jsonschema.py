@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -38,6 +39,17 @@ def write(directory: Path = SCHEMA_DIR) -> list[Path]:
     return paths
 
 
-if __name__ == "__main__":
-    for written in write():
+def main(argv: list[str] | None = None) -> None:
+    """`python -m schemas.jsonschema [--out DIR]`: write the schema files, print their paths."""
+    parser = argparse.ArgumentParser(
+        prog="python -m schemas.jsonschema",
+        description="Write the wire format's JSON Schemas from the pydantic models.",
+    )
+    parser.add_argument("--out", type=Path, default=SCHEMA_DIR, help=f"default: {SCHEMA_DIR}")
+    args = parser.parse_args(argv)
+    for written in write(args.out):
         print(written)
+
+
+if __name__ == "__main__":
+    main()

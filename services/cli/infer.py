@@ -20,7 +20,8 @@ from tracing.setup import init_tracing, shutdown_tracing
 def parse_inputs(
     payload: Any, dtypes: Mapping[str, str] | None, *, unknown_model: str = ""
 ) -> dict[str, Tensor | TextInput]:
-    """`{"x": [[...]]}` (dtype from the model), wire tensors, or `{"text": "..."}`.
+    """`{"x": [[...]]}` (dtype from the model), wire tensors, or `{"text": "..."}` /
+    `{"text": ["a", "b"]}` (text for a model with a tokenizer; one sample a string).
 
     `dtypes`: the model's inputs, None when the model is not in the local repository
     (`unknown_model` then says which and what is there)."""
@@ -32,7 +33,9 @@ def parse_inputs(
             out[name] = Tensor.model_validate(value)
         elif isinstance(value, dict) and "text" in value:
             out[name] = TextInput.model_validate(value)
-        elif isinstance(value, str):
+        elif isinstance(value, str) or (
+            isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+        ):
             out[name] = TextInput(text=value)
         else:
             if dtypes is None:

@@ -7,8 +7,10 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shlex
 import signal
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -109,9 +111,18 @@ def status_line(view: GroupView) -> str:
     )
 
 
+def stack_ready(views: Mapping[str, GroupView]) -> bool:
+    """Every group that should run a worker has one consuming (loaded and warmed)."""
+    signals = [view.collection.signals for view in views.values()]
+    return bool(signals) and all(
+        s is not None and s.ready_replicas >= min(s.replicas, 1) for s in signals
+    )
+
+
 def status_table(views: dict[str, GroupView], bootstrap: str, elapsed_s: float) -> Table:
     """The live view: one row per worker group."""
-    table = Table(title=f"inferbus on {bootstrap} — up {elapsed_s:.0f}s (Ctrl-C stops)")
+    state = "ready" if stack_ready(views) else "workers starting"
+    table = Table(title=f"inferbus on {bootstrap} — up {elapsed_s:.0f}s, {state} (Ctrl-C stops)")
     for column in (
         "group",
         "ready/all",
@@ -166,7 +177,8 @@ class Stack:
         self.stop = asyncio.Event()
 
     def _say(self, text: str) -> None:
-        self.console.print(f"[bold]inferbus[/bold] {text}")
+        # soft_wrap: a line written to a file or pipe stays one line (a command to copy).
+        self.console.print(f"[bold]inferbus[/bold] {text}", soft_wrap=True)
 
     async def start(self) -> str:
         """Start broker, topics, ingest, the initial workers and the scaler's connections.
@@ -317,7 +329,7 @@ class Stack:
             if "demo-mlp" in ModelRepository(self.options.models_dir).names():
                 x = ", ".join(f"{0.1 * i:.1f}" for i in range(1, 17))
                 self._say(
-                    f"try: inferbus infer demo-mlp --bootstrap {bootstrap} "
+                    f"try: {_this_command()} infer demo-mlp --bootstrap {bootstrap} "
                     f"--json '{{\"x\": [[{x}]]}}'"
                 )
             scaler_task = asyncio.create_task(scaler.run(self.stop), name="scaler")
@@ -344,7 +356,11 @@ class Stack:
             return self.stop.is_set() or (deadline is not None and time.monotonic() >= deadline)
 
         if self.options.headless:
+            said_ready = False
             while not await wait_tick():
+                if not said_ready and stack_ready(scaler.views):
+                    said_ready = True
+                    self._say("ready: every group has a worker serving")
                 for group in sorted(scaler.views):
                     print(status_line(scaler.views[group]), flush=True)
                 if self.ingest is not None and self.ingest.restarts:
@@ -355,3 +371,12 @@ class Stack:
         ) as live:
             while not await wait_tick():
                 live.update(status_table(scaler.views, bootstrap, time.monotonic() - started))
+
+
+def _this_command() -> str:
+    """How the user ran inferbus (`.venv/bin/inferbus` from `make up`), for a hint to copy;
+    `inferbus` when it ran some other way."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).name != "inferbus":
+        return "inferbus"
+    return shlex.quote(os.path.relpath(argv0) if os.path.isabs(argv0) else argv0)

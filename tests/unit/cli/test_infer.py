@@ -65,3 +65,16 @@ def test_plain_lists_take_the_model_dtype() -> None:
     tensor, note = inputs["x"], inputs["note"]
     assert isinstance(tensor, Tensor) and tensor.to_numpy().dtype == np.float32
     assert isinstance(note, TextInput) and note.text == "hi"
+
+
+@pytest.mark.parametrize(
+    ("value", "texts"),
+    [
+        pytest.param("where is my parcel", ["where is my parcel"], id="one-string"),
+        pytest.param(["a", "b"], ["a", "b"], id="a-list-of-strings"),
+        pytest.param({"text": ["a", "b"]}, ["a", "b"], id="wire-form"),
+    ],
+)
+def test_text_shortcuts(value: object, texts: list[str]) -> None:
+    (text,) = parse_inputs({"text": value}, {"input_ids": "int64"}).values()
+    assert isinstance(text, TextInput) and text.texts() == texts

@@ -1,0 +1,40 @@
+"""`inferbus up`'s view says when the stack is ready: every group that should run a worker
+has one consuming."""
+
+from __future__ import annotations
+
+import pytest
+
+from scaler.collector.collector import GroupCollection
+from scaler.service import GroupView
+from services.cli.stack import stack_ready
+from tests.unit.scaler.conftest import make_signals
+
+
+def _view(group: str, ready: int | None, replicas: int = 1) -> GroupView:
+    signals = (
+        None
+        if ready is None
+        else make_signals(group=group, ready_replicas=ready, replicas=replicas)
+    )
+    return GroupView(GroupCollection(group, signals, 0), None, applied=False, error=None)
+
+
+@pytest.mark.parametrize(
+    ("groups", "ready"),
+    [
+        pytest.param({}, False, id="no-groups-yet"),
+        pytest.param({"a": None}, False, id="no-signals-yet"),
+        pytest.param({"a": (0, 1)}, False, id="worker-still-loading"),
+        pytest.param({"a": (1, 1), "b": (0, 1)}, False, id="one-group-still-loading"),
+        pytest.param({"a": (1, 1), "b": (2, 3)}, True, id="every-group-serving"),
+        pytest.param(
+            {"a": (1, 1), "b": (0, 0)}, True, id="a-group-scaled-to-zero-is-not-waited-for"
+        ),
+    ],
+)
+def test_stack_ready(groups: dict[str, tuple[int, int] | None], ready: bool) -> None:
+    views = {
+        g: _view(g, None) if v is None else _view(g, v[0], replicas=v[1]) for g, v in groups.items()
+    }
+    assert stack_ready(views) is ready
