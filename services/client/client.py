@@ -430,7 +430,7 @@ class InferenceClient:
             return await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
         except TimeoutError:
             raise TimeoutError(
-                f"no result for request {request.request_id} within {timeout_s:.1f}s"
+                f"no result for request {request.request_id} within {timeout_s:g} s"
             ) from None
         finally:
             self._waiters.pop(request.request_id, None)
