@@ -85,17 +85,26 @@ def describe_validation_error(exc: ValidationError, *, limit: int | None = 5) ->
 Loc = tuple[int | str, ...]
 
 
+def _is_label(loc: Loc, i: int) -> bool:
+    """Whether `loc[i]` is pydantic's name for a union member it tried, not a field or key."""
+    part = loc[i]
+    if not isinstance(part, str) or i == 0:
+        return False
+    if part in _TEXT_FORMS:  # `text`'s own union; elsewhere such a word is a user's key
+        return loc[i - 1] == "text"
+    return part in _FORM_LABELS or part.startswith("function-")
+
+
 def _form_at(loc: Loc) -> int | None:
-    """Where in `loc` pydantic names a union member it tried (`TextInput`, `str`,
+    """Where in `loc` pydantic first names a union member it tried (`TextInput`,
     `function-after[...]`); None when it names none."""
-    for i, part in enumerate(loc):
-        if isinstance(part, str) and (part in _FORM_LABELS or part.startswith("function-")):
-            return i
-    return None
+    return next((i for i in range(len(loc)) if _is_label(loc, i)), None)
 
 
-_FORM_LABELS = frozenset({"Tensor", "TextInput", "str", "list[str]"})
-"""pydantic's labels of the members of the request's unions (`inputs` values, `text`)."""
+_FORM_LABELS = frozenset({"Tensor", "TextInput"})
+"""pydantic's labels of the members of an input's union (tensor or text)."""
+_TEXT_FORMS = frozenset({"str", "list[str]"})
+"""pydantic's labels of the members of `TextInput.text` (one string or a list)."""
 
 
 def _misfit(errors: Sequence[ErrorDetails]) -> tuple[int, int]:
@@ -125,7 +134,8 @@ def _one_form(errors: Sequence[ErrorDetails]) -> list[tuple[Loc, str]]:
     for err in errors:
         if id(err) in dropped:
             continue
-        item = (tuple(p for p in err["loc"] if _form_at((p,)) is None), err["msg"])
+        loc = tuple(err["loc"])
+        item = (tuple(p for i, p in enumerate(loc) if not _is_label(loc, i)), err["msg"])
         if item not in out:
             out.append(item)
     return out

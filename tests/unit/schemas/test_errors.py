@@ -40,6 +40,12 @@ def _message(inputs: str) -> str:
         ),
         pytest.param('{"x": 5}', "inputs.x: Input should be an object", id="neither-said-once"),
         pytest.param(
+            '{"str": {"dtype": "complex64", "shape": [1], "data": [1]}}',
+            "inputs.str.dtype: Input should be 'float32', 'float16', 'float64', 'int64', "
+            "'int32', 'int16', 'int8', 'uint8' or 'bool'",
+            id="an-input-named-like-a-label-keeps-its-name",
+        ),
+        pytest.param(
             "{}",
             "inputs: Dictionary should have at least 1 item after validation, not 0",
             id="no-union-involved",
