@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -69,73 +69,64 @@ class Unparseable(InferbusError):
 
 
 def describe_validation_error(exc: ValidationError, *, limit: int | None = 5) -> str:
-    """pydantic's errors as `field.path: message; ...`, the first `limit` of them.
+    """pydantic's errors as `field.path: message; ...`, the first `limit` distinct ones.
 
-    pydantic's own `str(exc)` quotes the input values: these messages do not. Where a value
-    could be one of several forms (an input: a tensor or text), only the form it came
-    closest to speaks (`_one_form`), and the paths name fields, not pydantic's labels.
+    pydantic's own `str(exc)` quotes the input values: these messages do not. An input of a
+    request is a tensor or text: only the form it was meant as speaks (`_one_form`), and
+    paths name fields, not pydantic's labels for the forms. Bounded: an event that breaks
+    a rule in each of a million list items costs one cheap pass, and `limit` messages.
     """
-    errors = _one_form(exc.errors(include_url=False, include_input=False))
-    shown = errors if limit is None else errors[:limit]
+    errors = exc.errors(include_url=False, include_context=False, include_input=False)
+    shown: dict[tuple[Loc, str], None] = {}  # insertion-ordered, repeats once
+    more = 0
+    for item in _one_form(errors):
+        shown[item] = None
+        if limit is not None and len(shown) >= limit:
+            more = len(errors) - limit  # unread, counted as pydantic counts them
+            break
     parts = [f"{'.'.join(str(p) for p in loc) or '<event>'}: {msg}" for loc, msg in shown]
-    more = len(errors) - len(shown)
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
 Loc = tuple[int | str, ...]
 
-
-def _is_label(loc: Loc, i: int) -> bool:
-    """Whether `loc[i]` is pydantic's name for a union member it tried, not a field or key."""
-    part = loc[i]
-    if not isinstance(part, str) or i == 0:
-        return False
-    if part in _TEXT_FORMS:  # `text`'s own union; elsewhere such a word is a user's key
-        return loc[i - 1] == "text"
-    return part in _FORM_LABELS or part.startswith("function-")
-
-
-def _form_at(loc: Loc) -> int | None:
-    """Where in `loc` pydantic first names a union member it tried (`TextInput`,
-    `function-after[...]`); None when it names none."""
-    return next((i for i in range(len(loc)) if _is_label(loc, i)), None)
-
-
-_FORM_LABELS = frozenset({"Tensor", "TextInput"})
-"""pydantic's labels of the members of an input's union (tensor or text)."""
+_TEXT = "TextInput"
+"""pydantic's label of the text form of an input (`inputs.<name>.TextInput...`)."""
 _TEXT_FORMS = frozenset({"str", "list[str]"})
 """pydantic's labels of the members of `TextInput.text` (one string or a list)."""
 
 
-def _misfit(errors: Sequence[ErrorDetails]) -> tuple[int, int]:
-    """How far a value is from one union member: its missing fields, then its errors."""
-    return sum(e["type"] == "missing" for e in errors), len(errors)
+def _is_label(loc: Loc, i: int) -> bool:
+    """Whether `loc[i]` is pydantic's name for a form it tried, not a field or a key: only
+    where the request's unions put one (`inputs.<name>.<form>`, `...TextInput.text.<form>`),
+    so an input a user named `Tensor` or `str` keeps its name."""
+    if len(loc) < 3 or loc[0] != "inputs" or not isinstance(loc[i], str):
+        return False
+    part = str(loc[i])
+    if i == 2:
+        return part in (_TEXT, "Tensor") or part.startswith("function-")
+    return i == 4 and loc[2] == _TEXT and loc[3] == "text" and part in _TEXT_FORMS
 
 
-def _one_form(errors: Sequence[ErrorDetails]) -> list[tuple[Loc, str]]:
-    """(path, message) per error, each union answered by the member(s) the value came
-    closest to (`_misfit`), member labels left out, repeats once.
+def _one_form(errors: Sequence[ErrorDetails]) -> Iterator[tuple[Loc, str]]:
+    """(path, message) per error, labels left out, each input answered as the form it was
+    meant as: text when it has a `text` key, else a tensor (so `{"data": [1]}` is told what
+    a tensor lacks, not that text needs `text`). Linear: one pass to see which inputs lack
+    `text`, one to yield.
 
     A tensor with an unknown dtype read `inputs.x.function-after[_one_payload(),
     Tensor].dtype: ...; inputs.x.TextInput.text: Field required`; it now reads
     `inputs.x.dtype: ...`.
     """
-    by_union: dict[Loc, dict[str, list[ErrorDetails]]] = {}
-    for err in errors:
-        loc = tuple(err["loc"])
-        at = _form_at(loc)
-        if at is not None:
-            by_union.setdefault(loc[:at], {}).setdefault(str(loc[at]), []).append(err)
-    dropped: set[int] = set()
-    for members in by_union.values():
-        best = min(_misfit(errs) for errs in members.values())
-        dropped |= {id(e) for errs in members.values() if _misfit(errs) != best for e in errs}
-    out: list[tuple[Loc, str]] = []
-    for err in errors:
-        if id(err) in dropped:
-            continue
-        loc = tuple(err["loc"])
-        item = (tuple(p for i, p in enumerate(loc) if not _is_label(loc, i)), err["msg"])
-        if item not in out:
-            out.append(item)
-    return out
+    not_text = {
+        tuple(e["loc"][:2])
+        for e in errors
+        if e["type"] == "missing" and tuple(e["loc"][2:]) == (_TEXT, "text")
+    }
+    for e in errors:
+        loc = tuple(e["loc"])
+        if len(loc) > 2 and _is_label(loc, 2):
+            as_text = loc[2] == _TEXT
+            if as_text == (loc[:2] in not_text):
+                continue  # the other form's complaint
+        yield tuple(p for i, p in enumerate(loc) if not _is_label(loc, i)), e["msg"]

@@ -40,6 +40,18 @@ def _message(inputs: str) -> str:
         ),
         pytest.param('{"x": 5}', "inputs.x: Input should be an object", id="neither-said-once"),
         pytest.param(
+            '{"x": {"data": [1]}}',
+            "inputs.x.dtype: Field required; inputs.x.shape: Field required",
+            id="no-text-key-means-a-tensor-however-little-it-has",
+        ),
+        pytest.param(
+            '{"Tensor": {"dtype": "c", "shape": [1], "data": [1]}, "TextInput": {"text": 5}}',
+            "inputs.Tensor.dtype: Input should be 'float32', 'float16', 'float64', 'int64', "
+            "'int32', 'int16', 'int8', 'uint8' or 'bool'; inputs.TextInput.text: Input should "
+            "be a valid string; inputs.TextInput.text: Input should be a valid array",
+            id="inputs-named-like-the-forms-keep-their-names",
+        ),
+        pytest.param(
             '{"str": {"dtype": "complex64", "shape": [1], "data": [1]}}',
             "inputs.str.dtype: Input should be 'float32', 'float16', 'float64', 'int64', "
             "'int32', 'int16', 'int8', 'uint8' or 'bool'",
@@ -54,3 +66,11 @@ def _message(inputs: str) -> str:
 )
 def test_messages_name_fields_not_pydantic_labels(inputs: str, message: str) -> None:
     assert _message(inputs) == message
+
+
+def test_an_error_in_every_item_gives_a_few_messages_and_a_count() -> None:
+    message = _message('{"x": {"text": [' + ", ".join(["0"] * 20_000) + "]}}")
+    assert message.startswith("inputs.x.text: Input should be a valid string; ")
+    assert message.count("; ") == 4
+    # pydantic's count: 20,000 items + the string form + the tensor form's two, less 5 shown.
+    assert message.endswith("(+19998 more)")
