@@ -147,6 +147,7 @@ class EmbeddedBroker:
         )
         self._process = subprocess.Popen(
             command,
+            stdin=subprocess.DEVNULL,  # out of the terminal's group: a read would stop it
             stdout=self._log,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken

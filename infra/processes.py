@@ -83,6 +83,7 @@ class ChildProcess:
         self.process = subprocess.Popen(
             self.command,
             env=self.env,
+            stdin=subprocess.DEVNULL,  # out of the terminal's group: a read would stop it
             stdout=output,
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only

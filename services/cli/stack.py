@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -378,5 +379,8 @@ def _this_command() -> str:
     `inferbus` when it ran some other way."""
     argv0 = sys.argv[0] if sys.argv else ""
     if Path(argv0).name != "inferbus":
+        return "inferbus"
+    on_path = shutil.which("inferbus")
+    if on_path is not None and Path(on_path).resolve() == Path(argv0).resolve():
         return "inferbus"
     return shlex.quote(os.path.relpath(argv0) if os.path.isabs(argv0) else argv0)

@@ -5,6 +5,7 @@ so the signal reaches `inferbus up` alone."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -85,10 +86,16 @@ def test_sigint_to_the_terminal_group_stops_the_stack_in_order(tmp_path: Path) -
         assert returncode == 0, text[-3000:]
         assert "inferbus stopping: draining workers, ingest, broker" in text
         assert "inferbus stopped" in text
-        assert "Traceback" not in text, text[-3000:]
+        for path in [log, *sorted((tmp_path / "logs").glob("*.log"))]:
+            written = path.read_text(errors="replace")
+            for symptom in ("Traceback", "Unclosed AIOKafka"):
+                assert symptom not in written, f"{path.name}: {written[-3000:]}"
         left = [pid for pid in children if _alive(pid)]
         assert not left, f"still running after the stack stopped: {left}"
     finally:
-        if up.poll() is None:
-            os.killpg(up.pid, signal.SIGKILL)
+        # Each child leads its own process group: kill them there, then `up`'s.
+        for pid in [*_children_of(up.pid), up.pid]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             up.wait(timeout=10)

@@ -57,8 +57,8 @@ def _raise(exc: BaseException) -> None:
             id="permission",
         ),
         pytest.param(
-            TimeoutError("no result for request r-1 within 30.0s"),
-            "no result for request r-1 within 30.0s",
+            TimeoutError("no result for request r-1 within 30 s"),
+            "no result for request r-1 within 30 s",
             id="timeout",
         ),
         pytest.param(TimeoutError(), "timed out", id="bare-timeout"),
