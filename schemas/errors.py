@@ -100,9 +100,9 @@ def _is_label(loc: Loc, i: int) -> bool:
     """Whether `loc[i]` is pydantic's name for a form it tried, not a field or a key: only
     where the request's unions put one (`inputs.<name>.<form>`, `...TextInput.text.<form>`),
     so an input a user named `Tensor` or `str` keeps its name."""
-    if len(loc) < 3 or loc[0] != "inputs" or not isinstance(loc[i], str):
+    part = loc[i]
+    if len(loc) < 3 or loc[0] != "inputs" or not isinstance(part, str):
         return False
-    part = str(loc[i])
     if i == 2:
         return part in (_TEXT, "Tensor") or part.startswith("function-")
     return i == 4 and loc[2] == _TEXT and loc[3] == "text" and part in _TEXT_FORMS
@@ -111,8 +111,8 @@ def _is_label(loc: Loc, i: int) -> bool:
 def _one_form(errors: Sequence[ErrorDetails]) -> Iterator[tuple[Loc, str]]:
     """(path, message) per error, labels left out, each input answered as the form it was
     meant as: text when it has a `text` key, else a tensor (so `{"data": [1]}` is told what
-    a tensor lacks, not that text needs `text`). Linear: one pass to see which inputs lack
-    `text`, one to yield.
+    a tensor lacks, not that text needs `text`). One pass finds the inputs that lack
+    `text`; the rest is yielded lazily, so the caller reads only as far as it shows.
 
     A tensor with an unknown dtype read `inputs.x.function-after[_one_payload(),
     Tensor].dtype: ...; inputs.x.TextInput.text: Field required`; it now reads

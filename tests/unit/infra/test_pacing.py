@@ -299,8 +299,7 @@ def test_a_gathering_consumer_that_idles_answers_at_once_again() -> None:
     ],
 )
 def test_lane_waits(batch_lane: bool, asleep_ms: int, idle_ms: int) -> None:
-    settings = SETTINGS.model_copy(update={"fetch_wait_asleep_batch_ms": 2000})
-    waits = lane_waits(settings, batch_lane=batch_lane)
+    waits = lane_waits(SETTINGS, batch_lane=batch_lane)  # batch asleep: the default 2 s
     assert (waits.fetch_wait_asleep_ms, waits.fetch_wait_idle_ms) == (asleep_ms, idle_ms)
     assert step_wait_ms(31.0, waits) == asleep_ms
 
