@@ -143,6 +143,13 @@ def longest_in(found: Sequence[Stall], start_t: float, end_t: float) -> Stall | 
     return max(overlapping, key=lambda s: s.duration_s, default=None)
 
 
+def longest_since(found: Sequence[Stall], start_t: float, end_t: float) -> float:
+    """The longest wait after `start_t` of a stall overlapping [start_t, end_t]: a stall
+    that began before `start_t` counts from `start_t` on (0.0 when none overlaps)."""
+    overlapping = (s for s in found if s.end_t > start_t and s.start_t < end_t)
+    return max((s.end_t - max(s.start_t, start_t) for s in overlapping), default=0.0)
+
+
 # --- membership changes from the registry ---------------------------------------------
 
 
@@ -298,15 +305,20 @@ class ChangeGaps:
     """Partitions owned by one member all through the window -> longest stall, s."""
     moved: list[dict[str, Any]] = field(default_factory=list)
     triggers: tuple[str, ...] = ()
+    still_since_start: dict[int, float] = field(default_factory=dict)
+    """The same partitions -> longest wait counted from the change's start: the part of a
+    stall that began before the change (an overloaded owner) is left out."""
 
-    def longest_still(self) -> tuple[int | None, float]:
-        if not self.still:
+    def longest_still(self, *, since_start: bool = False) -> tuple[int | None, float]:
+        gaps = self.still_since_start if since_start else self.still
+        if not gaps:
             return None, 0.0
-        partition = max(self.still, key=lambda p: self.still[p])
-        return partition, self.still[partition]
+        partition = max(gaps, key=lambda p: gaps[p])
+        return partition, gaps[partition]
 
-    def longest_moved(self) -> float | None:
-        gaps = [m["longest_gap_s"] for m in self.moved if m["longest_gap_s"] is not None]
+    def longest_moved(self, *, since_start: bool = False) -> float | None:
+        key = "gap_since_change_s" if since_start else "longest_gap_s"
+        gaps = [m[key] for m in self.moved if m[key] is not None]
         return max(gaps, default=None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -322,6 +334,8 @@ class ChangeGaps:
             "longest_still_gap_s": _r(gap),
             "longest_still_partition": partition,
             "longest_moved_gap_s": _r(self.longest_moved()),
+            "longest_still_gap_since_change_s": _r(self.longest_still(since_start=True)[1]),
+            "longest_moved_gap_since_change_s": _r(self.longest_moved(since_start=True)),
             "still": {str(p): _r(g) for p, g in sorted(self.still.items())},
             "moved": self.moved,
         }
@@ -340,11 +354,14 @@ def change_gaps(
 
     A moved partition also says when it was released and acquired (registry), when the
     old owner last read it and the new owner first read it, relative to the change's start.
+    Each gap is given twice: the whole stall, and the wait from the change's start on (a
+    stall an overloaded owner began before the change is not the handover's doing).
     """
     w0, w1 = change.start_t, change.end_t + settle_s
     moved_parts = {m.partition for m in change.moves}
     before, after = owner_at(records, w0), owner_at(records, w1)
     still: dict[int, float] = {}
+    still_since: dict[int, float] = {}
     for partition in range(partitions):
         if partition in moved_parts:
             continue
@@ -357,6 +374,7 @@ def change_gaps(
             continue
         stall = longest_in(found.get(partition, ()), w0, w1)
         still[partition] = stall.duration_s if stall else 0.0
+        still_since[partition] = longest_since(found.get(partition, ()), w0, w1)
     moved = []
     for move in change.moves:
         stall = longest_in(found.get(move.partition, ()), w0, w1)
@@ -380,9 +398,12 @@ def change_gaps(
                     None if first_new is None or last_old is None else first_new - last_old
                 ),
                 "longest_gap_s": _r(stall.duration_s) if stall else 0.0,
+                "gap_since_change_s": _r(longest_since(found.get(move.partition, ()), w0, w1)),
             }
         )
-    return ChangeGaps(w0, w1, change.trigger, change.instance, still, moved, change.triggers)
+    return ChangeGaps(
+        w0, w1, change.trigger, change.instance, still, moved, change.triggers, still_since
+    )
 
 
 def _after_trigger(change: Change, t: float | None) -> float | None:
@@ -529,8 +550,11 @@ def handover_report(
     gaps = [change_gaps(c, records, found, reads, partitions=partitions) for c in found_changes]
     still = [(g.longest_still(), g) for g in gaps if g.still]
     worst_still = max(still, key=lambda x: x[0][1], default=None)
+    still_since = [(g.longest_still(since_start=True), g) for g in gaps if g.still]
+    worst_since = max(still_since, key=lambda x: x[0][1], default=None)
     moved = [m for g in gaps for m in g.moved]
     moved_gaps = [m["longest_gap_s"] for m in moved if m["longest_gap_s"] is not None]
+    moved_since = [m["gap_since_change_s"] for m in moved if m["gap_since_change_s"] is not None]
     handovers = [m["handover_s"] for m in moved if m["handover_s"] is not None]
     acquired = [
         m["acquired_after_trigger_s"] for m in moved if m["acquired_after_trigger_s"] is not None
@@ -547,10 +571,14 @@ def handover_report(
             "partition": worst_still[0][0] if worst_still else None,
             "at_change_t": _r(worst_still[1].start_t) if worst_still else None,
             "trigger": worst_still[1].trigger if worst_still else None,
+            "longest_gap_since_change_s": _r(worst_since[0][1]) if worst_since else None,
+            "since_change_partition": worst_since[0][0] if worst_since else None,
+            "since_change_at_t": _r(worst_since[1].start_t) if worst_since else None,
         },
         "moved": {
             "count": len(moved),
             "longest_gap_s": _r(max(moved_gaps, default=None)),
+            "longest_gap_since_change_s": _r(max(moved_since, default=None)),
             "median_gap_s": _r(statistics.median(moved_gaps)) if moved_gaps else None,
             "median_handover_s": _r(statistics.median(handovers)) if handovers else None,
             "median_acquired_s": _r(statistics.median(acquired)) if acquired else None,

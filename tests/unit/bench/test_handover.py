@@ -15,6 +15,7 @@ from services.bench.handover import (
     handover_report,
     kill_gaps,
     longest_in,
+    longest_since,
     owner_at,
     stalls,
 )
@@ -207,8 +208,34 @@ def test_change_gaps_split_stayed_from_moved() -> None:
     assert moved[2]["first_read_by_new_s"] == pytest.approx(0.35)
     assert moved[2]["handover_s"] == pytest.approx(0.25)
     assert moved[2]["longest_gap_s"] == pytest.approx(0.2)
+    assert moved[2]["gap_since_change_s"] == pytest.approx(0.2)
     assert moved[3]["longest_gap_s"] == 0.0 and moved[3]["first_read_by_new_s"] is None
     assert gaps.to_dict()["longest_still_gap_s"] == pytest.approx(0.3)
+    assert gaps.to_dict()["longest_still_gap_since_change_s"] == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    ("found", "expected"),
+    [
+        pytest.param([], 0.0, id="no-stall"),
+        pytest.param([Stall(0, 1.2, 1.5)], 0.3, id="inside-the-window-whole"),
+        pytest.param([Stall(0, 0.4, 1.5)], 0.5, id="begun-before-the-change-counts-from-it"),
+        pytest.param([Stall(0, 1.8, 2.6)], 0.8, id="running-past-the-window-counts-whole"),
+        pytest.param([Stall(0, 0.2, 0.9)], 0.0, id="over-before-the-change"),
+        pytest.param([Stall(0, 0.0, 1.1), Stall(0, 1.3, 1.5)], 0.2, id="longest-after-clipping"),
+    ],
+)
+def test_longest_since_leaves_out_what_began_before(found: list[Stall], expected: float) -> None:
+    assert longest_since(found, 1.0, 2.0) == pytest.approx(expected)
+
+
+def test_a_stall_begun_at_an_overloaded_owner_counts_from_the_change() -> None:
+    # Partition 0 stays with a but a stopped reading it at 0.4 s, before b joined at 1.0.
+    served = [s(0, 0, 0.3, 0.4), s(0, 1, 0.5, 1.3), s(0, 2, 0.6, 1.3)]
+    join = next(c for c in changes(SCALE_OUT) if c.trigger == "join" and c.instance == "b")
+    gaps = change_gaps(join, SCALE_OUT, stalls(served, end_t=5), {}, partitions=4)
+    assert gaps.still[0] == pytest.approx(0.8)
+    assert gaps.still_since_start[0] == pytest.approx(0.3)
 
 
 @pytest.mark.parametrize(
