@@ -73,8 +73,8 @@ def describe_validation_error(exc: ValidationError, *, limit: int | None = 5) ->
 
     pydantic's own `str(exc)` quotes the input values: these messages do not. An input of a
     request is a tensor or text: only the form it was meant as speaks (`_one_form`), and
-    paths name fields, not pydantic's labels for the forms. Bounded: an event that breaks
-    a rule in each of a million list items costs one cheap pass, and `limit` messages.
+    paths name fields, not pydantic's labels for the forms. Bounded: the request's lists and
+    maps stop at their first bad item (`fail_fast`), and messages stop at `limit`.
     """
     errors = exc.errors(include_url=False, include_context=False, include_input=False)
     shown: dict[tuple[Loc, str], None] = {}  # insertion-ordered, repeats once

@@ -25,13 +25,13 @@ class InferenceRequest(BaseModel):
     model: str = Field(min_length=1, max_length=63)
     model_version: str | None = Field(default=None, description="Pin a version; else latest.")
     tier: Tier = "interactive"
-    inputs: dict[str, Tensor | TextInput] = Field(min_length=1)
+    inputs: dict[str, Tensor | TextInput] = Field(min_length=1, fail_fast=True)
     deadline: datetime | None = Field(default=None, description="Absolute, ISO 8601 with zone.")
     timeout_ms: int | None = Field(default=None, gt=0, description="Relative to `created_at`.")
     reply_to: str = RESULTS
     tenant: str | None = Field(default=None, max_length=128)
     created_at: datetime | None = Field(default=None, description="When the producer made it.")
-    metadata: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, str] = Field(default_factory=dict, fail_fast=True)
 
     @field_validator("reply_to")
     @classmethod

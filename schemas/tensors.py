@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
@@ -46,7 +46,9 @@ class Tensor(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     dtype: DType
-    shape: list[int] = Field(min_length=1, description="Leading dimension is the batch.")
+    shape: list[int] = Field(
+        min_length=1, fail_fast=True, description="Leading dimension is the batch."
+    )
     data: Any = Field(default=None, description="Nested list matching `shape`.")
     b64: str | None = Field(default=None, description="Raw little-endian bytes, base64.")
     raw: RawSlice | None = Field(
@@ -150,7 +152,9 @@ class TextInput(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    text: str | list[str] = Field(description="One string per sample, or one string.")
+    text: str | Annotated[list[str], Field(fail_fast=True)] = Field(
+        description="One string per sample, or one string."
+    )
 
     def texts(self) -> list[str]:
         return [self.text] if isinstance(self.text, str) else list(self.text)

@@ -45,11 +45,16 @@ def _message(inputs: str) -> str:
             id="no-text-key-means-a-tensor-however-little-it-has",
         ),
         pytest.param(
-            '{"Tensor": {"dtype": "c", "shape": [1], "data": [1]}, "TextInput": {"text": 5}}',
+            '{"Tensor": {"dtype": "c", "shape": [1], "data": [1]}}',
             "inputs.Tensor.dtype: Input should be 'float32', 'float16', 'float64', 'int64', "
-            "'int32', 'int16', 'int8', 'uint8' or 'bool'; inputs.TextInput.text: Input should "
-            "be a valid string; inputs.TextInput.text: Input should be a valid array",
-            id="inputs-named-like-the-forms-keep-their-names",
+            "'int32', 'int16', 'int8', 'uint8' or 'bool'",
+            id="an-input-named-like-the-tensor-form-keeps-its-name",
+        ),
+        pytest.param(
+            '{"TextInput": {"text": 5}}',
+            "inputs.TextInput.text: Input should be a valid string; inputs.TextInput.text: "
+            "Input should be a valid array",
+            id="an-input-named-like-the-text-form-keeps-its-name",
         ),
         pytest.param(
             '{"str": {"dtype": "complex64", "shape": [1], "data": [1]}}',
@@ -68,9 +73,49 @@ def test_messages_name_fields_not_pydantic_labels(inputs: str, message: str) -> 
     assert _message(inputs) == message
 
 
-def test_an_error_in_every_item_gives_a_few_messages_and_a_count() -> None:
-    message = _message('{"x": {"text": [' + ", ".join(["0"] * 20_000) + "]}}")
-    assert message.startswith("inputs.x.text: Input should be a valid string; ")
-    assert message.count("; ") == 4
-    # pydantic's count: 20,000 items + the string form + the tensor form's two, less 5 shown.
-    assert message.endswith("(+19998 more)")
+BAD_EVERYWHERE = 100_000
+
+
+@pytest.mark.parametrize(
+    ("inputs", "metadata", "message"),
+    [
+        pytest.param(
+            '{"x": {"text": [' + ", ".join(["0"] * BAD_EVERYWHERE) + "]}}",
+            "{}",
+            "inputs.x.text: Input should be a valid string; "
+            "inputs.x.text.0: Input should be a valid string",
+            id="text-list",
+        ),
+        pytest.param(
+            '{"x": {"dtype": "float32", "data": [1], "shape": ['
+            + ", ".join(['"a"'] * BAD_EVERYWHERE)
+            + "]}}",
+            "{}",
+            "inputs.x.shape.0: Input should be a valid integer, unable to parse string as an "
+            "integer",
+            id="shape",
+        ),
+        pytest.param(
+            "{" + ", ".join(f'"i{k}": 1' for k in range(BAD_EVERYWHERE)) + "}",
+            "{}",
+            "inputs.i0: Input should be an object",
+            id="inputs",
+        ),
+        pytest.param(
+            '{"x": {"text": "a"}}',
+            "{" + ", ".join(f'"k{k}": 1' for k in range(BAD_EVERYWHERE)) + "}",
+            "metadata.k0: Input should be a valid string",
+            id="metadata",
+        ),
+    ],
+)
+def test_a_list_or_map_stops_at_its_first_bad_item(
+    inputs: str, metadata: str, message: str
+) -> None:
+    """An event that breaks a rule in each of 100,000 items costs one item's error, not
+    100,000 (pydantic builds every error it finds: a 1 MB event held ingest's loop 3.3 s)."""
+    event = f'{{"request_id": "r", "model": "m", "inputs": {inputs}, "metadata": {metadata}}}'
+    with pytest.raises(ValidationError) as caught:
+        InferenceRequest.model_validate_json(event)
+    assert caught.value.error_count() <= 4  # the item, and the other forms of a union
+    assert describe_validation_error(caught.value) == message
