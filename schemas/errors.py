@@ -77,13 +77,9 @@ def describe_validation_error(exc: ValidationError, *, limit: int | None = 5) ->
     maps stop at their first bad item (`fail_fast`), and messages stop at `limit`.
     """
     errors = exc.errors(include_url=False, include_context=False, include_input=False)
-    shown: dict[tuple[Loc, str], None] = {}  # insertion-ordered, repeats once
-    more = 0
-    for item in _one_form(errors):
-        shown[item] = None
-        if limit is not None and len(shown) >= limit:
-            more = len(errors) - limit  # unread, counted as pydantic counts them
-            break
+    distinct = list(dict.fromkeys(_one_form(errors)))  # in order, repeats once
+    shown = distinct if limit is None else distinct[:limit]
+    more = len(distinct) - len(shown)
     parts = [f"{'.'.join(str(p) for p in loc) or '<event>'}: {msg}" for loc, msg in shown]
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
@@ -112,7 +108,7 @@ def _one_form(errors: Sequence[ErrorDetails]) -> Iterator[tuple[Loc, str]]:
     """(path, message) per error, labels left out, each input answered as the form it was
     meant as: text when it has a `text` key, else a tensor (so `{"data": [1]}` is told what
     a tensor lacks, not that text needs `text`). One pass finds the inputs that lack
-    `text`; the rest is yielded lazily, so the caller reads only as far as it shows.
+    `text`, a second yields the rest.
 
     A tensor with an unknown dtype read `inputs.x.function-after[_one_payload(),
     Tensor].dtype: ...; inputs.x.TextInput.text: Field required`; it now reads

@@ -119,3 +119,18 @@ def test_a_list_or_map_stops_at_its_first_bad_item(
         InferenceRequest.model_validate_json(event)
     assert caught.value.error_count() <= 4  # the item, and the other forms of a union
     assert describe_validation_error(caught.value) == message
+
+
+def test_more_counts_the_messages_left_out_not_pydantics_errors() -> None:
+    event = (
+        '{"request_id": "", "model": "", "tier": "x", "timeout_ms": 0, "reply_to": "a b", '
+        '"inputs": {"x": {"dtype": "c", "shape": [], "data": [1]}}}'
+    )
+    with pytest.raises(ValidationError) as caught:
+        InferenceRequest.model_validate_json(event)
+    every = describe_validation_error(caught.value, limit=None).split("; ")
+    # pydantic found 8; the text form's `text: Field required` is not this input's.
+    assert caught.value.error_count() == 8 and len(every) == 7
+    assert not any("text" in message for message in every)
+    shown = describe_validation_error(caught.value)
+    assert shown == "; ".join(every[:5]) + " (+2 more)"
