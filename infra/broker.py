@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from infra.processes import die_with_parent
+from infra.processes import die_with_parent, forget_child, track_child
 from infra.settings import BrokerSettings
 from schemas.errors import InferbusError
 
@@ -155,6 +155,7 @@ class EmbeddedBroker:
             # services that drain into it, and its owner stops it last.
             process_group=0,
         )
+        track_child(self._process.pid)
         atexit.register(self.stop)
         if not wait_for_port(host, port, self.settings.broker_start_timeout_s):
             stderr = self._drain_stderr()
@@ -186,6 +187,7 @@ class EmbeddedBroker:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=timeout_s)
+        forget_child(process.pid)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -27,6 +27,35 @@ def die_with_parent() -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+_children: set[int] = set()
+"""Pids of the children started here that lead their own process group, still running."""
+
+
+def track_child(pid: int) -> None:
+    """Remember a child that leads its own process group, for `kill_children`."""
+    _children.add(pid)
+
+
+def forget_child(pid: int) -> None:
+    """The child has exited (or was stopped): nothing left to kill."""
+    _children.discard(pid)
+
+
+def kill_children() -> list[int]:
+    """SIGKILL the process group of every tracked child at once: the forced stop (a second
+    Ctrl-C). Returns the pids signalled. Anything in flight there is lost; what was not
+    committed is read again on the next start (delivery is at least once)."""
+    signalled = []
+    for pid in sorted(_children):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+        signalled.append(pid)
+    _children.clear()
+    return signalled
+
+
 def process_started_at(stat: str | None = None, since_boot_s: float | None = None) -> float:
     """When this process started (epoch s): its start time in /proc, which counts the
     interpreter's start-up and imports; now where /proc is not there."""
@@ -91,6 +120,7 @@ class ChildProcess:
             # stops its children in order (workers drain before ingest and the broker go).
             process_group=0,
         )
+        track_child(self.process.pid)
         log.info("event=child_started name=%s pid=%d", self.name, self.process.pid)
 
     def signal_stop(self) -> None:
@@ -116,6 +146,7 @@ class ChildProcess:
                 )
                 process.kill()
                 process.wait(timeout=5)
+        forget_child(process.pid)
         log.info("event=child_stopped name=%s returncode=%s", self.name, process.returncode)
         return process.returncode
 
@@ -182,6 +213,8 @@ class SupervisedGroup:
         now = self._clock()
         dead = [c for c in self.children if not c.running]
         for child in dead:
+            if child.pid is not None:
+                forget_child(child.pid)
             log.warning(
                 "event=child_exited name=%s pid=%s returncode=%s",
                 child.name,

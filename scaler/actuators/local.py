@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from infra.processes import die_with_parent, restart_delay_s
+from infra.processes import die_with_parent, forget_child, restart_delay_s, track_child
 from infra.tasks import cancel_and_wait
 from scaler.actuators.base import Actuator, ActuatorError, parse_group
 
@@ -225,6 +225,7 @@ class LocalActuator(Actuator):
             child.instance_id,
             child.process.returncode,
         )
+        forget_child(child.pid)
         if child.log_file is not None:
             child.log_file.close()
             child.log_file = None
@@ -264,6 +265,7 @@ class LocalActuator(Actuator):
             raise ActuatorError(
                 f"cannot start worker: {exc.strerror}", group=group, command=self._command[0]
             ) from exc
+        track_child(process.pid)
         log.info(
             "event=worker_started group=%s pid=%d instance=%s", group, process.pid, instance_id
         )
@@ -292,6 +294,7 @@ class LocalActuator(Actuator):
                 )
         # The worker may have left children of its own in its process group.
         _signal_group(child.pid, signal.SIGKILL)
+        forget_child(child.pid)
         if child.log_file is not None:
             child.log_file.close()
         log.info(

@@ -27,7 +27,7 @@ from rich.table import Table
 from infra.broker import EmbeddedBroker
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
-from infra.processes import SupervisedGroup, inferbus_command
+from infra.processes import SupervisedGroup, inferbus_command, kill_children
 from infra.topics import ensure_topics, repository_topics
 from scaler.actuators.base import parse_group
 from scaler.actuators.local import LocalActuator
@@ -295,7 +295,7 @@ class Stack:
 
     async def close(self) -> None:
         """Drain workers, stop ingest and the broker: whatever `start` got to; idempotent."""
-        self._say("stopping: draining workers, ingest, broker")
+        self._say("stopping: draining workers, ingest, broker (Ctrl-C again: stop at once)")
         if self.scaler is not None:
             await self.scaler.close()
             self.scaler = None
@@ -318,11 +318,22 @@ class Stack:
             self.broker = None
         self._say("stopped")
 
+    def _on_signal(self) -> None:
+        """The first Ctrl-C (or SIGTERM) stops in order; one more while stopping kills every
+        child at once and exits 130 (what was not committed is read again next time)."""
+        if not self.stop.is_set():
+            self.stop.set()
+            return
+        killed = kill_children()
+        self._say(f"stopped at once: killed {len(killed)} process group(s), nothing drained")
+        sys.stdout.flush()
+        os._exit(130)
+
     async def run(self) -> None:
         """Start everything, show status until Ctrl-C or the duration, then stop all."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.stop.set)
+            loop.add_signal_handler(sig, self._on_signal)
         try:
             bootstrap = await self.start()
             scaler = self.scaler

@@ -1,7 +1,8 @@
 """Ctrl-C on `inferbus up` (or `make up`) in a terminal: the terminal sends SIGINT to the
 whole foreground process group. The stack must stop in order (workers drain, then ingest,
 then the broker) and leave nothing behind; its children live in their own process groups,
-so the signal reaches `inferbus up` alone."""
+so the signal reaches `inferbus up` alone. A second Ctrl-C while it drains stops everything
+at once."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.integration
 
 READY_WITHIN_S = 180.0
 STOPPED_WITHIN_S = 60.0
+FORCED_WITHIN_S = 5.0
 
 
 def _alive(pid: int) -> bool:
@@ -46,8 +48,8 @@ def _children_of(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigint_to_the_terminal_group_stops_the_stack_in_order(tmp_path: Path) -> None:
+def _start_up(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`inferbus up` in its own session (a terminal's group), once every group serves."""
     log = tmp_path / "up.log"
     with log.open("wb") as out:
         up = subprocess.Popen(
@@ -70,12 +72,27 @@ def test_sigint_to_the_terminal_group_stops_the_stack_in_order(tmp_path: Path) -
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group: the terminal's, as under a shell
         )
+    deadline = time.monotonic() + READY_WITHIN_S
+    while b"ready: every group has a worker serving" not in log.read_bytes():
+        if up.poll() is not None or time.monotonic() >= deadline:
+            _kill_all(up)
+            pytest.fail(log.read_text()[-3000:])
+        time.sleep(0.5)
+    return up, log
+
+
+def _kill_all(up: subprocess.Popen[bytes]) -> None:
+    """Each child leads its own process group: kill them there, then `up`'s."""
+    for pid in [*_children_of(up.pid), up.pid]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    up.wait(timeout=10)  # SIGKILLed: it cannot outlive this
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigint_to_the_terminal_group_stops_the_stack_in_order(tmp_path: Path) -> None:
+    up, log = _start_up(tmp_path)
     try:
-        deadline = time.monotonic() + READY_WITHIN_S
-        while b"ready: every group has a worker serving" not in log.read_bytes():
-            assert up.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.5)
         children = _children_of(up.pid)
         assert len(children) >= 3, children  # broker, ingest, the workers
 
@@ -93,8 +110,31 @@ def test_sigint_to_the_terminal_group_stops_the_stack_in_order(tmp_path: Path) -
         left = [pid for pid in children if _alive(pid)]
         assert not left, f"still running after the stack stopped: {left}"
     finally:
-        # Each child leads its own process group: kill them there, then `up`'s.
-        for pid in [*_children_of(up.pid), up.pid]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        up.wait(timeout=10)  # SIGKILLed: it cannot outlive this
+        _kill_all(up)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_second_sigint_while_stopping_kills_everything_at_once(tmp_path: Path) -> None:
+    up, log = _start_up(tmp_path)
+    try:
+        children = _children_of(up.pid)
+        assert len(children) >= 3, children
+
+        os.killpg(up.pid, signal.SIGINT)
+        deadline = time.monotonic() + 10
+        while b"inferbus stopping:" not in log.read_bytes():
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        os.killpg(up.pid, signal.SIGINT)  # Ctrl-C again while the workers drain
+        returncode = up.wait(timeout=FORCED_WITHIN_S)
+
+        text = log.read_text()
+        assert returncode == 130, text[-3000:]
+        assert "stopped at once: killed" in text
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [pid for pid in children if _alive(pid)]
+        assert not left, f"still running after the forced stop: {left}"
+    finally:
+        _kill_all(up)
