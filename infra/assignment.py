@@ -20,7 +20,12 @@ def balanced_assignment(partitions: int, members: Iterable[str]) -> dict[str, fr
 
     Rendezvous hashing with bounded loads: every (partition, member) pair has a weight,
     and pairs are taken heaviest first while the member has room. Adding a member moves
-    about P/(n+1) partitions, nearly all of them to the new member.
+    about P/(n+1) partitions to it, and removing one moves its own; because who gets the
+    ⌈P/n⌉ shares changes with n, a change also moves a few partitions between members that
+    stay (12 partitions, 3-8 members, random names: 0.5-1.7 such moves on average, at most
+    5). Stateless on purpose: every member reaches the same answer from the member set
+    alone; an assignment that kept current owners would depend on views of who holds what,
+    which differ while a handover is under way.
     """
     ordered = sorted(set(members))
     if not ordered or partitions <= 0:
