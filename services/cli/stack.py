@@ -176,6 +176,8 @@ class Stack:
         self.scaler: ScalerService | None = None
         self.bootstrap: str | None = None
         self.stop = asyncio.Event()
+        self._forced_stop_armed = False
+        """`run` handles Ctrl-C: a second one while stopping kills everything at once."""
 
     def _say(self, text: str) -> None:
         # soft_wrap: a line written to a file or pipe stays one line (a command to copy).
@@ -295,7 +297,8 @@ class Stack:
 
     async def close(self) -> None:
         """Drain workers, stop ingest and the broker: whatever `start` got to; idempotent."""
-        self._say("stopping: draining workers, ingest, broker (Ctrl-C again: stop at once)")
+        hint = " (Ctrl-C again: stop at once)" if self._forced_stop_armed else ""
+        self._say(f"stopping: draining workers, ingest, broker{hint}")
         if self.scaler is not None:
             await self.scaler.close()
             self.scaler = None
@@ -334,6 +337,7 @@ class Stack:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
+        self._forced_stop_armed = True
         try:
             bootstrap = await self.start()
             scaler = self.scaler
