@@ -37,8 +37,13 @@ def track_child(pid: int) -> None:
 
 
 def forget_child(pid: int) -> None:
-    """The child has exited (or was stopped): nothing left to kill."""
+    """Stop tracking a child that has exited (its pid may be reused by anyone)."""
     _children.discard(pid)
+
+
+def tracked_children() -> frozenset[int]:
+    """The pids `kill_children` would signal now."""
+    return frozenset(_children)
 
 
 def kill_children() -> list[int]:
@@ -108,6 +113,8 @@ class ChildProcess:
     def start(self) -> None:
         if self.running:
             return
+        if self.process is not None:  # started before and exited: its pid is not ours now
+            forget_child(self.process.pid)
         output = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
             self.command,
@@ -221,7 +228,7 @@ class SupervisedGroup:
                 child.pid,
                 child.process.returncode if child.process else None,
             )
-        self.children = [c for c in self.children if c.running]
+        self.children = [c for c in self.children if c not in dead]
         if dead:
             self._failures += 1
             delay = restart_delay_s(self._failures, *self._backoff)

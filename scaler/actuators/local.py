@@ -195,7 +195,8 @@ class LocalActuator(Actuator):
             dead = [c for c in state.children if not c.running]
             for child in dead:
                 await self._exited(group, child)
-            state.children = [c for c in state.children if c.running]
+            # Not `if c.running`: one that died during the awaits above is handled next round.
+            state.children = [c for c in state.children if c not in dead]
             if dead:
                 state.restarts += 1
                 delay = restart_delay_s(state.restarts, *self._backoff)

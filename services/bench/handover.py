@@ -305,19 +305,19 @@ class ChangeGaps:
     """Partitions owned by one member all through the window -> longest stall, s."""
     moved: list[dict[str, Any]] = field(default_factory=list)
     triggers: tuple[str, ...] = ()
-    still_since_start: dict[int, float] = field(default_factory=dict)
+    still_since_change: dict[int, float] = field(default_factory=dict)
     """The same partitions -> longest wait counted from the change's start: the part of a
     stall that began before the change (an overloaded owner) is left out."""
 
-    def longest_still(self, *, since_start: bool = False) -> tuple[int | None, float]:
-        gaps = self.still_since_start if since_start else self.still
+    def longest_still(self, *, since_change: bool = False) -> tuple[int | None, float]:
+        gaps = self.still_since_change if since_change else self.still
         if not gaps:
             return None, 0.0
         partition = max(gaps, key=lambda p: gaps[p])
         return partition, gaps[partition]
 
-    def longest_moved(self, *, since_start: bool = False) -> float | None:
-        key = "gap_since_change_s" if since_start else "longest_gap_s"
+    def longest_moved(self, *, since_change: bool = False) -> float | None:
+        key = "gap_since_change_s" if since_change else "longest_gap_s"
         gaps = [m[key] for m in self.moved if m[key] is not None]
         return max(gaps, default=None)
 
@@ -334,8 +334,8 @@ class ChangeGaps:
             "longest_still_gap_s": _r(gap),
             "longest_still_partition": partition,
             "longest_moved_gap_s": _r(self.longest_moved()),
-            "longest_still_gap_since_change_s": _r(self.longest_still(since_start=True)[1]),
-            "longest_moved_gap_since_change_s": _r(self.longest_moved(since_start=True)),
+            "longest_still_gap_since_change_s": _r(self.longest_still(since_change=True)[1]),
+            "longest_moved_gap_since_change_s": _r(self.longest_moved(since_change=True)),
             "still": {str(p): _r(g) for p, g in sorted(self.still.items())},
             "moved": self.moved,
         }
@@ -398,11 +398,26 @@ def change_gaps(
                     None if first_new is None or last_old is None else first_new - last_old
                 ),
                 "longest_gap_s": _r(stall.duration_s) if stall else 0.0,
-                "gap_since_change_s": _r(longest_since(found.get(move.partition, ()), w0, w1)),
+                # From its release when that came first (a change's moves are gathered
+                # from up to `tolerance_s` before its first trigger).
+                "gap_since_change_s": _r(
+                    longest_since(
+                        found.get(move.partition, ()),
+                        min(w0, move.released_t if move.released_t is not None else w0),
+                        w1,
+                    )
+                ),
             }
         )
     return ChangeGaps(
-        w0, w1, change.trigger, change.instance, still, moved, change.triggers, still_since
+        start_t=w0,
+        end_t=w1,
+        trigger=change.trigger,
+        instance=change.instance,
+        still=still,
+        moved=moved,
+        triggers=change.triggers,
+        still_since_change=still_since,
     )
 
 
@@ -548,10 +563,8 @@ def handover_report(
         if c.start_t >= from_t and (c.moves or c.trigger == "kill")
     ]
     gaps = [change_gaps(c, records, found, reads, partitions=partitions) for c in found_changes]
-    still = [(g.longest_still(), g) for g in gaps if g.still]
-    worst_still = max(still, key=lambda x: x[0][1], default=None)
-    still_since = [(g.longest_still(since_start=True), g) for g in gaps if g.still]
-    worst_since = max(still_since, key=lambda x: x[0][1], default=None)
+    worst_still = _worst_still(gaps, since_change=False)
+    worst_since = _worst_still(gaps, since_change=True)
     moved = [m for g in gaps for m in g.moved]
     moved_gaps = [m["longest_gap_s"] for m in moved if m["longest_gap_s"] is not None]
     moved_since = [m["gap_since_change_s"] for m in moved if m["gap_since_change_s"] is not None]
@@ -589,6 +602,14 @@ def handover_report(
         "kills": [kill_gaps(k, records, found, reads, lease_s=lease_s) for k in kills],
         "per_partition": per_partition(found, partitions, phases),
     }
+
+
+def _worst_still(
+    gaps: Sequence[ChangeGaps], *, since_change: bool
+) -> tuple[tuple[int | None, float], ChangeGaps] | None:
+    """The change whose stayed partitions had the longest gap: ((partition, gap), change)."""
+    found = [(g.longest_still(since_change=since_change), g) for g in gaps if g.still]
+    return max(found, key=lambda x: x[0][1], default=None)
 
 
 def _longest_outside(

@@ -263,6 +263,12 @@ def scale_step(
     )
     if from_json is not None:
         earlier = json.loads(from_json.read_text())
+        if "raw" not in earlier:
+            raise typer.BadParameter(
+                f"{from_json} holds a summary without the run's raw records (the copies in "
+                "docs/bench are saved that way): analyse the full JSON the run wrote",
+                param_hint="--from-json",
+            )
         options = ScaleStepOptions(**earlier["options"])
         if sim_dir is not None:
             options = dataclasses.replace(options, sim_dir=str(sim_dir))

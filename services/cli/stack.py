@@ -176,8 +176,8 @@ class Stack:
         self.scaler: ScalerService | None = None
         self.bootstrap: str | None = None
         self.stop = asyncio.Event()
-        self._forced_stop_armed = False
-        """`run` handles Ctrl-C: a second one while stopping kills everything at once."""
+        self._interrupts: int | None = None
+        """Ctrl-Cs (or SIGTERMs) so far, once `run` handles them; None when it does not."""
 
     def _say(self, text: str) -> None:
         # soft_wrap: a line written to a file or pipe stays one line (a command to copy).
@@ -297,7 +297,10 @@ class Stack:
 
     async def close(self) -> None:
         """Drain workers, stop ingest and the broker: whatever `start` got to; idempotent."""
-        hint = " (Ctrl-C again: stop at once)" if self._forced_stop_armed else ""
+        hint = ""
+        if self._interrupts is not None:
+            again = " again" if self._interrupts else ""
+            hint = f" (Ctrl-C{again}: stop at once)"
         self._say(f"stopping: draining workers, ingest, broker{hint}")
         if self.scaler is not None:
             await self.scaler.close()
@@ -321,23 +324,28 @@ class Stack:
             self.broker = None
         self._say("stopped")
 
-    def _on_signal(self) -> None:
-        """The first Ctrl-C (or SIGTERM) stops in order; one more while stopping kills every
-        child at once and exits 130 (what was not committed is read again next time)."""
-        if not self.stop.is_set():
+    def _on_signal(self, signum: int) -> None:
+        """The first Ctrl-C (or SIGTERM) stops in order; one more while it stops (or the
+        first, when the stack already stops for another reason) kills every child at once
+        and exits 128 + the signal (what was not committed is read again next time)."""
+        first = not self.stop.is_set()
+        self._interrupts = (self._interrupts or 0) + 1
+        if first:
             self.stop.set()
             return
         killed = kill_children()
         self._say(f"stopped at once: killed {len(killed)} process group(s), nothing drained")
+        self.console.show_cursor(True)  # a live view hides it
         sys.stdout.flush()
-        os._exit(130)
+        os._exit(128 + signum)
 
     async def run(self) -> None:
         """Start everything, show status until Ctrl-C or the duration, then stop all."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_signal)
-        self._forced_stop_armed = True
+        signals = (signal.SIGINT, signal.SIGTERM)
+        for sig in signals:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        self._interrupts = 0
         try:
             bootstrap = await self.start()
             scaler = self.scaler
@@ -358,6 +366,8 @@ class Stack:
                 await scaler_task
         finally:
             await self.close()
+            for sig in signals:
+                loop.remove_signal_handler(sig)
 
     async def _show(self, scaler: ScalerService, bootstrap: str) -> None:
         started = time.monotonic()

@@ -235,7 +235,7 @@ def test_a_stall_begun_at_an_overloaded_owner_counts_from_the_change() -> None:
     join = next(c for c in changes(SCALE_OUT) if c.trigger == "join" and c.instance == "b")
     gaps = change_gaps(join, SCALE_OUT, stalls(served, end_t=5), {}, partitions=4)
     assert gaps.still[0] == pytest.approx(0.8)
-    assert gaps.still_since_start[0] == pytest.approx(0.3)
+    assert gaps.still_since_change[0] == pytest.approx(0.3)
 
 
 @pytest.mark.parametrize(
@@ -311,3 +311,21 @@ def test_handover_report_takes_changes_from_the_start_and_sums_up() -> None:
     assert report["kills"] == []
     # The join's window is [1.0, 2.3]: partition 0's stall at 0.5-0.6 s is outside it.
     assert report["outside_changes"] == {"longest_gap_s": 0.1, "partition": 0, "at_t": 0.5}
+
+
+def test_a_release_just_before_the_trigger_counts_from_the_release() -> None:
+    # a lets partition 2 go 30 ms before b's ready record (within the 50 ms tolerance).
+    records = [
+        rec(-4.0, "a", "ready", 0, 1, 2, 3),
+        rec(0.0, "b", "loading"),
+        rec(0.97, "a", "ready", 0, 1, 3),
+        rec(1.0, "b", "ready"),
+        rec(1.2, "b", "ready", 2),
+    ]
+    served = [s(2, 0, 0.9, 0.9), s(2, 1, 0.95, 1.3, "b")]
+    join = changes(records)[-1]
+    gaps = change_gaps(join, records, stalls(served, end_t=5), {}, partitions=4)
+    [moved] = gaps.moved
+    assert moved["partition"] == 2 and moved["released_s"] == pytest.approx(-0.03)
+    assert moved["gap_since_change_s"] == pytest.approx(0.33)  # from the release at 0.97
+    assert moved["longest_gap_s"] == pytest.approx(0.35)  # the whole stall, from 0.95
