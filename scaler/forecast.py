@@ -168,6 +168,15 @@ def last_regime(
     return samples[k:], old_mean
 
 
+def _trend_level(fit: Forecast, recent: Sequence[tuple[float, float]]) -> float:
+    """The line's value now, but a falling line no lower than the last two samples: once a
+    fall has levelled off (a burst left the window, then flat samples), the line through
+    the fall still points down and would size for less than is arriving."""
+    if fit.trend_per_s >= 0:
+        return max(0.0, fit.level)
+    return max(0.0, fit.level, min(v for _, v in recent[-2:]))
+
+
 def estimate_rate(
     samples: Sequence[tuple[float, float]],
     horizon_s: float,
@@ -204,7 +213,7 @@ def estimate_rate(
         best = max(trends, key=lambda f: f.value)
         return RateEstimate(
             "trend",
-            max(0.0, best.level),
+            _trend_level(best, recent),
             best.value,
             best.trend_per_s,
             best.trend_stderr_per_s,

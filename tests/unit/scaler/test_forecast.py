@@ -155,3 +155,34 @@ def test_noise_is_no_ramp_either(seed: int) -> None:
     samples = [(float(t), 100.0 + float(rng.normal(0, 10))) for t in range(0, 61, 5)]
     est = estimate_rate(samples, 30.0, min_t=3.0, step_z=100.0, overlap=3.0)
     assert est is not None and est.kind == "mean"
+
+
+# A burst of ~410/s from 125 s to 155 s inside the 60 s window, then flat at ~25/s: the
+# 5 s samples of a 15 s metrics window, as `inferbus sim --time-to-ready-s 5` fed them.
+AFTER_A_BURST = [
+    (110.0, 19.3), (115.0, 20.5), (120.0, 14.7), (125.0, 112.7), (130.0, 257.7),
+    (135.0, 372.3), (140.0, 411.5), (145.0, 408.8), (150.0, 423.7), (155.0, 294.9),
+    (160.0, 153.3), (165.0, 24.3), (170.0, 24.0), (175.0, 25.6),
+]  # fmt: skip
+
+
+def test_a_fall_that_levelled_off_is_not_read_below_what_arrives() -> None:
+    """The line through the burst's fall points to 0/s; sizing for that scaled a group
+    with 25/s arriving to one replica, and the queue that built scaled it back up."""
+    rate = estimate_rate(AFTER_A_BURST, 12.5, min_t=2.0, step_z=3.0, overlap=3.0)
+    assert rate is not None and rate.kind == "trend" and rate.trend_per_s < 0
+    assert rate.level == pytest.approx(24.0)  # the lower of the last two samples
+
+
+@pytest.mark.parametrize(
+    ("values", "level"),
+    [
+        pytest.param([100, 90, 80, 70, 60, 50], 50.0, id="still-falling-the-line-stands"),
+        pytest.param([10, 20, 30, 40, 50, 60], 60.0, id="rising-the-line-stands"),
+    ],
+)
+def test_a_steady_line_keeps_its_level(values: list[float], level: float) -> None:
+    samples = [(5.0 * i, float(v)) for i, v in enumerate(values)]
+    rate = estimate_rate(samples, 10.0, min_t=2.0, step_z=3.0)
+    assert rate is not None and rate.kind == "trend"
+    assert rate.level == pytest.approx(level)
