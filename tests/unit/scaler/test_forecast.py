@@ -166,12 +166,21 @@ AFTER_A_BURST = [
 ]  # fmt: skip
 
 
-def test_a_fall_that_levelled_off_is_not_read_below_what_arrives() -> None:
+def test_after_a_burst_inside_the_window_the_fall_is_not_read_below_what_arrives() -> None:
     """The line through the burst's fall points to 0/s; sizing for that scaled a group
     with 25/s arriving to one replica, and the queue that built scaled it back up."""
     rate = estimate_rate(AFTER_A_BURST, 12.5, min_t=2.0, step_z=3.0, overlap=3.0)
     assert rate is not None and rate.kind == "trend" and rate.trend_per_s < 0
     assert rate.level == pytest.approx(24.0)  # the lower of the last two samples
+
+
+def test_a_fall_that_levelled_off_is_not_read_below_what_arrives() -> None:
+    samples = [
+        (5.0 * i, float(v)) for i, v in enumerate([40, 39, 38, 37, 36, 35, 34, 33, 33, 33, 33])
+    ]
+    rate = estimate_rate(samples, 12.5, min_t=2.0, step_z=3.0)
+    assert rate is not None and rate.kind == "trend" and rate.trend_per_s < 0
+    assert rate.level == pytest.approx(33.0)  # the fitted lines end below it (31.7 whole)
 
 
 @pytest.mark.parametrize(
