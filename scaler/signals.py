@@ -509,6 +509,21 @@ _INT_FIELDS = frozenset(
     }
 )
 _STR_FIELDS = frozenset({"group", "model", "tier"})
+_NON_NEGATIVE = frozenset(
+    {
+        "arrival_rps",
+        "service_rps_per_replica",
+        "achieved_batch_size",
+        "lag",
+        "oldest_age_ms",
+        "queue_p99_ms",
+        "engine_p99_ms",
+        "e2e_p99_ms",
+        "time_to_ready_s",
+        "warm_replicas",
+    }
+)
+"""Measured rates, counts and times a snapshot may leave out but never give below 0."""
 
 
 def _coerce(group: str, name: str, value: Any) -> Any:
@@ -529,6 +544,8 @@ def _coerce(group: str, name: str, value: Any) -> Any:
         raise SignalsError(f"field {name!r} must be a number, got {value!r}", group=group)
     if not math.isfinite(value):
         raise SignalsError(f"field {name!r} must be finite", group=group)
+    if name in _NON_NEGATIVE and value < 0:
+        raise SignalsError(f"field {name!r} must be >= 0, got {value!r}", group=group)
     if name in _INT_FIELDS:
         if value != int(value):
             raise SignalsError(f"field {name!r} must be a whole number", group=group)
@@ -602,12 +619,7 @@ def load_snapshot(path: Path) -> Snapshot:
 
     `now` defaults to the newest `collected_at`, so an old file is not stale by itself.
     """
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise SignalsError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
-    except json.JSONDecodeError as exc:
-        raise SignalsError(f"{path} is not valid JSON: {exc}", path=str(path)) from exc
+    raw = _read_json(path)
     now: Any = None
     state = ScalerState()
     if isinstance(raw, dict) and "groups" in raw:
@@ -622,12 +634,34 @@ def load_snapshot(path: Path) -> Snapshot:
     if not items or not all(isinstance(item, dict) for item in items):
         raise SignalsError(f"{path} must hold a group object or a non-empty list of them")
     signals = tuple(signals_from_dict(item) for item in items)
+    names = [s.group for s in signals]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SignalsError(f"{path}: group(s) {twice} given more than once")
+    unknown = sorted({g.group for g in state.groups} - set(names))
+    if unknown:
+        raise SignalsError(f"{path}: history for group(s) {unknown} that the snapshot lacks")
     state = _with_loads(state, signals)
     if now is None:
         now = max(s.collected_at for s in signals)
     elif isinstance(now, bool) or not isinstance(now, int | float):
         raise SignalsError(f"{path}: 'now' must be a number of seconds")
+    ahead = [s.group for s in signals if s.collected_at > now]
+    if ahead:
+        raise SignalsError(f"{path}: collected_at of {ahead} is after 'now' ({now})")
     return Snapshot(signals=signals, now=float(now), state=state)
+
+
+def _read_json(path: Path) -> Any:
+    """A user's JSON file, or one SignalsError that says what is wrong with it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SignalsError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
+    except UnicodeDecodeError:
+        raise SignalsError(f"{path} is not UTF-8 text (JSON expected)") from None
+    except json.JSONDecodeError as exc:
+        raise SignalsError(f"{path} is not valid JSON: {exc}") from exc
 
 
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(PolicyConfig)}
@@ -646,12 +680,7 @@ def config_from_dict(raw: Mapping[str, Any]) -> PolicyConfig:
 
 def load_config(path: Path) -> PolicyConfig:
     """Read a PolicyConfig JSON file."""
-    try:
-        raw = json.loads(path.read_text())
-    except OSError as exc:
-        raise SignalsError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
-    except json.JSONDecodeError as exc:
-        raise SignalsError(f"{path} is not valid JSON: {exc}", path=str(path)) from exc
+    raw = _read_json(path)
     if not isinstance(raw, dict):
         raise SignalsError(f"{path} must hold a JSON object")
     return config_from_dict(raw)

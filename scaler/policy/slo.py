@@ -222,9 +222,14 @@ def queue_breach(plan: Plan, config: PolicyConfig) -> Plan:
         # The window's p99 remembers a spike (a rebalance pause, a burst already drained) but
         # nothing waits too long now: adding a replica would only cause another rebalance.
         return plan
+    floor = (
+        f" (the 10% floor: the engine's p99 {s.engine_p99_ms:.0f} ms leaves less)"
+        if s.engine_p99_ms is not None and s.slo_p99_e2e_ms - s.engine_p99_ms < budget
+        else ""
+    )
     reason = Reason(
         "queue_breach",
-        f"queue p99 {s.queue_p99_ms:.0f} ms > budget {budget:.0f} ms",
+        f"queue p99 {s.queue_p99_ms:.0f} ms > budget {budget:.0f} ms{floor}",
         {"queue_p99_ms": s.queue_p99_ms, "queue_budget_ms": budget},
     )
     if plan.desired > s.replicas:
@@ -240,7 +245,7 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
     """When the breach is engine time, not queue wait, more replicas cannot help: say so, hold."""
     s = plan.signals
     if not _engine_bound(s, config):
-        return plan
+        return _engine_over_slo(plan)
     assert s.e2e_p99_ms is not None and s.queue_p99_ms is not None  # checked by _engine_bound
     numbers = {
         "e2e_p99_ms": s.e2e_p99_ms,
@@ -258,6 +263,27 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
             f"e2e p99 {s.e2e_p99_ms:.0f} ms > SLO {s.slo_p99_e2e_ms:.0f} ms but queue p99 "
             f"{s.queue_p99_ms:.0f} ms{util}: engine time, more replicas would not help",
             numbers,
+        ),
+    )
+
+
+def _engine_over_slo(plan: Plan) -> Plan:
+    """A busy group whose engine p99 alone is over the SLO: the sizing stands (fewer
+    requests a replica make smaller batches), but say that no replica count meets it."""
+    s = plan.signals
+    if s.engine_p99_ms is None or s.engine_p99_ms <= s.slo_p99_e2e_ms:
+        return plan
+    return dataclasses.replace(
+        plan,
+        reasons=(
+            *plan.reasons,
+            Reason(
+                "engine_over_slo",
+                f"engine p99 {s.engine_p99_ms:.0f} ms alone is over the SLO "
+                f"{s.slo_p99_e2e_ms:.0f} ms: more replicas shrink batches, but no count "
+                "meets the SLO while the engine is this slow",
+                {"engine_p99_ms": s.engine_p99_ms, "slo_p99_e2e_ms": s.slo_p99_e2e_ms},
+            ),
         ),
     )
 

@@ -48,14 +48,28 @@ class Row:
         return out
 
 
+_SUMMARY_KEYS = frozenset({"tier", "policy", "attainment", "replica_seconds", "actions"})
+
+
 def _read(path: Path) -> dict[str, Any]:
+    """A report `inferbus sim --json` wrote, or a WorkloadError saying why it is not one."""
     try:
         opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt") as handle:
-            data: dict[str, Any] = json.load(handle)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise WorkloadError(f"cannot read report {path}: {exc}", path=str(path)) from exc
-    return data
+        with opener(path, "rt", encoding="utf-8") as handle:
+            data: Any = json.load(handle)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WorkloadError(f"cannot read report {path}: {exc}") from exc
+    summaries = data.get("summaries") if isinstance(data, dict) else None
+    if (
+        not isinstance(summaries, list)
+        or not isinstance(data.get("source"), str)
+        or not all(isinstance(s, dict) and set(s) >= _SUMMARY_KEYS for s in summaries)
+    ):
+        raise WorkloadError(
+            f"{path} is not a report of `inferbus sim --json` (no 'source' and 'summaries')"
+        )
+    report: dict[str, Any] = data
+    return report
 
 
 def rows(path: Path) -> list[Row]:
@@ -64,7 +78,12 @@ def rows(path: Path) -> list[Row]:
     out = []
     for tier in sorted({s["tier"] for s in data["summaries"]}):
         summaries = [s for s in data["summaries"] if s["tier"] == tier]
-        base = next(s["replica_seconds"] for s in summaries if s["policy"] == "oracle")
+        base = next((s["replica_seconds"] for s in summaries if s["policy"] == "oracle"), None)
+        if base is None:
+            raise WorkloadError(
+                f"{path}: no oracle run for tier {tier} (run `inferbus sim` with "
+                "`--policy all` or one that includes the oracle)"
+            )
         cells = {
             s["policy"]: Cell(
                 attainment=s["attainment"],
@@ -96,4 +115,14 @@ def markdown(table: Sequence[Row]) -> str:
         misses = r.misses()
         verdict = "met" if not misses else "missed: " + ", ".join(misses)
         lines.append(f"| {r.source} | {r.tier} | " + " | ".join(cells) + f" | {verdict} |")
+    lines.append("")
+    lines.append(TARGETS_NOTE)
     return "\n".join(lines)
+
+
+TARGETS_NOTE = (
+    "Cells: SLO attainment, replica-seconds over the oracle's, (scale actions). Targets for "
+    "slo: attainment at least the best baseline's; at least 99 % where the oracle reaches "
+    "99.5 % (below that, the oracle itself shows the traffic cannot be met, and the baseline "
+    "is the bar); replica-seconds at most 1.2x the oracle's."
+)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,32 +64,62 @@ class Workload:
 
 
 def _parse_time(text: str) -> float:
+    """Epoch seconds of an ISO date and time; UTC unless it names its offset."""
     # The Azure trace has 7 fractional digits; datetime takes at most 6.
-    head, _, frac = text.strip().partition(".")
-    stamp = dt.datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}" if frac else head)
-    return stamp.replace(tzinfo=dt.UTC).timestamp()
+    head, _, rest = text.strip().partition(".")
+    digits = "".join(itertools.takewhile(str.isdigit, rest))
+    zone = rest[len(digits) :]
+    fraction = f".{(digits + '000000')[:6]}" if digits else ""
+    stamp = dt.datetime.fromisoformat(head + fraction + zone)
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.UTC)
+    return stamp.timestamp()
+
+
+def _parse_row(row: Mapping[str, str | None], path: Path, *, line: int) -> tuple[float, float]:
+    """(epoch s, context tokens) of one CSV row, or a WorkloadError naming the line."""
+    stamp, count = row.get("TIMESTAMP"), row.get("ContextTokens")
+    if stamp is None or count is None:
+        raise WorkloadError(f"{path}:{line}: the row has fewer fields than the header")
+    try:
+        t = _parse_time(stamp)
+    except ValueError:
+        raise WorkloadError(
+            f"{path}:{line}: TIMESTAMP {stamp!r} is not an ISO date and time "
+            "(like 2023-11-16 18:15:46.6805900)"
+        ) from None
+    try:
+        tokens = float(count)
+    except ValueError:
+        raise WorkloadError(f"{path}:{line}: ContextTokens {count!r} is not a number") from None
+    if not math.isfinite(tokens) or tokens < 0:
+        raise WorkloadError(f"{path}:{line}: ContextTokens {count!r} must be a count >= 0")
+    return t, tokens
 
 
 def read_trace(path: Path) -> tuple[FloatArray, FloatArray]:
     """Read `TIMESTAMP,ContextTokens,GeneratedTokens`; times from 0 s, context tokens."""
     try:
-        with path.open(newline="") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
             rows = list(reader)
             header = set(reader.fieldnames or ())
     except OSError as exc:
-        raise WorkloadError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
+        raise WorkloadError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{path} is not UTF-8 text (a CSV trace expected)") from None
     if not {"TIMESTAMP", "ContextTokens"} <= header:
         raise WorkloadError(f"{path}: need a header with TIMESTAMP and ContextTokens")
     if not rows:
-        raise WorkloadError(f"{path}: no requests after the header", path=str(path))
-    try:
-        times = np.array([_parse_time(r["TIMESTAMP"]) for r in rows], dtype=np.float64)
-        tokens = np.array([float(r["ContextTokens"]) for r in rows], dtype=np.float64)
-    except (ValueError, TypeError) as exc:
-        raise WorkloadError(f"{path}: bad row: {exc}", path=str(path)) from exc
+        raise WorkloadError(f"{path}: no requests after the header")
+    times = np.empty(len(rows), dtype=np.float64)
+    tokens = np.empty(len(rows), dtype=np.float64)
+    for index, row in enumerate(rows):
+        times[index], tokens[index] = _parse_row(row, path, line=index + 2)
     order = np.argsort(times, kind="stable")
     times, tokens = times[order], tokens[order]
+    if times.size > 1 and times[-1] == times[0]:
+        raise WorkloadError(f"{path}: every request has the same TIMESTAMP (a trace needs a span)")
     return times - times[0], tokens
 
 

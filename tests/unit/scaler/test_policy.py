@@ -41,6 +41,27 @@ def test_engine_bound_reports_numbers() -> None:
     assert reason.numbers["e2e_p99_ms"] == 850 and reason.numbers["utilization"] == 0.4
 
 
+def test_a_busy_group_with_an_engine_over_the_slo_is_sized_and_told_so() -> None:
+    """At 89 % busy the group is sized for its arrivals (smaller batches help), and the
+    reasons say that no replica count meets an SLO the engine's p99 alone exceeds."""
+    s = make_signals(
+        engine_p99_ms=640.0,
+        e2e_p99_ms=680.0,
+        queue_p99_ms=25.0,
+        oldest_age_ms=40.0,
+        slo_p99_e2e_ms=200.0,
+        utilization=0.89,
+        arrival_rps=1100.0,
+    )
+    (g,) = decide([s], ScalerState(), PolicyConfig(), s.collected_at)[0].groups
+    codes = [r.code for r in g.reasons]
+    assert g.diagnosis != "engine_bound" and g.desired > g.current
+    over = next(r for r in g.reasons if r.code == "engine_over_slo")
+    assert over.numbers == {"engine_p99_ms": 640.0, "slo_p99_e2e_ms": 200.0}
+    breach = next(r for r in g.reasons if r.code == "queue_breach")
+    assert "the 10% floor: the engine's p99 640 ms leaves less" in breach.message, codes
+
+
 def test_gap_between_bursts_keeps_the_next_burst() -> None:
     snap = load_snapshot(EXAMPLES / "bursty_gap.json")
     (g,) = decide(snap.signals, snap.state, PolicyConfig(), snap.now)[0].groups

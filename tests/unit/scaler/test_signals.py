@@ -34,6 +34,12 @@ def test_round_trip() -> None:
         pytest.param({"tier": "gold"}, "tier", id="bad-tier"),
         pytest.param({"ready_replicas": 9}, "ready_replicas", id="more-ready-than-replicas"),
         pytest.param({"utilization": 1.7}, "utilization", id="utilization-out-of-range"),
+        pytest.param({"arrival_rps": -50}, "'arrival_rps' must be >= 0", id="negative-rate"),
+        pytest.param({"lag": -10}, "'lag' must be >= 0", id="negative-lag"),
+        pytest.param({"engine_p99_ms": -1}, "'engine_p99_ms' must be >= 0", id="negative-p99"),
+        pytest.param(
+            {"time_to_ready_s": -10}, "'time_to_ready_s' must be >= 0", id="negative-ready"
+        ),
     ],
 )
 def test_bad_snapshot_fields(change: dict[str, Any], message: str) -> None:
@@ -83,3 +89,35 @@ def test_horizon_defaults_to_time_to_ready() -> None:
     # Time-to-ready plus half the 15 s metrics window (a window's rate is its middle's).
     assert PolicyConfig().horizon_s(make_signals(time_to_ready_s=55.0)) == 62.5
     assert PolicyConfig(forecast_horizon_s=10).horizon_s(make_signals()) == 10.0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param({"groups": [{}, {}]}, "given more than once", id="one-group-twice"),
+        pytest.param(
+            {"groups": [{}], "history": {"nosuch": [[1.0, 2.0]]}},
+            "history for group.s. \\['nosuch'\\] that the snapshot lacks",
+            id="history-of-an-unknown-group",
+        ),
+        pytest.param(
+            {"groups": [{"collected_at": 3000.0}], "now": 100.0},
+            "is after 'now'",
+            id="collected-after-now",
+        ),
+    ],
+)
+def test_bad_snapshots(tmp_path: Path, content: dict[str, Any], message: str) -> None:
+    group = signals_to_dict(make_signals(collected_at=50.0))
+    content["groups"] = [{**group, **change} for change in content["groups"]]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(SignalsError, match=message):
+        load_snapshot(path)
+
+
+def test_a_snapshot_that_is_not_text(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(SignalsError, match="is not UTF-8 text"):
+        load_snapshot(path)

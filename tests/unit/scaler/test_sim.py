@@ -156,8 +156,18 @@ def test_trace_reader(tmp_path: Path) -> None:
         ("", "need a header"),
         ("time,tokens\n1,2\n", "need a header"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no requests after the header"),
-        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,abc\n", "bad row"),
-        ("TIMESTAMP,ContextTokens\nyesterday,12\n", "bad row"),
+        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,abc\n", ":2: ContextTokens 'abc' is not a"),
+        ("TIMESTAMP,ContextTokens\nyesterday,12\n", ":2: TIMESTAMP 'yesterday' is not an ISO"),
+        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,nan\n", "'nan' must be a count >= 0"),
+        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,-3\n", "'-3' must be a count >= 0"),
+        (
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,1\n2023-11-16 18:15:47\n",
+            ":3: the row has fewer fields",
+        ),
+        (
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,1\n2023-11-16 18:15:46,2\n",
+            "the same TIMESTAMP",
+        ),
     ],
 )
 def test_trace_reader_names_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:
@@ -165,3 +175,19 @@ def test_trace_reader_names_what_is_wrong(tmp_path: Path, text: str, message: st
     path.write_text(text)
     with pytest.raises(WorkloadError, match=message):
         read_trace(path)
+
+
+def test_trace_reader_says_bytes_are_not_text(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"TIMESTAMP,ContextTokens\n\xff\xfe\x00,1\n")
+    with pytest.raises(WorkloadError, match="is not UTF-8 text"):
+        read_trace(path)
+
+
+def test_trace_times_keep_an_offset_they_name(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens\n2024-01-01 05:00:00.5+05:00,1\n2024-01-01 00:00:02Z,1\n"
+    )
+    times, _ = read_trace(path)
+    assert times.tolist() == pytest.approx([0.0, 1.5])  # 00:00:00.5 UTC, then 00:00:02 UTC
