@@ -664,7 +664,20 @@ def _read_json(path: Path) -> Any:
         raise SignalsError(f"{path} is not valid JSON: {exc}") from exc
 
 
-_CONFIG_FIELDS = {f.name for f in dataclasses.fields(PolicyConfig)}
+_CONFIG_TYPES = {f.name: str(f.type) for f in dataclasses.fields(PolicyConfig)}
+_CONFIG_FIELDS = set(_CONFIG_TYPES)
+
+
+def _config_value_problem(name: str, value: Any) -> str | None:
+    """Why a config value does not fit its field's type (numbers only), or None."""
+    kind = _CONFIG_TYPES[name]
+    if value is None:
+        return None if kind.endswith("| None") else f"{name} cannot be null"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{name} must be a number, got {value!r}"
+    if kind.startswith("int") and value != int(value):
+        return f"{name} must be a whole number, got {value!r}"
+    return None
 
 
 def config_from_dict(raw: Mapping[str, Any]) -> PolicyConfig:
@@ -672,6 +685,9 @@ def config_from_dict(raw: Mapping[str, Any]) -> PolicyConfig:
     unknown = sorted(set(raw) - _CONFIG_FIELDS)
     if unknown:
         raise SignalsError(f"unknown config field(s) {unknown}; known: {sorted(_CONFIG_FIELDS)}")
+    problems = [p for name, v in raw.items() if (p := _config_value_problem(name, v))]
+    if problems:
+        raise SignalsError("invalid policy config: " + "; ".join(problems))
     try:
         return PolicyConfig(**raw)
     except TypeError as exc:

@@ -80,6 +80,19 @@ def test_config_cross_field_validation(raw: dict[str, Any]) -> None:
         config_from_dict(raw)
 
 
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        pytest.param({"target_utilization": "high"}, "target_utilization must be a number"),
+        pytest.param({"target_utilization": None}, "target_utilization cannot be null"),
+        pytest.param({"initial_spare_replicas": True}, "must be a number, got True"),
+    ],
+)
+def test_config_names_a_value_of_the_wrong_type(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(SignalsError, match=message):
+        config_from_dict(raw)
+
+
 def test_config_unknown_field() -> None:
     with pytest.raises(SignalsError, match="unknown config"):
         config_from_dict({"scale_down_window": 10})
