@@ -31,6 +31,11 @@ def _capacity_replicas(s: GroupSignals) -> int:
     return min(s.replicas, s.partitions)
 
 
+_SAY_READ_SHARE = 0.1
+"""A rate read from the samples that differs from the last window by more than this share
+names both."""
+
+
 def _needed(rps: float, per_replica_rps: float, state: GroupState, config: PolicyConfig) -> int:
     """Replicas that carry `rps` with the learned spare (`headroom.py`)."""
     return replicas_for(rps / per_replica_rps, state, config)
@@ -45,7 +50,16 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
             reason=Reason("arrival_unknown", "arrival rate not measured: holding", {})
         )
     rate = arrival_estimate(plan, config)
+    measured = lam
     lam = lam if rate is None else rate.level
+    # The rate sized for is read from the last minute's samples; say so where it is not
+    # what the last window measured, so a reader can tell the two apart.
+    read = (
+        f" (read from {config.forecast_window_s:.0f} s of samples; the last window "
+        f"measured {measured:.0f}/s)"
+        if abs(lam - measured) > _SAY_READ_SHARE * max(measured, 1.0)
+        else ""
+    )
     if lam <= 0 and not s.lag:
         return plan.with_(
             desired=0,
@@ -69,8 +83,8 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         return plan.with_(
             reason=Reason(
                 "within_band",
-                f"arrival {lam:.0f}/s at {mu:.0f}/s per replica is {lam / mu:.1f} busy "
-                f"+ {spare:.1f} spare: {needed}, {capacity} within one",
+                f"arrival {lam:.0f}/s{read} at {mu:.0f}/s per replica is {lam / mu:.1f} "
+                f"busy + {spare:.1f} spare: {needed}, {capacity} within one",
                 numbers,
             )
         )
@@ -79,7 +93,7 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis=direction(needed, s.replicas),
         reason=Reason(
             "arrival",
-            f"arrival {lam:.0f}/s at {mu:.0f}/s per replica is {lam / mu:.1f} busy "
+            f"arrival {lam:.0f}/s{read} at {mu:.0f}/s per replica is {lam / mu:.1f} busy "
             f"+ {spare:.1f} spare: {needed}",
             numbers,
         ),

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from scaler.policy import POLICIES, decide
-from scaler.signals import GroupSignals, PolicyConfig, ScalerState, load_snapshot
+from scaler.signals import GroupSignals, GroupState, PolicyConfig, ScalerState, load_snapshot
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
 EXAMPLES = Path(__file__).parents[3] / "scaler" / "examples"
@@ -248,3 +248,15 @@ def test_duplicate_groups_rejected() -> None:
 
 def test_registry_names() -> None:
     assert set(POLICIES) == {"slo", "keda-lag", "hpa-util"}
+
+
+def test_a_rate_read_from_the_samples_names_the_last_window_too() -> None:
+    """The reason's rate is read from the last minute (here a mean of noisy windows); where
+    it is not what the last window measured, both are given."""
+    group = "inferbus.workers.m.interactive"
+    noisy = tuple((float(t), 1000.0 if t % 10 else 200.0) for t in range(-55, 0, 5))
+    state = ScalerState(groups=(GroupState(group=group, arrival_samples=noisy),))
+    s = make_signals(arrival_rps=400.0, collected_at=0.0)
+    (g,) = decide([s], state, PolicyConfig(), 0.0)[0].groups
+    line = g.line()
+    assert "(read from 60 s of samples; the last window measured 400/s)" in line, line
