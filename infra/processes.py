@@ -54,7 +54,10 @@ def kill_children() -> list[int]:
     for pid in sorted(_children):
         try:
             os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+        except ProcessLookupError:  # the group is gone already
+            continue
+        except PermissionError:  # the pid now leads someone else's group: not ours to kill
+            log.warning("event=child_kill_refused pid=%d (not ours any more)", pid)
             continue
         signalled.append(pid)
     _children.clear()

@@ -657,7 +657,7 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise SignalsError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
+        raise SignalsError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError:
         raise SignalsError(f"{path} is not UTF-8 text (JSON expected)") from None
     except json.JSONDecodeError as exc:
