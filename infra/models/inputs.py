@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from infra.models.config import ModelConfig
 from schemas.errors import InvalidInput
 from schemas.request import InferenceRequest
-from schemas.tensors import Arrays, Buffer, Tensor, TensorDecodeError, TextInput
+from schemas.tensors import DTYPES, Arrays, Buffer, Tensor, TensorDecodeError, TextInput
 
 
 def _fail(message: str, **context: Any) -> InvalidInput:
@@ -18,12 +19,7 @@ def _fail(message: str, **context: Any) -> InvalidInput:
 
 def tensor_nbytes(tensor: Tensor) -> int:
     """Bytes the decoded tensor will take, from its declared dtype and shape."""
-    from schemas.tensors import DTYPES
-
-    count = 1
-    for dim in tensor.shape:
-        count *= dim
-    return count * DTYPES[tensor.dtype].itemsize
+    return math.prod(tensor.shape) * DTYPES[tensor.dtype].itemsize
 
 
 def validate_inputs(
@@ -63,17 +59,10 @@ def validate_inputs(
             raise _fail("every text sample must be a non-empty string")
         samples = len(texts)
     else:
-        declared = {spec.name for spec in config.inputs}
-        unknown = sorted(set(tensor_inputs) - declared)
-        if unknown:
-            raise _fail(
-                f"unknown input(s) {unknown}; model {config.name!r} takes {sorted(declared)}",
-                model=config.name,
-            )
-        missing = sorted(declared - set(tensor_inputs))
-        if missing:
-            raise _fail(f"missing input(s) {missing} for model {config.name!r}", model=config.name)
-        for spec in config.inputs:
+        specs = config.inputs
+        if len(tensor_inputs) != len(specs) or any(s.name not in tensor_inputs for s in specs):
+            _check_names(tensor_inputs, config)
+        for spec in specs:
             tensor = tensor_inputs[spec.name]
             if tensor.dtype != spec.dtype:
                 raise _fail(
@@ -88,10 +77,10 @@ def validate_inputs(
                 )
             if tensor.shape[0] < 1:
                 raise _fail(f"input {spec.name!r} has an empty batch dimension", input=spec.name)
-            if tensor_nbytes(tensor) > max_tensor_bytes:
+            nbytes = tensor_nbytes(tensor)
+            if nbytes > max_tensor_bytes:
                 raise _fail(
-                    f"input {spec.name!r} is {tensor_nbytes(tensor)} bytes; the limit is "
-                    f"{max_tensor_bytes}",
+                    f"input {spec.name!r} is {nbytes} bytes; the limit is {max_tensor_bytes}",
                     input=spec.name,
                 )
             try:
@@ -112,3 +101,17 @@ def validate_inputs(
     if samples > max_samples:
         raise _fail(f"request holds {samples} samples; the limit is {max_samples}")
     return arrays, texts, samples
+
+
+def _check_names(tensor_inputs: dict[str, Tensor], config: ModelConfig) -> None:
+    """Raise InvalidInput naming the inputs that are unknown to the model or missing."""
+    declared = {spec.name for spec in config.inputs}
+    unknown = sorted(set(tensor_inputs) - declared)
+    if unknown:
+        raise _fail(
+            f"unknown input(s) {unknown}; model {config.name!r} takes {sorted(declared)}",
+            model=config.name,
+        )
+    missing = sorted(declared - set(tensor_inputs))
+    if missing:
+        raise _fail(f"missing input(s) {missing} for model {config.name!r}", model=config.name)
