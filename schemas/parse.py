@@ -19,7 +19,7 @@ from schemas.errors import InvalidInput, Unparseable, describe_validation_error
 from schemas.frames import FrameError, is_frame, split_frame
 from schemas.request import InferenceRequest
 from schemas.tensors import Buffer
-from schemas.topics import RESULTS, TIERS, is_legal_topic
+from schemas.topics import RESULTS, TIERS, is_reply_topic
 
 _TIERS = frozenset(TIERS)
 
@@ -126,7 +126,7 @@ def salvage(raw: dict[str, Any], *, framed: bool = False) -> Salvage:
     tier = raw.get("tier", "interactive")
     return Salvage(
         request_id=str(raw["request_id"]),
-        reply_to=reply_to if isinstance(reply_to, str) and is_legal_topic(reply_to) else RESULTS,
+        reply_to=reply_to if isinstance(reply_to, str) and is_reply_topic(reply_to) else RESULTS,
         model=model if isinstance(model, str) else "",
         tenant=tenant if isinstance(tenant, str) else None,
         tier=tier if isinstance(tier, str) and tier in _TIERS else "-",

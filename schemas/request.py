@@ -8,7 +8,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from schemas.tensors import Tensor, TextInput
-from schemas.topics import RESULTS, Tier, is_legal_topic
+from schemas.topics import RESULTS, Tier, is_legal_topic, is_reply_topic
+
+MAX_TIMEOUT_MS = 2**31 - 1
+"""The longest `timeout_ms`, as Kafka bounds its own millisecond settings."""
 
 RequestId = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/-]+$")
@@ -27,7 +30,12 @@ class InferenceRequest(BaseModel):
     tier: Tier = "interactive"
     inputs: dict[str, Tensor | TextInput] = Field(min_length=1, fail_fast=True)
     deadline: datetime | None = Field(default=None, description="Absolute, ISO 8601 with zone.")
-    timeout_ms: int | None = Field(default=None, gt=0, description="Relative to `created_at`.")
+    timeout_ms: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIMEOUT_MS,
+        description="Relative to `created_at` (else to receipt); at most 2^31-1 (24.8 days).",
+    )
     reply_to: str = RESULTS
     tenant: str | None = Field(default=None, max_length=128)
     created_at: datetime | None = Field(default=None, description="When the producer made it.")
@@ -39,6 +47,11 @@ class InferenceRequest(BaseModel):
         if not is_legal_topic(value):
             raise ValueError(
                 f"reply_to {value!r} is not a legal Kafka topic name (1-249 of [A-Za-z0-9._-])"
+            )
+        if not is_reply_topic(value):
+            raise ValueError(
+                f"reply_to {value!r} is one of inferbus's own topics; results go to "
+                f"{RESULTS}, {RESULTS}.<anything> or a topic of your own"
             )
         return value
 
@@ -56,7 +69,10 @@ class InferenceRequest(BaseModel):
         if self.timeout_ms is None:
             return None
         start = self.created_at or received_at
-        return start + timedelta(milliseconds=self.timeout_ms)
+        try:
+            return start + timedelta(milliseconds=self.timeout_ms)
+        except OverflowError:  # past the year 9999: a deadline no clock reaches
+            return None
 
     def effective_deadline_ms(self, received_ms: float) -> float | None:
         """`effective_deadline` as epoch milliseconds, from a receipt time in epoch ms."""

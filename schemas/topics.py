@@ -34,6 +34,21 @@ def is_legal_topic(name: str) -> bool:
     return bool(_LEGAL_TOPIC.fullmatch(name)) and name not in {".", ".."}
 
 
+def is_inferbus_topic(name: str) -> bool:
+    """Whether inferbus makes and keeps this topic itself (named `inferbus.` anything)."""
+    return name.startswith("inferbus.")
+
+
+def is_reply_topic(name: str) -> bool:
+    """Whether results may be sent there: a legal topic that inferbus does not read or keep
+    its state in (`inferbus.results` and `inferbus.results.<anything>` are for results)."""
+    if not is_legal_topic(name):
+        return False
+    if not is_inferbus_topic(name):
+        return True
+    return name == RESULTS or name.startswith(f"{RESULTS}.")
+
+
 def is_legal_model_name(name: str) -> bool:
     """Model names become topic segments: lower-case letters, digits, `-` and `_`."""
     return bool(_LEGAL_MODEL.fullmatch(name))

@@ -29,10 +29,15 @@ def validate_inputs(
     max_tensor_bytes: int,
     max_samples: int,
     payload: Buffer | None = None,
+    vocab_size: int | None = None,
 ) -> tuple[Arrays, list[str] | None, int]:
     """Decode and check every input; returns (arrays, texts or None, samples).
 
     `payload`: a binary frame's bytes after the envelope, where `raw` tensors lie.
+    `max_samples`: the caller's limit; the model's `max_batch_size` bounds it too (a request
+    is never split across batches).
+    `vocab_size`: the tokenizer's, where it is loaded (the worker): token ids sent as
+    tensors must be below it.
     Raises InvalidInput with a message naming the input and the rule it breaks.
     """
     texts: list[str] | None = None
@@ -97,7 +102,15 @@ def validate_inputs(
                     input=spec.name,
                 )
             arrays[spec.name] = array
+        if config.tokenizer is not None:
+            _check_token_ids(arrays, config, vocab_size)
     assert samples is not None
+    batch_cap = config.batching.max_batch_size
+    if samples > batch_cap and batch_cap <= max_samples:
+        raise _fail(
+            f"request holds {samples} samples; model {config.name!r} runs at most "
+            f"{batch_cap} in a batch (batching.max_batch_size)"
+        )
     if samples > max_samples:
         raise _fail(f"request holds {samples} samples; the limit is {max_samples}")
     return arrays, texts, samples
@@ -115,3 +128,30 @@ def _check_names(tensor_inputs: dict[str, Tensor], config: ModelConfig) -> None:
     missing = sorted(declared - set(tensor_inputs))
     if missing:
         raise _fail(f"missing input(s) {missing} for model {config.name!r}", model=config.name)
+
+
+def _check_token_ids(arrays: Arrays, config: ModelConfig, vocab_size: int | None) -> None:
+    """Token ids sent as tensors obey what the tokenizer would give: at most `max_length`
+    of them, none negative (ONNX's Gather reads -5 as the fifth id from the end: a wrong
+    answer, not an error) and each within the vocabulary."""
+    tokenizer = config.tokenizer
+    assert tokenizer is not None
+    name = tokenizer.input_ids
+    ids = arrays.get(name)
+    if ids is None or ids.ndim < 2 or ids.size == 0 or ids.dtype.kind not in "iu":
+        return
+    if ids.shape[1] > tokenizer.max_length:
+        raise _fail(
+            f"input {name!r} holds {ids.shape[1]} tokens; model {config.name!r} takes at "
+            f"most {tokenizer.max_length} (its tokenizer's max_length)",
+            input=name,
+        )
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0:
+        raise _fail(f"input {name!r} holds token id {low}; ids are never negative", input=name)
+    if vocab_size is not None and high >= vocab_size:
+        raise _fail(
+            f"input {name!r} holds token id {high}; model {config.name!r} has a vocabulary "
+            f"of {vocab_size} (ids 0-{vocab_size - 1})",
+            input=name,
+        )

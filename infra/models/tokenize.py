@@ -37,6 +37,11 @@ class TextTokenizer:
         self.config = config
         self.pad_token_id = pad_token_id
 
+    @property
+    def vocab_size(self) -> int:
+        """Ids it can give: 0 to this minus one (added tokens included)."""
+        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+
     @classmethod
     def for_model(cls, model: ModelVersion) -> TextTokenizer:
         """The tokenizer model.yaml names; ModelConfigError if it is missing or unreadable."""

@@ -136,6 +136,10 @@ class _SeenIds:
             self._ids.popitem(last=False)
         return True
 
+    def discard(self, request_id: str) -> None:
+        """Forget an id: it is being sent again, and its next result is an answer."""
+        self._ids.pop(request_id, None)
+
 
 class InferenceClient:
     """Async client. `start()` before use (or `async with`); results are de-duplicated."""
@@ -294,8 +298,14 @@ class InferenceClient:
         """Fire and forget: produce the request (acks=all) to its tier's ingest topic and
         return its id. A broker that is away is waited for (`patience_s`), then the error
         is raised."""
-        publisher = self._require_publisher()
         wire = request if isinstance(request, WireRequest) else WireRequest(request)
+        # An id answered before and sent again by the caller awaits a new answer, not a
+        # repeat to drop (`infer` of the same request twice timed out).
+        self._seen.discard(wire.request_id)
+        return await self._produce(wire)
+
+    async def _produce(self, wire: WireRequest) -> str:
+        publisher = self._require_publisher()
         envelope = wire.envelope
         now = datetime.now(UTC)
         deadline = envelope.effective_deadline(now)
@@ -376,7 +386,7 @@ class InferenceClient:
 
     async def _resubmit(self, wire: WireRequest) -> None:
         try:
-            await self.submit(wire)
+            await self._produce(wire)
         except KafkaError as exc:  # the waiting infer() reports the timeout with its id
             log.warning("event=resubmit_failed request_id=%s error=%r", wire.request_id, exc)
 

@@ -34,7 +34,7 @@ from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.frames import join_frame
 from schemas.result import Status
 from schemas.tensors import dtype_name
-from schemas.topics import DLQ
+from schemas.topics import DLQ, is_inferbus_topic
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,13 @@ class UnknownTopic(KafkaError):  # type: ignore[misc]
     """A topic can come (back): the embedded broker's topics are re-created after a restart."""
 
 
+class MissingTopic(UnknownTopic):
+    """The broker answered and has no such topic, and it is not one inferbus makes itself
+    (a producer's `reply_to` naming a topic nobody created): trying again cannot help."""
+
+    retriable = False
+
+
 def retriable(error: BaseException) -> bool:
     """Whether trying again later can succeed (aiokafka marks its errors so).
 
@@ -166,13 +173,20 @@ class Publisher:
         producer: AIOKafkaProducer,
         *,
         patience_s: float = 60.0,
-        metadata_timeout_s: float = 5.0,
+        metadata_timeout_s: float = 1.0,
+        missing_topic_memory_s: float = 30.0,
         append_timeout_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.producer = producer
         self.patience_s = patience_s
         self.metadata_timeout_s = metadata_timeout_s
+        """How long a topic the producer has no metadata for is asked after (enough for a
+        Kafka that creates topics on first use)."""
+        self.missing_topic_memory_s = missing_topic_memory_s
+        """A topic found missing fails at once for this long instead of being asked again."""
+        self._missing: dict[str, float] = {}
+        """Topics found missing (not inferbus's own) -> when, on `clock`."""
         self.append_timeout_s = (
             kafka_settings().request_timeout_ms / 1000
             if append_timeout_s is None
@@ -186,26 +200,44 @@ class Publisher:
         self._turns: dict[tuple[str, int], asyncio.Lock] = {}
         """One lock a partition: whose batch goes to it next."""
 
-    async def _partitions(self, topics: set[str]) -> dict[str, int | BaseException]:
-        """Partition count per topic, or why it cannot be produced to (checked once each:
-        aiokafka would otherwise wait its whole request timeout for every record)."""
-        out: dict[str, int | BaseException] = {}
-        cluster = self.producer.client.cluster
-        for topic in topics:
-            known = cluster.partitions_for_topic(topic)
-            if not known:
-                try:
-                    known = await asyncio.wait_for(
-                        self.producer.partitions_for(topic), self.metadata_timeout_s
-                    )
-                except (KafkaError, TimeoutError) as exc:
-                    self._forget(topic)
-                    out[topic] = UnknownTopic(
-                        f"topic {topic!r} is not known to the broker: {exc!r}"
-                    )
-                    continue
-            out[topic] = len(known)
-        return out
+    async def _partitions(self, topics: list[str]) -> dict[str, int | BaseException]:
+        """Partition count per topic, or why it cannot be produced to. Topics are asked
+        for together, once each per call (aiokafka would otherwise wait its whole request
+        timeout for every record)."""
+        answers = await asyncio.gather(*(self._look_up(topic) for topic in topics))
+        return dict(zip(topics, answers, strict=True))
+
+    async def _look_up(self, topic: str) -> int | BaseException:
+        found_at = self._missing.get(topic)
+        if found_at is not None:
+            if self._clock() - found_at < self.missing_topic_memory_s:
+                return MissingTopic(f"topic {topic!r} does not exist (looked up recently)")
+            del self._missing[topic]
+        try:
+            known = await asyncio.wait_for(
+                self.producer.partitions_for(topic), self.metadata_timeout_s
+            )
+            return len(known)
+        except (KafkaError, TimeoutError) as exc:
+            self._forget(topic)
+            why = exc
+        if not is_inferbus_topic(topic) and await self._broker_answers():
+            self._missing[topic] = self._clock()
+            return MissingTopic(
+                f"topic {topic!r} does not exist: create it before naming it in reply_to"
+            )
+        return UnknownTopic(f"topic {topic!r} is not known to the broker: {why!r}")
+
+    async def _broker_answers(self) -> bool:
+        """Whether the broker answers a metadata request now (so a topic it lacks is
+        missing, not merely unreachable)."""
+        try:
+            await asyncio.wait_for(
+                self.producer.client.fetch_all_metadata(), self.metadata_timeout_s
+            )
+        except (KafkaError, TimeoutError):
+            return False
+        return True
 
     def _forget(self, topic: str) -> None:
         """aiokafka's `partitions_for` adds the topic to the client's metadata topics for
@@ -276,25 +308,37 @@ class Publisher:
         indices: list[int],
         outcomes: list[RecordMetadata | BaseException],
     ) -> list[int]:
+        """One try of every record in `indices`; returns those that failed.
+
+        Topics the producer knows go out first: records for a topic that has to be looked
+        up (a reply topic named for the first time, or one that does not exist) do not
+        hold back the others in the call.
+        """
         by_topic: dict[str, list[int]] = {}
         for index in indices:
             by_topic.setdefault(records[index].topic, []).append(index)
-        counts = await self._partitions(set(by_topic))
+        cluster = self.producer.client.cluster
         sent: list[tuple[asyncio.Future[Any], str, int, list[int]]] = []
-        for topic, members in by_topic.items():
-            count = counts[topic]
-            if isinstance(count, BaseException):
-                for index in members:
-                    outcomes[index] = count
-                continue
-            for partition, batch, taken in self._batches(topic, count, records, members, outcomes):
-                try:
-                    future = await self._append(batch, topic, partition)
-                except KafkaError as exc:
-                    future = _failed(exc)
-                sent.append((future, topic, partition, taken))
-        results = await asyncio.gather(*(s[0] for s in sent), return_exceptions=True)
         failed: list[int] = []
+        unknown: list[str] = []
+        for topic, members in by_topic.items():
+            known = cluster.partitions_for_topic(topic)
+            if known:
+                await self._send_topic(
+                    topic, len(known), records, members, outcomes=outcomes, sent=sent
+                )
+            else:
+                unknown.append(topic)
+        if unknown:
+            for topic, count in (await self._partitions(unknown)).items():
+                members = by_topic[topic]
+                if isinstance(count, BaseException):
+                    failed.extend(members)
+                    for index in members:
+                        outcomes[index] = count
+                    continue
+                await self._send_topic(topic, count, records, members, outcomes=outcomes, sent=sent)
+        results = await asyncio.gather(*(s[0] for s in sent), return_exceptions=True)
         for (_, topic, partition, taken), result in zip(sent, results, strict=True):
             if isinstance(result, BaseException):
                 failed.extend(taken)
@@ -312,6 +356,24 @@ class Publisher:
                     result.log_start_offset,
                 )
         return sorted(failed)
+
+    async def _send_topic(
+        self,
+        topic: str,
+        partitions: int,
+        records: Sequence[Outgoing],
+        members: list[int],
+        *,
+        outcomes: list[RecordMetadata | BaseException],
+        sent: list[tuple[asyncio.Future[Any], str, int, list[int]]],
+    ) -> None:
+        """Hand one topic's records to the producer; their futures go into `sent`."""
+        for partition, batch, taken in self._batches(topic, partitions, records, members, outcomes):
+            try:
+                future = await self._append(batch, topic, partition)
+            except KafkaError as exc:
+                future = _failed(exc)
+            sent.append((future, topic, partition, taken))
 
     def _batches(
         self,

@@ -71,6 +71,15 @@ def bucket_of(length: int | None, buckets: tuple[int, ...]) -> int | None:
     return min(index, len(buckets) - 1)
 
 
+def padded_length(longest: int | None, buckets: tuple[int, ...]) -> int | None:
+    """What a batch whose longest request is `longest` is padded to: its bucket's bound, or
+    its own length when that is beyond the last bound; None without buckets."""
+    bucket = bucket_of(longest, buckets)
+    if bucket is None or longest is None:
+        return None
+    return max(buckets[bucket], longest)
+
+
 class Batcher(Generic[Item]):
     """Queues requests and hands out the next due batch."""
 
@@ -143,11 +152,10 @@ class Batcher(Generic[Item]):
             taken.append(queue.entries.popleft())
             total += head.samples
         queue.samples -= total
-        buckets = self.policy.length_buckets
-        pad = buckets[queue.bucket] if queue.bucket is not None else None
-        if pad is not None:
+        pad = None
+        if queue.bucket is not None:
             longest = max((e.length or 0) for e in taken)
-            pad = max(pad, longest)  # a request longer than the last bucket keeps its length
+            pad = padded_length(longest, self.policy.length_buckets)
         return Batch(queue.tier, queue.bucket, pad, taken, now)
 
     def _target_size(self, available: int) -> int:

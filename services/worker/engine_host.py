@@ -38,13 +38,15 @@ def default_engine_factory(model: ModelVersion) -> Engine:
     return create_engine(model)
 
 
-def tokenizer_for(version: ModelVersion) -> Tokenize | None:
-    """The model's text tokenizer, or None for a model that takes tensors only."""
+def tokenizer_for(version: ModelVersion) -> tuple[Tokenize | None, int | None]:
+    """The model's text tokenizer and its vocabulary size; (None, None) for a model that
+    takes tensors only."""
     if version.config.tokenizer is None:
-        return None
+        return None, None
     from infra.models.tokenize import TextTokenizer
 
-    return TextTokenizer.for_model(version).encode
+    tokenizer = TextTokenizer.for_model(version)
+    return tokenizer.encode, tokenizer.vocab_size
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class EngineHost:
         self.engine: Engine | None = None
         self.version: ModelVersion | None = None
         self.tokenize: Tokenize | None = None
+        self.vocab_size: int | None = None
+        """The tokenizer's: token ids sent as tensors are checked against it."""
         self.load_s: float | None = None
         self.warmup_s: float | None = None
         self._thread = ThreadPoolExecutor(
@@ -111,7 +115,8 @@ class EngineHost:
         started = time.perf_counter()
         await asyncio.to_thread(engine.warmup, warmup_batches(version.config))
         self.warmup_s = time.perf_counter() - started
-        self.engine, self.version, self.tokenize = engine, version, tokenizer_for(version)
+        self.tokenize, self.vocab_size = tokenizer_for(version)
+        self.engine, self.version = engine, version
 
     async def run(
         self, requests: Sequence[Arrays], samples: Sequence[int], pad_length: int | None
@@ -171,9 +176,10 @@ class EngineHost:
         engine = self.engine_factory(version)
         await asyncio.to_thread(engine.load)
         await asyncio.to_thread(engine.warmup, warmup_batches(version.config))
-        tokenize = tokenizer_for(version)
+        tokenize, vocab_size = tokenizer_for(version)
         async with self._lock:
-            old, self.engine, self.version, self.tokenize = self.engine, engine, version, tokenize
+            old, self.engine, self.version = self.engine, engine, version
+            self.tokenize, self.vocab_size = tokenize, vocab_size
             on_old = set(self._runs)
         if on_old:
             await asyncio.gather(*on_old, return_exceptions=True)

@@ -17,6 +17,7 @@ import numpy as np
 from infra.models.config import ModelConfig
 from schemas.errors import EngineError
 from schemas.tensors import Arrays
+from services.worker.batching import padded_length
 
 log = logging.getLogger(__name__)
 InferFn = Callable[[Mapping[str, np.ndarray[Any, Any]]], Arrays]
@@ -86,6 +87,18 @@ def _check_rows(outputs: Mapping[str, np.ndarray[Any, Any]], samples: int) -> No
         raise EngineError(f"engine returned outputs {wrong} for a batch of {samples} samples")
 
 
+def _repad(requests: Sequence[Arrays], config: ModelConfig, pad_length: int | None) -> int | None:
+    """The padding for part of a failed batch: its own bucket's, so a request too long for
+    the model does not take its batch-mates' retries down with it."""
+    name = config.batching.sequence_input
+    if pad_length is None or name is None:
+        return pad_length
+    lengths = [r[name].shape[1] for r in requests if name in r and r[name].ndim >= 2]
+    if not lengths:
+        return pad_length
+    return padded_length(max(lengths), tuple(config.batching.length_buckets))
+
+
 def run_batch(
     infer: InferFn,
     requests: Sequence[Arrays],
@@ -110,9 +123,10 @@ def run_batch(
             return [RequestOutcome(None, message, 1, 0.0, 0.0, 0.0)]
         log.warning("event=batch_failed size=%d retry=halves error=%r", len(requests), exc)
         middle = len(requests) // 2
+        first, second = requests[:middle], requests[middle:]
         return [
-            *run_batch(infer, requests[:middle], samples[:middle], config, pad_length),
-            *run_batch(infer, requests[middle:], samples[middle:], config, pad_length),
+            *run_batch(infer, first, samples[:middle], config, _repad(first, config, pad_length)),
+            *run_batch(infer, second, samples[middle:], config, _repad(second, config, pad_length)),
         ]
     ran = time.perf_counter()
     pieces = split(outputs, samples)

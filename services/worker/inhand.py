@@ -78,6 +78,7 @@ def decode_record(
     config: ModelConfig,
     tokenize: Tokenize | None,
     max_samples: int,
+    vocab_size: int | None = None,
 ) -> InHand:
     """Parse and check one record; errors become `InHand.error`, never exceptions.
 
@@ -131,6 +132,7 @@ def decode_record(
             tokenize=tokenize,
             max_samples=max_samples,
             deadline_header=deadline_header,
+            vocab_size=vocab_size,
         )
     item.preprocess_ms = (time.perf_counter() - started) * 1000
     return item
@@ -144,6 +146,7 @@ def _fill(
     tokenize: Tokenize | None,
     max_samples: int,
     deadline_header: float | None,
+    vocab_size: int | None,
 ) -> None:
     request = parsed.request
     item.request_id, item.reply_to = request.request_id, request.reply_to
@@ -164,7 +167,12 @@ def _fill(
                 model=request.model,
             )
         arrays, texts, samples = validate_inputs(
-            request, config, max_tensor_bytes=2**31, max_samples=max_samples, payload=parsed.payload
+            request,
+            config,
+            max_tensor_bytes=2**31,
+            max_samples=max_samples,
+            payload=parsed.payload,
+            vocab_size=vocab_size,
         )
         if texts is not None:
             if tokenize is None:

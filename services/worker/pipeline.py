@@ -220,6 +220,7 @@ class Pipeline:
             config=config,
             tokenize=tokenize,
             max_samples=config.batching.max_batch_size,
+            vocab_size=self.host.vocab_size,
         )
         if tracing and item.trace is not None and item.trace.sampled:
             item.spans = RequestSpans.start(

@@ -406,6 +406,47 @@ async def test_worker_answers_records_that_skipped_ingest(stack: Stack) -> None:
     assert ran == 4, f"the engine ran {ran} samples: the expired and invalid ones must not reach it"
 
 
+async def test_a_reply_topic_nobody_created_does_not_hold_back_its_batch_mates(
+    stack: Stack,
+) -> None:
+    """Regression: the worker looked the missing topic up before sending anything, and the
+    batch's other results went out 5 s late. They now go first; the lost one goes to the DLQ
+    after its lookup."""
+    topic = request_topic("demo-mlp", "interactive")
+    lost = f"missing-reply-{uuid.uuid4().hex}"
+    good = [f"beside-missing-{i}-{uuid.uuid4().hex}" for i in range(3)]
+    results = await reply_consumer(stack.bootstrap, RESULTS)
+    dlq = await reply_consumer(stack.bootstrap, DLQ)
+    producer = make_producer(stack.bootstrap)
+    await producer.start()
+    x = np.full((1, 16), 0.25, dtype=np.float32)
+    try:
+        # One partition, so the four are polled, run and published together.
+        await producer.send(
+            topic, raw_event(lost, x, reply_to=f"nobody-made-{lost}"), key=b"k", partition=0
+        )
+        for rid in good:
+            await producer.send(topic, raw_event(rid, x), key=rid.encode(), partition=0)
+        await producer.flush()
+        answered = await collect(results, good, key=by_request_id)
+        dead = await collect(
+            dlq,
+            [lost],
+            key=lambda pair: pair[0].key.decode() if pair[0].key else None,
+            parse=lambda value: value,
+        )
+    finally:
+        await producer.stop()
+        await results.stop()
+        await dlq.stop()
+    assert all(answered[rid][1]["status"] == "ok" for rid in good)
+    record, _ = dead[lost]
+    assert h.header(record.headers, h.ERROR_CODE) == "undeliverable"
+    assert "does not exist" in (h.header(record.headers, h.ERROR_MESSAGE) or "")
+    sent_at = max(answered[rid][0].timestamp for rid in good)
+    assert sent_at < record.timestamp, "the batch-mates' results went out before the lookup ended"
+
+
 async def test_a_full_tier_rejects_with_a_named_overload(stack: Stack) -> None:
     # `tiny-queue` has no worker and a bound of 3: the fourth request onwards is rejected.
     ids = [f"flood-{i}-{uuid.uuid4().hex}" for i in range(8)]

@@ -387,3 +387,28 @@ async def test_a_request_sent_again_waits_again_before_the_next_resend(
 
     assert resent == ["r1"]
     assert client.resubmitted == 1
+
+
+async def test_a_request_sent_again_after_its_answer_gets_the_new_answer(
+    client: InferenceClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the second answer was dropped as a repeat and `infer` timed out."""
+    produced: list[str] = []
+
+    async def produce(wire: Any) -> str:  # what the real one does, less the broker
+        produced.append(wire.request_id)
+        client._mine.add(wire.request_id, deadline_in_s=30.0)
+        return str(wire.request_id)
+
+    monkeypatch.setattr(client, "_produce", produce)
+    request = client.build_request("m", {"in": np.ones((1, 2), np.float32)}, request_id="r1")
+    await client.submit(request)
+    deliver(client, result("r1"))
+    assert streamed(client) == ["r1"]
+
+    await client.submit(request)
+    deliver(client, result("r1"))
+
+    assert produced == ["r1", "r1"]
+    assert streamed(client) == ["r1"], "the second answer is an answer, not a repeat"
+    assert client.duplicates_dropped == 0

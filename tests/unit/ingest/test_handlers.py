@@ -432,6 +432,69 @@ def test_illegal_reply_to_is_answered_on_the_default_results_topic(
     assert "legal Kafka topic name" in outcome.result.error.message  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    "reply_to",
+    [
+        pytest.param("inferbus.ingest", id="ingest-would-read-it-as-a-request"),
+        pytest.param("inferbus.ingest.critical", id="per-tier-ingest"),
+        pytest.param("inferbus.req.demo-mlp.interactive", id="a-request-topic"),
+        pytest.param("inferbus.instances", id="the-registry"),
+        pytest.param("inferbus.rollouts", id="rollout-state"),
+        pytest.param("inferbus.telemetry", id="telemetry"),
+        pytest.param("inferbus.dlq", id="the-dlq"),
+        pytest.param("inferbus.resultsx", id="results-prefix-without-dot"),
+    ],
+)
+def test_reply_to_naming_an_inferbus_topic_is_refused_on_the_default_results_topic(
+    reply_to: str, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    outcome = run(encode(mlp_event(reply_to=reply_to)), catalog, settings)
+
+    assert isinstance(outcome, Answer)
+    assert outcome.topic == RESULTS
+    assert outcome.result.status == "invalid_input"
+    assert "one of inferbus's own topics" in outcome.result.error.message  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "reply_to", ["inferbus.results", "inferbus.results.team-a", "team-a.inferbus.results"]
+)
+def test_result_topics_are_legal_reply_topics(
+    reply_to: str, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    outcome = run(encode(mlp_event(reply_to=reply_to)), catalog, settings)
+
+    assert isinstance(outcome, Route), outcome
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param({"timeout_ms": 2**31}, "less than or equal to 2147483647", id="over-int32"),
+        pytest.param({"timeout_ms": 10**30}, "less than or equal to 2147483647", id="1e30"),
+    ],
+)
+def test_timeouts_beyond_the_bound_are_invalid_not_internal_errors(
+    changes: dict[str, Any], message: str, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    outcome = run(encode(mlp_event(**changes)), catalog, settings)
+
+    assert isinstance(outcome, Answer), outcome
+    assert outcome.result.status == "invalid_input"
+    assert message in outcome.result.error.message  # type: ignore[union-attr]
+
+
+def test_a_deadline_past_the_year_9999_is_no_deadline(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    event = mlp_event(created_at="9999-12-31T23:59:59Z", timeout_ms=2**31 - 1)
+
+    outcome = run(encode(event), catalog, settings)
+
+    assert isinstance(outcome, Route), outcome
+    assert h.DEADLINE not in dict(outcome.headers)
+
+
 def test_reply_to_that_is_not_a_string_falls_back_to_results(
     catalog: FakeCatalog, settings: IngestSettings
 ) -> None:

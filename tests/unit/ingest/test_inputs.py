@@ -91,3 +91,68 @@ def test_slo_for_a_tier_missing_from_the_config_falls_back_to_defaults() -> None
 
     assert config.slo_for("critical") == TierSlo(p99_e2e_ms=50, max_queue=7)
     assert config.slo_for("batch").max_queue == 100_000
+
+
+def encoder_ids(ids: list[list[int]]) -> dict[str, Any]:
+    shape = [len(ids), len(ids[0])]
+    return {
+        "input_ids": {"dtype": "int64", "shape": shape, "data": ids},
+        "attention_mask": {"dtype": "int64", "shape": shape, "data": [[1] * shape[1]] * shape[0]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ids", "vocab_size", "message"),
+    [
+        pytest.param([[5, -5]], None, "token id -5; ids are never negative", id="negative"),
+        pytest.param([[5, 99_999]], 1000, "token id 99999;.*vocabulary of 1000", id="beyond-vocab"),
+        pytest.param([[7] * 513], None, "holds 513 tokens;.*at most 512", id="longer-than-max"),
+    ],
+)
+def test_token_ids_sent_as_tensors_obey_the_tokenizer(
+    ids: list[list[int]], vocab_size: int | None, message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        validate_inputs(
+            request("demo-encoder", encoder_ids(ids)),
+            encoder_config(),
+            max_tensor_bytes=1 << 20,
+            max_samples=4,
+            vocab_size=vocab_size,
+        )
+
+
+@pytest.mark.parametrize(
+    ("ids", "vocab_size"),
+    [
+        pytest.param([[0, 999]], 1000, id="both-ends-of-the-vocabulary"),
+        pytest.param([[7] * 512], None, id="exactly-max-length"),
+        pytest.param([[5, 99_999]], None, id="vocabulary-unknown-here-ingest"),
+    ],
+)
+def test_token_ids_within_the_rules_pass(ids: list[list[int]], vocab_size: int | None) -> None:
+    arrays, _, samples = validate_inputs(
+        request("demo-encoder", encoder_ids(ids)),
+        encoder_config(),
+        max_tensor_bytes=1 << 20,
+        max_samples=4,
+        vocab_size=vocab_size,
+    )
+
+    assert samples == 1 and arrays["input_ids"].shape == (1, len(ids[0]))
+
+
+def test_a_request_larger_than_the_models_batch_is_refused_at_ingest_not_later() -> None:
+    """Ingest's limit was 64 while the worker ran at most 32: 33-64 samples were routed,
+    then refused by the worker."""
+    config = mlp_config()
+    samples = config.batching.max_batch_size + 1
+    data = np.zeros((samples, 16), dtype=np.float32).tolist()
+
+    with pytest.raises(InvalidInput, match=r"runs at most 32 in a batch \(batching.max_batch_size"):
+        validate_inputs(
+            request("demo-mlp", {"x": {"dtype": "float32", "shape": [samples, 16], "data": data}}),
+            config,
+            max_tensor_bytes=1 << 20,
+            max_samples=64,
+        )

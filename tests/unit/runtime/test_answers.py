@@ -8,12 +8,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka.structs import RecordMetadata
 
 from schemas.frames import is_frame
 from schemas.result import InferenceResult
-from services.runtime.answers import Outgoing, Publisher, UnknownTopic, encode_result
+from services.runtime.answers import (
+    MissingTopic,
+    Outgoing,
+    Publisher,
+    UnknownTopic,
+    encode_result,
+)
 
 OUTPUTS = {
     "embedding": np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6),
@@ -76,9 +82,18 @@ class FakeProducer:
     """Fails the first `fail` batches; knows only `topics`; batches hold `room` records."""
 
     def __init__(
-        self, fail: int = 0, topics: tuple[str, ...] = ("known",), room: int = 100
+        self,
+        fail: int = 0,
+        topics: tuple[str, ...] = ("known",),
+        room: int = 100,
+        *,
+        lookup_s: float = 0.0,
+        broker_answers: bool = True,
     ) -> None:
         self.fail = fail
+        self.lookup_s = lookup_s
+        self.broker_answers = broker_answers
+        self.lookups: list[str] = []
         self.room = room
         self.sent: list[tuple[int, list[str]]] = []
         self.topics = topics
@@ -95,7 +110,14 @@ class FakeProducer:
 
     async def partitions_for(self, topic: str) -> set[int]:
         self._topics.add(topic)  # as aiokafka's client does before it asks
+        self.lookups.append(topic)
+        await asyncio.sleep(self.lookup_s)
         raise KafkaTimeoutError(f"no metadata for {topic}")
+
+    async def fetch_all_metadata(self) -> object:
+        if not self.broker_answers:
+            raise KafkaConnectionError("broker away")
+        return object()
 
     def create_batch(self) -> FakeBatch:
         return FakeBatch(self.room)
@@ -209,18 +231,70 @@ async def test_records_go_in_batches_to_the_next_partition_in_turn() -> None:
     assert producer.sent == [(0, ["v0", "v1"]), (1, ["v2", "v3"]), (2, ["v4"]), (0, ["w"])]
 
 
-async def test_records_for_a_missing_topic_are_retried_until_patience_then_fail_alone() -> None:
+async def test_a_reply_topic_nobody_created_fails_alone_at_once_and_is_remembered() -> None:
     producer = FakeProducer()
-    publisher = Publisher(producer, patience_s=0.5)  # type: ignore[arg-type]
+    publisher = Publisher(producer, patience_s=30)  # type: ignore[arg-type]
 
-    acks = await publisher.send_all(
-        [Outgoing("known", None, b"a", []), Outgoing("gone", None, b"b", [])]
+    acks = await asyncio.wait_for(
+        publisher.send_all([Outgoing("known", None, b"a", []), Outgoing("gone", None, b"b", [])]),
+        1.0,
     )
 
     assert not isinstance(acks[0], BaseException) and acks[0].offset == 0
-    assert isinstance(acks[1], UnknownTopic)
-    assert "gone" in str(acks[1])
+    assert isinstance(acks[1], MissingTopic), "the broker said so: not retried for 30 s"
+    assert "'gone' does not exist" in str(acks[1])
     assert producer._topics == {"known"}  # not asked for at every metadata refresh after
+    [again] = await publisher.send_all([Outgoing("gone", None, b"c", [])])
+    assert isinstance(again, MissingTopic)
+    assert producer.lookups == ["gone"], "looked up once, then remembered"
+
+
+@pytest.mark.parametrize(
+    ("topic", "broker_answers"),
+    [
+        pytest.param("inferbus.results", True, id="inferbus-own-topic-comes-back-after-restart"),
+        pytest.param("team-a.results", False, id="broker-away-cannot-say"),
+    ],
+)
+async def test_a_topic_that_may_come_back_is_retried_until_patience(
+    topic: str, broker_answers: bool
+) -> None:
+    producer = FakeProducer(broker_answers=broker_answers)
+    publisher = Publisher(producer, patience_s=0.5)  # type: ignore[arg-type]
+
+    [ack] = await asyncio.wait_for(publisher.send_all([Outgoing(topic, None, b"b", [])]), 5)
+
+    assert isinstance(ack, UnknownTopic) and not isinstance(ack, MissingTopic)
+    assert len(producer.lookups) >= 2, "asked again on each try"
+
+
+async def test_records_for_known_topics_go_out_while_an_unknown_one_is_looked_up() -> None:
+    """A result for a reply topic that must be looked up (slowly) must not hold back the
+    other results of the same call (it held a worker's whole batch for 5 s)."""
+    producer = FakeProducer(lookup_s=0.5)
+    publisher = Publisher(producer, patience_s=0)  # type: ignore[arg-type]
+
+    call = asyncio.create_task(
+        publisher.send_all([Outgoing("gone", None, b"b", []), Outgoing("known", None, b"a", [])])
+    )
+    await asyncio.sleep(0.1)
+
+    assert producer.sent == [(0, ["a"])], "sent before the lookup ended"
+    assert not call.done()
+    acks = await asyncio.wait_for(call, 2)
+    assert isinstance(acks[0], MissingTopic) and not isinstance(acks[1], BaseException)
+
+
+async def test_unknown_topics_of_one_call_are_looked_up_together() -> None:
+    producer = FakeProducer(lookup_s=0.3)
+    publisher = Publisher(producer, patience_s=0)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+
+    acks = await publisher.send_all([Outgoing(f"gone-{i}", None, b"b", []) for i in range(3)])
+
+    assert all(isinstance(ack, MissingTopic) for ack in acks)
+    assert loop.time() - began < 0.6, "three lookups at once, not one after another"
 
 
 async def test_a_record_too_large_for_any_batch_fails_alone() -> None:

@@ -194,6 +194,25 @@ def test_requests_that_cannot_be_stacked_are_answered_one_by_one() -> None:
         np.testing.assert_array_equal(outcome.outputs["y"], np.full((1, n), 2.0 * n))
 
 
+def test_a_request_too_long_for_the_model_fails_alone_not_its_batch_mates() -> None:
+    """Regression: the batch was padded to the 600-token request, and the retries of its
+    halves and singles kept that padding, so every batch-mate failed with it."""
+    limit = 512
+
+    def infer(batch: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
+        width = batch["input_ids"].shape[1]
+        if width > limit:
+            raise ValueError(f"position embeddings stop at {limit}, got {width}")
+        return {"embedding": np.ones((batch["input_ids"].shape[0], 4), np.float32)}
+
+    requests = [encoder_request(600), encoder_request(300), encoder_request(20)]
+
+    outcomes = run_batch(infer, requests, [1, 1, 1], ENCODER, 600)
+
+    assert outcomes[0].error is not None and "stop at 512" in outcomes[0].error
+    assert [o.error for o in outcomes[1:]] == [None, None]
+
+
 @pytest.mark.parametrize(
     "outputs",
     [

@@ -110,6 +110,7 @@ class MlpVersion:
 class PollingHost(BusyHost):
     version = MlpVersion()  # type: ignore[assignment]
     tokenize = None
+    vocab_size = None
 
 
 def polled(offset: int, deadline_ms: float) -> ConsumerRecord[bytes, bytes]:
