@@ -114,6 +114,16 @@ class EmbeddedBroker:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def exited(self) -> int | None:
+        """The return code of a broker that ended without `stop` (None while it runs)."""
+        return self._process.poll() if self._process is not None else None
+
+    def restart(self) -> str:
+        """Start a broker that exited again, on the same port (its memory logs are gone)."""
+        self.stop()
+        return self.start()
+
     def start(self) -> str:
         """Start Tansu (on a free port if the preferred one is taken); return the bootstrap."""
         if self.running:

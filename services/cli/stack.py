@@ -35,6 +35,7 @@ from scaler.collector.collector import CollectorConfig
 from scaler.service import GroupView, ScalerService
 from scaler.settings import IDLE_HOLD_EVERY_S
 from scaler.signals import PolicyConfig
+from schemas.errors import InferbusError
 from schemas.telemetry import InstanceRecord
 from schemas.topics import INGEST_GROUP, INSTANCES, TIERS, Tier
 from services.models.demo import write_demo_models
@@ -172,6 +173,8 @@ class Stack:
         self._producer: AIOKafkaProducer | None = None
         self._ingest_ids: dict[str, str] = {}
         self._watch: asyncio.Task[None] | None = None
+        self._broker_watch: asyncio.Task[None] | None = None
+        self.broker_restarts = 0
         self.actuator: LocalActuator | None = None
         self.scaler: ScalerService | None = None
         self.bootstrap: str | None = None
@@ -217,6 +220,10 @@ class Stack:
         )
         self.ingest.start()
         self._watch = asyncio.create_task(self._watch_ingest(), name="ingest-supervisor")
+        if self.broker is not None:
+            self._broker_watch = asyncio.create_task(
+                self._watch_broker(repository), name="broker-supervisor"
+            )
         self.actuator = LocalActuator(
             bootstrap,
             options.models_dir,
@@ -277,6 +284,36 @@ class Stack:
                         )
                     )
 
+    async def _watch_broker(self, repository: ModelRepository) -> None:
+        """Start the embedded broker again when it exits unasked, on the same port, with the
+        topics made again: its logs lived in memory and are gone, and the services and
+        clients find the new broker and read its logs from the start."""
+        while True:
+            await asyncio.sleep(0.5)
+            broker = self.broker
+            if broker is None or self.stop.is_set():
+                return
+            code = broker.exited
+            if code is None:
+                continue
+            log.error("event=broker_exited returncode=%s bootstrap=%s", code, broker.bootstrap)
+            self._say(
+                f"the embedded broker exited (return code {code}); what it held in memory is "
+                f"lost. Starting it again on {broker.bootstrap}"
+            )
+            try:
+                await asyncio.to_thread(broker.restart)
+                await ensure_topics(broker.bootstrap, repository_topics(repository))
+            except (InferbusError, KafkaError, OSError) as exc:
+                self._say(f"could not start the broker again: {exc}; stopping")
+                self.stop.set()
+                return
+            self.broker_restarts += 1
+            self._say(
+                "broker back: services reconnect on their own; requests not answered before "
+                "it exited get no answer (clients of inferbus's own send theirs again)"
+            )
+
     async def _worker_gone(self, group: str, instance_id: str, returncode: int | None) -> None:
         model, tier, _ = parse_group(group)
         await self._announce_gone(
@@ -302,17 +339,23 @@ class Stack:
             again = " again" if self._interrupts else ""
             hint = f" (Ctrl-C{again}: stop at once)"
         self._say(f"stopping: draining workers, ingest, broker{hint}")
+        if self.broker is not None:
+            self._say(
+                "the embedded broker keeps its logs in memory: requests that reach it from "
+                "now on, and any a worker has not answered when it stops, are lost with it"
+            )
         if self.scaler is not None:
             await self.scaler.close()
             self.scaler = None
         if self.actuator is not None:
             await self.actuator.close()
             self.actuator = None
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        for task in (self._watch, self._broker_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._watch = self._broker_watch = None
         if self.ingest is not None:
             await asyncio.to_thread(self.ingest.stop)
             self.ingest = None
@@ -383,14 +426,18 @@ class Stack:
 
         if self.options.headless:
             said_ready = False
+            said_restarts = 0
             while not await wait_tick():
                 if not said_ready and stack_ready(scaler.views):
                     said_ready = True
                     self._say("ready: every group has a worker serving")
+                at = time.strftime("%H:%M:%S")
                 for group in sorted(scaler.views):
-                    print(status_line(scaler.views[group]), flush=True)
-                if self.ingest is not None and self.ingest.restarts:
-                    self._say(f"ingest restarted {self.ingest.restarts} time(s); see its logs")
+                    print(f"{at} {status_line(scaler.views[group])}", flush=True)
+                restarts = self.ingest.restarts if self.ingest is not None else 0
+                if restarts != said_restarts:
+                    said_restarts = restarts
+                    self._say(f"ingest restarted {restarts} time(s); see its logs")
             return
         with Live(
             status_table(scaler.views, bootstrap, 0), console=self.console, refresh_per_second=1

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
+from infra.log_end import fetch_once
 from infra.pacing import FetchPacer
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
@@ -32,6 +33,7 @@ from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
 from schemas.topics import INSTANCES, RESULTS, Tier, ingest_topic
 from services.client.pending import PendingRequests
 from services.runtime.answers import Outgoing, Publisher
+from services.runtime.consumer import past_log_end
 from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
 from tracing.sampling import read_traceparent
@@ -175,6 +177,10 @@ class InferenceClient:
         self._pending: dict[str, WireRequest] = {}
         self._restarts = RestartDetector()
         self._registry: TopicPartition | None = None
+        self._probe: AIOKafkaConsumer | None = None
+        """Reads the registry's last batch when our position is past its reported end."""
+        self._verified_end: tuple[int, int] | None = None
+        """(reported end, position) whose last batch showed the position inside the log."""
         self._notes: set[bytes] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._watcher: asyncio.Task[None] | None = None
@@ -254,6 +260,9 @@ class InferenceClient:
         self._waiters.clear()
         if self._consumer is not None:
             await self._consumer.stop()
+        if self._probe is not None:
+            await self._probe.stop()
+            self._probe = None
         if self._producer is not None:
             await self._producer.stop()
 
@@ -334,15 +343,36 @@ class InferenceClient:
         return envelope.request_id
 
     async def _registry_overrun(self) -> bool:
-        consumer = self._consumer
+        """Whether the registry's log now ends before our position: the broker lost its
+        logs. A position past the reported end is only a suspect (Tansu reports the last
+        batch's first offset + 1, short of a position inside a batch of several records):
+        the last batch is read, as the services' consumers do, and only a position past
+        its last offset counts."""
+        consumer, registry = self._consumer, self._registry
         assert consumer is not None
-        if self._registry is None:
+        if registry is None:
             return False
         try:
-            end = (await consumer.end_offsets([self._registry]))[self._registry]
-            return bool(await consumer.position(self._registry) > end)
-        except KafkaError:
+            end = (await consumer.end_offsets([registry]))[registry]
+            position = await consumer.position(registry)
+            if position <= end or self._verified_end == (end, position):
+                return False
+            highest = None
+            if end > 0:
+                if self._probe is None:
+                    self._probe = make_consumer(
+                        bootstrap=self.bootstrap, group_id=None, client_id=f"{self.client_id}-probe"
+                    )
+                    await self._probe.start()
+                fetched = await fetch_once(self._probe, {registry: end - 1}, timeout_s=1.0)
+                highest = max((r.offset for r in fetched.get(registry, [])), default=None)
+        except (KafkaError, TimeoutError):
             return False  # away: asked again next round
+        if past_log_end(position, end, highest):
+            return True
+        if highest is not None:
+            self._verified_end = (end, position)
+        return False
 
     async def _broker_restarted(self) -> None:
         """Read the (new) reply logs from their start, and send again what awaits a result."""

@@ -401,11 +401,14 @@ class OwnedConsumer:
         """Whether the registry's or the decisions' log ends before our position: the
         broker lost its state and counts offsets from 0 again (Tansu does not say so; it
         returns nothing). None: cannot tell now (a control topic the broker does not know
-        yet). False for a consumer without control partitions. Raises the broker's error.
+        yet, or a last batch that could not be read). False for a consumer without control
+        partitions. Raises the broker's error.
 
-        Only these logs tell: their records go one per batch, and Tansu reports a log's
-        end as its last batch's first offset + 1, which is short of a position inside a
-        batch of many records (the data topics' case) without any restart.
+        Tansu reports a log's end as its last batch's first offset + 1, so a position inside
+        a batch of several records is past the reported end without any restart (seen live:
+        a registry batch of two records, position 526 against a reported end of 525, read
+        every log again). A position past the reported end is only a suspect: the last
+        batch is read, and only a position past its last offset counts.
         """
         tps = list(self._control)
         if not tps:
@@ -415,17 +418,20 @@ class OwnedConsumer:
         cluster = self._consumer._client.cluster
         known = [tp for tp in tps if tp.partition in (cluster.partitions_for_topic(tp.topic) or ())]
         ends = await self._consumer.end_offsets(known) if known else {}
-        for tp, end in ends.items():
-            position = await asyncio.wait_for(self._consumer.position(tp), 1.0)
-            if position > end:
+        positions = {tp: await asyncio.wait_for(self._consumer.position(tp), 1.0) for tp in ends}
+        suspects = {tp: end for tp, end in ends.items() if positions[tp] > end}
+        if suspects:
+            for tp in await self._past_log_end(suspects, positions):
                 log.warning(
                     "event=broker_lost_its_logs topic=%s partition=%d position=%d end=%d",
                     tp.topic,
                     tp.partition,
-                    position,
-                    end,
+                    positions[tp],
+                    suspects[tp],
                 )
                 return True
+            if any(self._verified_ends.get(tp) != (e, positions[tp]) for tp, e in suspects.items()):
+                return None
         return None if len(known) < len(tps) else False
 
     async def _catch_up_behind_position(self) -> None:

@@ -11,13 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from aiokafka.structs import RecordMetadata, TopicPartition
 
+from infra.kafka import make_producer
 from infra.topics import ensure_topics, standard_topics
-from schemas.topics import request_topic
+from schemas.topics import INSTANCES, request_topic
 from services.client import InferenceClient
 from services.ingest.app import IngestService
 from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
+from services.runtime.answers import Outgoing, Publisher
+from services.runtime.membership import gone_record
 from services.worker.app import Worker
 from services.worker.settings import WorkerSettings
 from tests.integration.stack import derive_model
@@ -76,4 +80,63 @@ async def test_adding_a_model_replays_nothing_else(broker: str, tmp_path: Path) 
         assert worker.counts["ok"] == served, "the worker served old requests again"
     finally:
         await worker.stop()
+        await ingest.stop()
+
+
+async def test_a_registry_batch_of_several_records_is_not_a_lost_log(
+    broker: str, tmp_path: Path
+) -> None:
+    """Regression (a new user's pass, after a broker restart): two registry records in one
+    batch put every consumer's position past Tansu's reported end (the batch's first offset
+    + 1), every consumer decided the broker had lost its logs, and read every log again."""
+    models = tmp_path / "models"
+    write_demo_models(models)
+    await ensure_topics(broker, standard_topics(["demo-mlp", "demo-encoder"]))
+    ingest = IngestService(broker, IngestSettings(models_dir=models))
+    await ingest.start()
+    client = InferenceClient(broker)
+    await client.start()
+    producer = make_producer(broker)
+    await producer.start()
+    try:
+        ghosts = [
+            gone_record(
+                f"ghost-{i}-{uuid.uuid4().hex[:6]}",
+                model="demo-mlp",
+                tiers=["interactive"],
+                group="inferbus.workers.demo-mlp.interactive",
+                service="inferbus-worker",
+            )
+            for i in range(2)
+        ]
+        acks = await Publisher(producer).send_all(
+            [
+                Outgoing(INSTANCES, g.instance_id.encode(), g.model_dump_json().encode(), [])
+                for g in ghosts
+            ]
+        )
+        assert not any(isinstance(a, BaseException) for a in acks), acks
+        last = acks[-1]
+        assert isinstance(last, RecordMetadata) and last.offset == acks[0].offset + 1  # type: ignore[union-attr]
+        tp = TopicPartition(INSTANCES, last.partition)
+        consumer = ingest.consumers[0]
+        deadline = time.monotonic() + 30
+        while await consumer._consumer.position(tp) <= last.offset:
+            assert time.monotonic() < deadline, "ingest never read the registry batch"
+            await asyncio.sleep(0.1)
+        assert client._consumer is not None
+        while await client._consumer.position(tp) <= last.offset:
+            assert time.monotonic() < deadline, "the client never read the registry batch"
+            await asyncio.sleep(0.1)
+        reported = (await consumer._consumer.end_offsets([tp]))[tp]
+
+        lost = await consumer._logs_lost()
+        client_says_restarted = await client._registry_overrun()
+
+        assert reported <= last.offset, "the broker reports the batch's first offset + 1"
+        assert lost is False
+        assert client_says_restarted is False
+    finally:
+        await producer.stop()
+        await client.stop()
         await ingest.stop()

@@ -138,3 +138,57 @@ def test_a_second_sigint_while_stopping_kills_everything_at_once(tmp_path: Path)
         assert not left, f"still running after the forced stop: {left}"
     finally:
         _kill_all(up)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_broker_that_dies_under_up_is_started_again_and_serves(tmp_path: Path) -> None:
+    """Regression: `up` said nothing, left the dead broker a zombie and repeated its last
+    status until Ctrl-C."""
+    up, log = _start_up(tmp_path)
+    try:
+        [broker] = [pid for pid in _children_of(up.pid) if "tansu" in _cmdline(pid)]
+        bootstrap = log.read_text().split("memory only) on ", 1)[1].split()[0]
+
+        os.kill(broker, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while b"broker back" not in log.read_bytes():
+            assert up.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        x = "[[" + ", ".join(["0.5"] * 16) + "]]"
+        answer = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.cli.main",
+                "infer",
+                "demo-mlp",
+                "--bootstrap",
+                bootstrap,
+                "--models",
+                str(tmp_path / "models"),
+                "--json",
+                f'{{"x": {x}}}',
+                "--timeout",
+                "90",
+            ],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+
+        text = log.read_text()
+        assert "the embedded broker exited (return code -9)" in text
+        assert not _alive(broker)
+        assert answer.returncode == 0, (answer.stdout + answer.stderr).decode()[-3000:]
+        assert b'"status":"ok"' in answer.stdout.replace(b" ", b"")
+        os.killpg(up.pid, signal.SIGINT)
+        assert up.wait(timeout=STOPPED_WITHIN_S) == 0, log.read_text()[-3000:]
+    finally:
+        _kill_all(up)
