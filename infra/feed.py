@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
+
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry, stop_consume_loop
+from infra.log_end import fetch_once, past_log_end
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +32,10 @@ def feed_wait_ms(tick_s: float) -> int:
 
 FEED_WAIT_MS = feed_wait_ms(5.0)
 """The wait for the scaler's default tick (5 s): 2 s."""
+
+LOG_END_CHECK_S = 5.0
+"""How often a feed asks whether its log now ends before its position (a broker that came
+back without its logs): one ListOffsets request a feed."""
 
 RecordFold = Callable[[bytes | None, bytes | None], None]
 """Called with each record's key and value, in order per partition."""
@@ -61,6 +70,10 @@ class TopicFeed:
         self._poll_timeout_ms = poll_timeout_ms
         self._start_attempts = start_attempts
         self._consumer: Any = None
+        self._probe: Any = None
+        """Reads a log's last batch when the position is past its reported end."""
+        self._verified: dict[TopicPartition, tuple[int, int]] = {}
+        """(reported end, position) whose last batch showed the position inside the log."""
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
         """Set when the consume loop died (logged)."""
@@ -97,14 +110,71 @@ class TopicFeed:
 
     async def _run(self) -> None:
         gaps = GapGuard()
+        checked_at = time.monotonic()
         while True:
             batches = await getmany_in_order(self._consumer, gaps, timeout_ms=self._poll_timeout_ms)
             for records in batches.values():
                 for record in records:
                     self._fold(record.key, record.value)
+            if time.monotonic() - checked_at >= LOG_END_CHECK_S:
+                checked_at = time.monotonic()
+                await self._rewind_restarted_logs()
+
+    async def _rewind_restarted_logs(self) -> None:
+        """Read from the start a log that now ends before our position: the broker came
+        back without its logs and counts from 0 again (Tansu says nothing, and a fetch
+        there returns nothing until the new log passes the old position; the scaler was
+        blind for minutes). A position inside the last batch is normal on Tansu (it
+        reports the batch's first offset + 1): that batch is read to tell the two apart."""
+        consumer = self._consumer
+        try:
+            ends = await consumer.end_offsets(list(consumer.assignment()))
+            positions = {tp: await consumer.position(tp) for tp in ends}
+            suspects = {
+                tp: end
+                for tp, end in ends.items()
+                if positions[tp] > end and self._verified.get(tp) != (end, positions[tp])
+            }
+            if not suspects:
+                return
+            starts = {tp: end - 1 for tp, end in suspects.items() if end > 0}
+            fetched = await fetch_once(await self._end_probe(), starts, timeout_s=1.0)
+        except (KafkaError, TimeoutError) as exc:  # the broker is away: asked again later
+            log.debug("event=%s_feed_end_check_failed error=%r", self._name, exc)
+            return
+        for tp, end in suspects.items():
+            highest = max((r.offset for r in fetched.get(tp, [])), default=None)
+            if past_log_end(positions[tp], end, highest):
+                log.warning(
+                    "event=%s_feed_log_restarted topic=%s partition=%d position=%d end=%d "
+                    "(reading it from the start)",
+                    self._name,
+                    tp.topic,
+                    tp.partition,
+                    positions[tp],
+                    end,
+                )
+                await consumer.seek_to_beginning(tp)
+            elif highest is not None:
+                self._verified[tp] = (end, positions[tp])
+
+    async def _end_probe(self) -> Any:
+        if self._probe is None:
+            probe = make_consumer(
+                bootstrap=self._bootstrap,
+                group_id=None,
+                client_id=f"{self._client_id}-{self._name}-probe",
+                auto_offset_reset="none",
+            )
+            await probe.start()
+            self._probe = probe
+        return self._probe
 
     async def close(self) -> None:
         """Stop consuming (idempotent)."""
         task, self._task = self._task, None
         consumer, self._consumer = self._consumer, None
         await stop_consume_loop(task, consumer)
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            await probe.stop()

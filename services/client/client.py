@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
-from infra.log_end import fetch_once
+from infra.log_end import fetch_once, past_log_end
 from infra.pacing import FetchPacer
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
@@ -33,7 +33,6 @@ from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
 from schemas.topics import INSTANCES, RESULTS, Tier, ingest_topic
 from services.client.pending import PendingRequests
 from services.runtime.answers import Outgoing, Publisher
-from services.runtime.consumer import past_log_end
 from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
 from tracing.sampling import read_traceparent

@@ -26,7 +26,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, start_with_retry
-from infra.log_end import fetch_once
+from infra.log_end import fetch_once, past_log_end
 from infra.pacing import FetchPacer, lane_waits, record_bytes
 from infra.settings import kafka_settings
 from schemas.errors import InferbusError
@@ -79,20 +79,6 @@ def records_behind(
         else:
             rest[tp] = end
     return seeks, rest
-
-
-def past_log_end(position: int, reported_end: int, highest_seen: int | None) -> bool:
-    """Whether a position is past its log's true end: the broker reported `reported_end`,
-    and a fetch from the last batch's first offset saw `highest_seen` (None: nothing came).
-
-    A position past the reported end alone is normal on Tansu, which reports the last
-    batch's first offset + 1; only the batch's own last offset tells. An empty log (end 0)
-    needs no read. Nothing seen: not known, so not past."""
-    if reported_end <= 0:
-        return position > 0
-    if highest_seen is None:
-        return False
-    return position > max(reported_end, highest_seen + 1)
 
 
 class MissingTopic(InferbusError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.consumer import past_log_end
+from infra.log_end import past_log_end
 
 
 @pytest.mark.parametrize(
