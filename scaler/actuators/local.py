@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from infra.broker import port_is_free
 from infra.processes import die_with_parent, forget_child, restart_delay_s, track_child
 from infra.tasks import cancel_and_wait
 from scaler.actuators.base import Actuator, ActuatorError, parse_group
@@ -25,12 +26,17 @@ log = logging.getLogger(__name__)
 DEFAULT_COMMAND: tuple[str, ...] = ("inferbus", "worker")
 
 
+METRICS_PORT_VARIABLE = "INFERBUS_WORKER_METRICS_PORT"
+"""Under the local actuator, the first of the workers' metrics ports (each takes its own)."""
+
+
 @dataclass
 class _Child:
     process: asyncio.subprocess.Process
     started_at: float
     log_file: IO[bytes] | None = None
     instance_id: str = ""
+    metrics_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -250,6 +256,9 @@ class LocalActuator(Actuator):
             + (uuid.uuid4().hex[:6])
         )
         env = {**(self._env or os.environ), "INFERBUS_WORKER_INSTANCE_ID": instance_id}
+        metrics_port = self._metrics_port(env.get(METRICS_PORT_VARIABLE))
+        if metrics_port is not None:
+            env[METRICS_PORT_VARIABLE] = str(metrics_port)
         try:
             process = await asyncio.create_subprocess_exec(
                 *self.argv(group),
@@ -268,9 +277,34 @@ class LocalActuator(Actuator):
             ) from exc
         track_child(process.pid)
         log.info(
-            "event=worker_started group=%s pid=%d instance=%s", group, process.pid, instance_id
+            "event=worker_started group=%s pid=%d instance=%s metrics_port=%s",
+            group,
+            process.pid,
+            instance_id,
+            metrics_port,
         )
-        return _Child(process, time.monotonic(), log_file, instance_id)
+        return _Child(process, time.monotonic(), log_file, instance_id, metrics_port)
+
+    def _metrics_port(self, base: str | None) -> int | None:
+        """Each worker's own metrics port: the lowest from `INFERBUS_WORKER_METRICS_PORT` on
+        that no live worker of this actuator holds and the OS calls free (one port for every
+        worker would let only the first bind it). None when the variable is unset or 0."""
+        try:
+            first = int(base or 0)
+        except ValueError:
+            return None  # the worker itself names the bad setting and exits
+        if first <= 0:
+            return None
+        held = {
+            child.metrics_port
+            for group in self._groups.values()
+            for child in group.children
+            if child.running
+        } | {child.metrics_port for child in self._draining.values()}
+        port = first
+        while port in held or not port_is_free("0.0.0.0", port):
+            port += 1
+        return port
 
     async def _stop(self, group: str, child: _Child) -> None:
         """SIGTERM, wait `grace_s`; SIGTERM again, wait `kill_after_s`; then SIGKILL."""

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -40,6 +41,7 @@ from schemas.telemetry import InstanceRecord
 from schemas.topics import INGEST_GROUP, INSTANCES, TIERS, Tier
 from services.models.demo import write_demo_models
 from services.runtime.membership import gone_record
+from tracing.metrics import start_metrics_server
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,8 @@ class StackOptions:
     `local_worker_budget`."""
     idle_hold_every_s: float = IDLE_HOLD_EVERY_S
     """How often an idle group's unchanged hold is written (INFERBUS_SCALER_IDLE_HOLD_EVERY_S)."""
+    scaler_metrics_port: int = 0
+    """Where the scaler's gauges are served (INFERBUS_SCALER_METRICS_PORT); 0: off."""
 
 
 def local_worker_budget(requested: int | None, cores: int, started: int) -> int:
@@ -174,6 +178,7 @@ class Stack:
         self._ingest_ids: dict[str, str] = {}
         self._watch: asyncio.Task[None] | None = None
         self._broker_watch: asyncio.Task[None] | None = None
+        self._metrics: WSGIServer | None = None
         self.broker_restarts = 0
         self.actuator: LocalActuator | None = None
         self.scaler: ScalerService | None = None
@@ -252,6 +257,12 @@ class Stack:
                 group, options.workers_per_group, "inferbus up: initial workers"
             )
         await self.scaler.start()
+        self._metrics = start_metrics_server(options.scaler_metrics_port)
+        if self._metrics is not None:
+            self._say(
+                f"scaler metrics on :{options.scaler_metrics_port}/metrics "
+                "(workers from INFERBUS_WORKER_METRICS_PORT on, one port each)"
+            )
         self._say(
             f"{options.ingest_instances} ingest and "
             f"{len(self.scaler.collector.groups) * options.workers_per_group} worker(s) "
@@ -365,6 +376,9 @@ class Stack:
         if self.broker is not None:
             await asyncio.to_thread(self.broker.stop)
             self.broker = None
+        if self._metrics is not None:
+            self._metrics.shutdown()
+            self._metrics = None
         self._say("stopped")
 
     def _on_signal(self, signum: int) -> None:

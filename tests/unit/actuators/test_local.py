@@ -222,3 +222,38 @@ def test_a_canary_worker_is_started_on_its_lane(tmp_path: Path) -> None:
     canary = local.argv("inferbus.workers.demo-mlp.canary.interactive")
     assert "--lane" not in stable
     assert canary == [*stable, "--lane", "canary"]
+
+
+PORT_WORKER = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+path = os.path.join(os.environ["READY_DIR"], str(os.getpid()))
+with open(path + ".tmp", "w") as f:
+    f.write(os.environ.get("INFERBUS_WORKER_METRICS_PORT", "unset"))
+os.rename(path + ".tmp", path)
+while True:
+    time.sleep(0.05)
+"""
+
+
+async def test_each_worker_gets_its_own_metrics_port(tmp_path: Path) -> None:
+    """Regression: every worker `inferbus up` started got the same port; only one bound it."""
+    from infra.broker import free_port
+
+    base = free_port()
+    local = LocalActuator(
+        "127.0.0.1:9092",
+        tmp_path / "models",
+        command=[sys.executable, "-c", PORT_WORKER],
+        env={"READY_DIR": str(tmp_path), "INFERBUS_WORKER_METRICS_PORT": str(base)},
+        kill_after_s=0.5,
+    )
+    try:
+        await local.scale(GROUP, 3, "test up")
+        pids = local.pids(GROUP)
+        await wait_ready(tmp_path, pids)
+        ports = sorted(int((tmp_path / str(pid)).read_text()) for pid in pids)
+    finally:
+        await local.close()
+    assert len(set(ports)) == 3, ports
+    assert ports[0] >= base
