@@ -269,13 +269,21 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
         "utilization": s.utilization if s.utilization is not None else math.nan,
     }
     util = f", utilization {s.utilization:.0%}" if s.utilization is not None else ""
+    where = "engine time"
+    if s.engine_p99_ms is not None and s.queue_p99_ms + s.engine_p99_ms < s.e2e_p99_ms / 2:
+        # Neither explains it: a stalled broker or ingest (seen after a broker freeze, read
+        # as "engine time" with an engine p99 of 5 ms).
+        where = (
+            f"engine p99 {s.engine_p99_ms:.0f} ms: the time is spent before the queue "
+            "(ingest, the broker's hops)"
+        )
     return plan.with_(
         desired=s.replicas,
         diagnosis="engine_bound",
         reason=Reason(
             "engine_bound",
             f"e2e p99 {s.e2e_p99_ms:.0f} ms > SLO {s.slo_p99_e2e_ms:.0f} ms but queue p99 "
-            f"{s.queue_p99_ms:.0f} ms{util}: engine time, more replicas would not help",
+            f"{s.queue_p99_ms:.0f} ms{util}: {where}, more replicas would not help",
             numbers,
         ),
     )

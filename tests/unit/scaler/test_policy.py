@@ -41,6 +41,28 @@ def test_engine_bound_reports_numbers() -> None:
     assert reason.numbers["e2e_p99_ms"] == 850 and reason.numbers["utilization"] == 0.4
 
 
+@pytest.mark.parametrize(
+    ("engine_p99_ms", "said"),
+    [
+        pytest.param(780.0, "engine time, more replicas", id="engine-explains-it"),
+        pytest.param(5.0, "spent before the queue (ingest, the broker's hops)", id="broker-stall"),
+    ],
+)
+def test_an_unexplained_e2e_is_not_called_engine_time(engine_p99_ms: float, said: str) -> None:
+    """After a broker freeze the reason said "engine time" with an engine p99 of 5 ms."""
+    s = make_signals(
+        engine_p99_ms=engine_p99_ms,
+        e2e_p99_ms=9600.0 if engine_p99_ms < 100 else 850.0,
+        queue_p99_ms=53.0,
+        slo_p99_e2e_ms=500.0,
+        utilization=0.01,
+    )
+    (g,) = decide([s], ScalerState(), PolicyConfig(), s.collected_at)[0].groups
+    reason = next(r for r in g.reasons if r.code == "engine_bound")
+    assert g.desired == g.current
+    assert said in reason.message
+
+
 def test_a_busy_group_with_an_engine_over_the_slo_is_sized_and_told_so() -> None:
     """At 89 % busy the group is sized for its arrivals (smaller batches help), and the
     reasons say that no replica count meets an SLO the engine's p99 alone exceeds."""
