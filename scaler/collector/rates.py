@@ -52,17 +52,29 @@ def _advance(old: Mapping[int, int], new: Mapping[int, int]) -> tuple[int, int]:
 
 
 def rates(samples: tuple[OffsetSample, ...]) -> Rates:
-    """Arrival rate from end-offset deltas, service rate from committed-position deltas."""
+    """Arrival rate from end-offset deltas, service rate from committed-position deltas.
+
+    Only the samples since the last reset count: offsets that went backwards (a broker back
+    without its logs, a recreated topic) leave the gap unknown, and counting the time
+    across it as time without records read a restarted broker as "no arrivals" and scaled
+    a busy group down. None until two samples follow the reset.
+    """
     if len(samples) < 2:
         return Rates(None, None, 0.0, 0)
-    arrived = served = resets = 0
+    steps = []
+    resets = 0
     for old, new in itertools.pairwise(samples):
         a, ra = _advance(old.ends, new.ends)
         s, rs = _advance(old.positions, new.positions)
-        arrived, served, resets = arrived + a, served + s, resets + ra + rs
-    span = samples[-1].at_s - samples[0].at_s
-    if span <= 0:
+        steps.append((a, s, ra + rs))
+        resets += ra + rs
+    first = max((i + 1 for i, (_, _, r) in enumerate(steps) if r), default=0)
+    kept = steps[first:]
+    span = samples[-1].at_s - samples[first].at_s
+    if not kept or span <= 0:
         return Rates(None, None, 0.0, resets)
+    arrived = sum(a for a, _, _ in kept)
+    served = sum(s for _, s, _ in kept)
     return Rates(arrived / span, served / span, span, resets)
 
 

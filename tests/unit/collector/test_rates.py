@@ -31,10 +31,22 @@ def s(at: float, ends: dict[int, int], positions: dict[int, int]) -> OffsetSampl
         ),
         pytest.param(
             [s(0, {0: 100}, {0: 100}), s(10, {0: 20}, {0: 5})],
-            0.0,
-            0.0,
+            None,
+            None,
             2,
-            id="offsets-went-backwards",
+            id="offsets-went-backwards-gap-unknown",
+        ),
+        pytest.param(
+            [
+                s(0, {0: 900}, {0: 900}),
+                s(10, {0: 1000}, {0: 1000}),
+                s(20, {0: 5}, {0: 0}),
+                s(30, {0: 105}, {0: 80}),
+            ],
+            10.0,
+            8.0,
+            2,
+            id="a-restarted-broker-counts-from-its-return",
         ),
         pytest.param(
             [s(0, {0: 0}, {0: 0}), s(10, {0: 100, 1: 500}, {0: 100})],
