@@ -74,6 +74,17 @@ def standby_replicas(table: RegistryTable, group: str, now: datetime | None = No
     return sum(1 for r in _live_members(table, group, moment) if r.standby and r.state == "ready")
 
 
+def newest_ready_at(table: RegistryTable, group: str, now: datetime | None = None) -> float | None:
+    """When the group's most recently ready live consumer became ready (epoch s), or None."""
+    moment = now or datetime.now(UTC)
+    times = [
+        record.ready_at.timestamp()
+        for record in _live_members(table, group, moment)
+        if record.ready_at is not None and not record.standby
+    ]
+    return max(times, default=None)
+
+
 def _live_members(table: RegistryTable, group: str, now: datetime) -> list[InstanceRecord]:
     return [
         record

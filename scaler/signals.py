@@ -98,6 +98,10 @@ class GroupSignals:
     None when the deployment keeps no standby (the policy then asks for none)."""
     standby_ready_replicas: int = 0
     """Standby workers that are warm now: each starts consuming within a partition handover."""
+    newest_ready_at: float | None = None
+    """When the group's most recently ready consumer became ready (the policy's clock): a
+    window since then mixes a membership change the scaler did not order, such as a worker
+    that died and was started again."""
     stale: bool = False
     """The collector could not refresh this snapshot; values are the last known ones."""
 

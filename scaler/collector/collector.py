@@ -18,7 +18,13 @@ from scaler.collector.lag import EndBranch, PartitionLag, group_lag, summarize
 from scaler.collector.load import group_load
 from scaler.collector.offsets import GroupOffsetReader
 from scaler.collector.rates import OffsetSample, oldest_age_s, rates, window
-from scaler.registry import Registry, ready_time, replicas_by_state, standby_replicas
+from scaler.registry import (
+    Registry,
+    newest_ready_at,
+    ready_time,
+    replicas_by_state,
+    standby_replicas,
+)
 from scaler.rollout.lanes import lane_bounds
 from scaler.signals import GroupSignals
 from schemas.errors import InferbusError
@@ -270,6 +276,7 @@ class Collector:
         # Started by the actuator, not yet registered (the actuator counts standbys too).
         spawned = max(0, (current or 0) - live - standby)
         ready = ready_time(table, target.group)
+        joined_at = newest_ready_at(table, target.group)
 
         now_dt = datetime.fromtimestamp(now_wall, UTC)
         load = group_load(
@@ -305,6 +312,7 @@ class Collector:
             e2e_p99_ms=p99.e2e_ms,
             utilization=load.utilization,
             time_to_ready_s=ready.median_s if ready else None,
+            newest_ready_at=joined_at,
             min_replicas=min_replicas,
             max_replicas=max_replicas,
             warm_replicas=warm_replicas,

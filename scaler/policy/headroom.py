@@ -8,7 +8,8 @@ peak), ~7 at 30x. That is queueing theory's heavy-traffic picture: the wait scal
 1 / (spare servers) (Kingman, and Whitt for many servers), not with utilization.
 
 So the policy sizes `busy + spare` (never above `target_utilization + utilization_band`).
-Each clean window (no consumer joined or left in it, the arrival rate steady) tells what
+Each clean window (no consumer joined or left in it, ordered by the scaler or not: a worker
+that died and was started again counts, the arrival rate steady) tells what
 spare would have put its queue p99 exactly at the budget: spare seen × queue p99 / budget.
 A queue p99 under `headroom_min_share` of the budget is mostly batch formation, which no
 spare shrinks, so such a window counts as if at that share: an upper bound of its need.
@@ -57,6 +58,8 @@ def _clean(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float)
     settled = config.metrics_window_s + config.rebalance_pause_s
     if state.last_change_at is not None and now - state.last_change_at <= settled:
         return False
+    if s.newest_ready_at is not None and now - s.newest_ready_at <= settled:
+        return False  # a consumer joined that the scaler did not order (a crash's replacement)
     if not s.ready_replicas or s.arrival_rps is None:
         return False
     before = [v for t, v in state.arrival_samples if t <= now - config.metrics_window_s]

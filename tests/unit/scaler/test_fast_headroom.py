@@ -110,6 +110,27 @@ def test_windows_with_a_membership_change_teach_nothing(clock: FakeClock) -> Non
     assert spare_replicas(state.get(s.group), config) == config.initial_spare_replicas
 
 
+def test_a_replacement_the_scaler_did_not_order_makes_its_window_teach_nothing(
+    clock: FakeClock,
+) -> None:
+    """A worker that died and was started again between two ticks leaves the ready count
+    unchanged; its outage window (queue p99 of seconds) taught a spare of 7.5 live."""
+    state, config = ScalerState(), PolicyConfig()
+    for _ in range(30):
+        now = clock.tick(5.0)
+        s = make_signals(
+            replicas=10,
+            ready_replicas=10,
+            arrival_rps=1500.0,
+            utilization=0.5,
+            queue_p99_ms=3700.0,
+            collected_at=now,
+            newest_ready_at=now - 3.0,  # a fresh consumer every tick
+        )
+        _, state = decide([s], state, config, now)
+    assert spare_replicas(state.get(s.group), config) == config.initial_spare_replicas
+
+
 @pytest.mark.parametrize(
     ("values", "kind", "level"),
     [
