@@ -16,7 +16,7 @@ import orjson
 from pydantic import ValidationError
 
 from schemas.errors import InvalidInput, Unparseable, describe_validation_error
-from schemas.frames import FrameError, is_frame, split_frame
+from schemas.frames import MAGIC, FrameError, is_frame, split_frame
 from schemas.request import InferenceRequest
 from schemas.tensors import Buffer
 from schemas.topics import RESULTS, TIERS, is_reply_topic
@@ -80,6 +80,11 @@ def split_event(value: bytes | None) -> tuple[bytes, memoryview | None]:
     if value is None:
         raise Unparseable("event has no value (a tombstone?)")
     if not is_frame(value):
+        if value[:3].upper() == MAGIC[:3]:
+            raise Unparseable(
+                f"event starts with {bytes(value[:4])!r}, a binary frame of an unknown magic or "
+                f"version: this inferbus reads {MAGIC!r} frames and JSON"
+            )
         return value, None
     try:
         envelope, payload = split_frame(value)
@@ -115,6 +120,13 @@ def _loads(envelope: Buffer) -> Any:
             return json.loads(data)
         except (ValueError, RecursionError):
             pass
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unparseable(
+            f"event is not UTF-8 text (byte 0x{data[exc.start]:02x} at position {exc.start}): "
+            "send UTF-8 JSON or a binary frame"
+        ) from None
     raise Unparseable(f"event is not JSON: {str(strict_error)[:200]}")
 
 

@@ -93,7 +93,11 @@ def validate_inputs(
             except TensorDecodeError as exc:
                 raise _fail(f"input {spec.name!r}: {exc}", input=spec.name) from exc
             if array.dtype.kind == "f" and not spec.allow_nan and not np.isfinite(array).all():
-                raise _fail(f"input {spec.name!r} holds NaN or infinity", input=spec.name)
+                raise _fail(
+                    f"input {spec.name!r} holds NaN or infinity (or a value beyond {spec.dtype}'s "
+                    "range)",
+                    input=spec.name,
+                )
             if samples is None:
                 samples = int(array.shape[0])
             elif array.shape[0] != samples:

@@ -85,7 +85,12 @@ def encoder_inputs(ids_shape: list[int], mask_shape: list[int] | None = None) ->
 DEAD_LETTERS = [
     pytest.param(None, "no value", id="tombstone"),
     pytest.param(b'{"request_id": "r-1", "model":', "not JSON", id="truncated-json"),
-    pytest.param(b"\xff\xfe\x00garbage", "not JSON", id="not-utf8"),
+    pytest.param(b"\xff\xfe\x00garbage", "not UTF-8 text (byte 0xff at position 0)", id="not-utf8"),
+    pytest.param(
+        b'{"request_id": "caf\xe9"}', "not UTF-8 text (byte 0xe9 at position 19)", id="latin-1"
+    ),
+    pytest.param(b"IBF2\x00\x00\x00\x02{}", "unknown magic or version", id="frame-v2"),
+    pytest.param(b"ibf1\x00\x00\x00\x02{}", "unknown magic or version", id="frame-lowercase"),
     pytest.param(b"", "not JSON", id="empty-bytes"),
     pytest.param(b"[1, 2, 3]", "JSON list, not an object", id="json-array"),
     pytest.param(b'"r-1"', "JSON str, not an object", id="json-string"),
