@@ -8,12 +8,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry, stop_consume_loop
-from infra.log_end import fetch_once, past_log_end
+from infra.log_end import LogEndProbe
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +69,8 @@ class TopicFeed:
         self._poll_timeout_ms = poll_timeout_ms
         self._start_attempts = start_attempts
         self._consumer: Any = None
-        self._probe: Any = None
-        """Reads a log's last batch when the position is past its reported end."""
-        self._verified: dict[TopicPartition, tuple[int, int]] = {}
-        """(reported end, position) whose last batch showed the position inside the log."""
+        self._log_ends = LogEndProbe(bootstrap, client_id=f"{client_id}-{name}")
+        """Tells a position inside a log's last batch from one past the log."""
         self._task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
         """Set when the consume loop died (logged)."""
@@ -130,51 +127,25 @@ class TopicFeed:
         try:
             ends = await consumer.end_offsets(list(consumer.assignment()))
             positions = {tp: await consumer.position(tp) for tp in ends}
-            suspects = {
-                tp: end
-                for tp, end in ends.items()
-                if positions[tp] > end and self._verified.get(tp) != (end, positions[tp])
-            }
-            if not suspects:
-                return
-            starts = {tp: end - 1 for tp, end in suspects.items() if end > 0}
-            fetched = await fetch_once(await self._end_probe(), starts, timeout_s=1.0)
         except (KafkaError, TimeoutError) as exc:  # the broker is away: asked again later
             log.debug("event=%s_feed_end_check_failed error=%r", self._name, exc)
             return
-        for tp, end in suspects.items():
-            highest = max((r.offset for r in fetched.get(tp, [])), default=None)
-            if past_log_end(positions[tp], end, highest):
-                log.warning(
-                    "event=%s_feed_log_restarted topic=%s partition=%d position=%d end=%d "
-                    "(reading it from the start)",
-                    self._name,
-                    tp.topic,
-                    tp.partition,
-                    positions[tp],
-                    end,
-                )
-                await consumer.seek_to_beginning(tp)
-            elif highest is not None:
-                self._verified[tp] = (end, positions[tp])
-
-    async def _end_probe(self) -> Any:
-        if self._probe is None:
-            probe = make_consumer(
-                bootstrap=self._bootstrap,
-                group_id=None,
-                client_id=f"{self._client_id}-{self._name}-probe",
-                auto_offset_reset="none",
+        suspects = {tp: end for tp, end in ends.items() if positions[tp] > end}
+        for tp in (await self._log_ends.judge(suspects, positions)).past:
+            log.warning(
+                "event=%s_feed_log_restarted topic=%s partition=%d position=%d end=%d "
+                "(reading it from the start)",
+                self._name,
+                tp.topic,
+                tp.partition,
+                positions[tp],
+                suspects[tp],
             )
-            await probe.start()
-            self._probe = probe
-        return self._probe
+            await consumer.seek_to_beginning(tp)
 
     async def close(self) -> None:
         """Stop consuming (idempotent)."""
         task, self._task = self._task, None
         consumer, self._consumer = self._consumer, None
         await stop_consume_loop(task, consumer)
-        probe, self._probe = self._probe, None
-        if probe is not None:
-            await probe.stop()
+        await self._log_ends.close()

@@ -9,11 +9,18 @@ Apache Kafka the reported end is the true one and the read changes nothing.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
+
+from infra.kafka import make_consumer
+
+log = logging.getLogger(__name__)
 
 
 async def fetch_once(
@@ -56,3 +63,75 @@ def past_log_end(position: int, reported_end: int, highest_seen: int | None) -> 
     if highest_seen is None:
         return False
     return position > max(reported_end, highest_seen + 1)
+
+
+@dataclass(frozen=True)
+class EndVerdict:
+    """Suspects judged by `LogEndProbe`: past their log's true end, or not judged yet."""
+
+    past: list[TopicPartition] = field(default_factory=list)
+    """Positions from an earlier log: the broker came back without its logs."""
+    unknown: list[TopicPartition] = field(default_factory=list)
+    """The last batch could not be read now: asked again next time."""
+
+
+class LogEndProbe:
+    """Tells a position inside a log's last batch from one past the log (a broker that came
+    back without its logs), for readers whose position is past the reported end.
+
+    Tansu reports a log's end as its last batch's first offset + 1, so a position inside a
+    batch of several records is past the reported end with nothing wrong: that batch is read
+    (one fetch from its first offset, with a consumer of its own made when first needed),
+    and a (reported end, position) found inside the log is not asked about again.
+    """
+
+    def __init__(self, bootstrap: str, *, client_id: str) -> None:
+        self._bootstrap = bootstrap
+        self._client_id = client_id
+        self._consumer: Any = None
+        self._inside: dict[TopicPartition, tuple[int, int]] = {}
+
+    async def judge(
+        self, suspects: Mapping[TopicPartition, int], positions: Mapping[TopicPartition, int]
+    ) -> EndVerdict:
+        """Of `suspects` (partition -> reported end, each with its position past it), those
+        past the log's true end, and those that could not be told now."""
+        asked = {
+            tp: end for tp, end in suspects.items() if self._inside.get(tp) != (end, positions[tp])
+        }
+        if not asked:
+            return EndVerdict()
+        starts = {tp: end - 1 for tp, end in asked.items() if end > 0}
+        try:
+            fetched = await fetch_once(await self._reader(), starts, timeout_s=1.0)
+        except (KafkaError, TimeoutError) as exc:  # asked again next time
+            log.warning("event=log_end_probe_failed client=%s error=%r", self._client_id, exc)
+            return EndVerdict(unknown=list(asked))
+        verdict = EndVerdict()
+        for tp, end in asked.items():
+            highest = max((r.offset for r in fetched.get(tp, [])), default=None)
+            if past_log_end(positions[tp], end, highest):
+                verdict.past.append(tp)
+            elif highest is None:
+                verdict.unknown.append(tp)
+            else:
+                self._inside[tp] = (end, positions[tp])
+        return verdict
+
+    async def _reader(self) -> Any:
+        if self._consumer is None:
+            consumer = make_consumer(
+                bootstrap=self._bootstrap,
+                group_id=None,
+                client_id=f"{self._client_id}-end-probe",
+                auto_offset_reset="none",
+            )
+            await consumer.start()
+            self._consumer = consumer
+        return self._consumer
+
+    async def close(self) -> None:
+        """Stop its consumer, if one was made (idempotent)."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            await consumer.stop()

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
-from infra.log_end import fetch_once, past_log_end
+from infra.log_end import LogEndProbe
 from infra.pacing import FetchPacer
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
@@ -176,10 +176,8 @@ class InferenceClient:
         self._pending: dict[str, WireRequest] = {}
         self._restarts = RestartDetector()
         self._registry: TopicPartition | None = None
-        self._probe: AIOKafkaConsumer | None = None
-        """Reads the registry's last batch when our position is past its reported end."""
-        self._verified_end: tuple[int, int] | None = None
-        """(reported end, position) whose last batch showed the position inside the log."""
+        self._log_ends = LogEndProbe(bootstrap, client_id=self.client_id)
+        """Tells a position inside the registry's last batch from one past its log."""
         self._notes: set[bytes] = set()
         self._background: set[asyncio.Task[None]] = set()
         self._watcher: asyncio.Task[None] | None = None
@@ -259,9 +257,7 @@ class InferenceClient:
         self._waiters.clear()
         if self._consumer is not None:
             await self._consumer.stop()
-        if self._probe is not None:
-            await self._probe.stop()
-            self._probe = None
+        await self._log_ends.close()
         if self._producer is not None:
             await self._producer.stop()
 
@@ -354,24 +350,12 @@ class InferenceClient:
         try:
             end = (await consumer.end_offsets([registry]))[registry]
             position = await consumer.position(registry)
-            if position <= end or self._verified_end == (end, position):
-                return False
-            highest = None
-            if end > 0:
-                if self._probe is None:
-                    self._probe = make_consumer(
-                        bootstrap=self.bootstrap, group_id=None, client_id=f"{self.client_id}-probe"
-                    )
-                    await self._probe.start()
-                fetched = await fetch_once(self._probe, {registry: end - 1}, timeout_s=1.0)
-                highest = max((r.offset for r in fetched.get(registry, [])), default=None)
-        except (KafkaError, TimeoutError):
+        except KafkaError:
             return False  # away: asked again next round
-        if past_log_end(position, end, highest):
-            return True
-        if highest is not None:
-            self._verified_end = (end, position)
-        return False
+        if position <= end:
+            return False
+        verdict = await self._log_ends.judge({registry: end}, {registry: position})
+        return bool(verdict.past)
 
     async def _broker_restarted(self) -> None:
         """Read the (new) reply logs from their start, and send again what awaits a result."""

@@ -26,7 +26,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from infra.gaps import GapGuard, admit_in_order
 from infra.kafka import make_consumer, start_with_retry
-from infra.log_end import fetch_once, past_log_end
+from infra.log_end import LogEndProbe
 from infra.pacing import FetchPacer, lane_waits, record_bytes
 from infra.settings import kafka_settings
 from schemas.errors import InferbusError
@@ -168,11 +168,8 @@ class OwnedConsumer:
         self._releases: set[asyncio.Task[None]] = set()
         self._commit_wanted = asyncio.Event()
         self._check_commits = False
-        self._probe: AIOKafkaConsumer | None = None
-        """Reads a log's last batch for its true end (`_past_log_end`); made when needed."""
-        self._verified_ends: dict[TopicPartition, tuple[int, int]] = {}
-        """(reported end, position) pairs already found inside the log's last batch."""
-        """A commit failed since the last one taken: check the next against the logs' ends."""
+        self._log_ends = LogEndProbe(bootstrap, client_id=self.client_id)
+        """Tells a position inside a log's last batch from one past the log."""
         self._committing: asyncio.Task[None] | None = None
         self._rebalance_lock = asyncio.Lock()
         self._started = False
@@ -277,8 +274,7 @@ class OwnedConsumer:
             log.warning("event=final_commit_failed error=%r", exc)
         for group in self._groups:
             await group.committer.stop()
-        if self._probe is not None:
-            await self._probe.stop()
+        await self._log_ends.close()
         await self._consumer.stop()
 
     # ---- polling -----------------------------------------------------------------------
@@ -406,18 +402,18 @@ class OwnedConsumer:
         ends = await self._consumer.end_offsets(known) if known else {}
         positions = {tp: await asyncio.wait_for(self._consumer.position(tp), 1.0) for tp in ends}
         suspects = {tp: end for tp, end in ends.items() if positions[tp] > end}
-        if suspects:
-            for tp in await self._past_log_end(suspects, positions):
-                log.warning(
-                    "event=broker_lost_its_logs topic=%s partition=%d position=%d end=%d",
-                    tp.topic,
-                    tp.partition,
-                    positions[tp],
-                    suspects[tp],
-                )
-                return True
-            if any(self._verified_ends.get(tp) != (e, positions[tp]) for tp, e in suspects.items()):
-                return None
+        verdict = await self._log_ends.judge(suspects, positions)
+        for tp in verdict.past:
+            log.warning(
+                "event=broker_lost_its_logs topic=%s partition=%d position=%d end=%d",
+                tp.topic,
+                tp.partition,
+                positions[tp],
+                suspects[tp],
+            )
+            return True
+        if verdict.unknown:
+            return None
         return None if len(known) < len(tps) else False
 
     async def _catch_up_behind_position(self) -> None:
@@ -451,7 +447,10 @@ class OwnedConsumer:
             for tp, end in ends.items()
             if tp not in delivered and tp not in seeks and positions[tp] > end
         }
-        for tp in await self._past_log_end(suspects, positions):
+        # A position from an earlier log: an offset committed to a broker that came back
+        # without its logs (seen live: a worker took a partition at 55 whose new log ended
+        # at 10, and never read those 10).
+        for tp in (await self._log_ends.judge(suspects, positions)).past:
             seeks[tp] = None
         for tp, offset in seeks.items():
             log.warning(
@@ -467,50 +466,6 @@ class OwnedConsumer:
                 await self._consumer.seek_to_beginning(tp)
             else:
                 self._consumer.seek(tp, offset)
-
-    async def _past_log_end(
-        self, suspects: Mapping[TopicPartition, int], positions: Mapping[TopicPartition, int]
-    ) -> list[TopicPartition]:
-        """Of partitions whose position is past their reported end with nothing delivered,
-        those past the log's true end: a position from an earlier log (an offset committed
-        to a broker that came back without its logs; seen live: a worker took a partition
-        at 55 whose new log ended at 10, and never read those 10). The last batch of each
-        is read once per reported end (`infra.log_end`); a position inside it is normal."""
-        asked = {
-            tp: end
-            for tp, end in suspects.items()
-            if self._verified_ends.get(tp) != (end, positions[tp])
-        }
-        if not asked:
-            return []
-        starts = {tp: end - 1 for tp, end in asked.items() if end > 0}
-        try:
-            fetched = await fetch_once(await self._end_probe(), starts, timeout_s=1.0)
-        except (KafkaError, TimeoutError) as exc:  # asked again next round
-            log.warning("event=log_end_probe_failed error=%r", exc)
-            return []
-        past = []
-        for tp, end in asked.items():
-            records = fetched.get(tp)
-            highest = max(r.offset for r in records) if records else None
-            if past_log_end(positions[tp], end, highest):
-                past.append(tp)
-            elif highest is not None:
-                self._verified_ends[tp] = (end, positions[tp])
-        return past
-
-    async def _end_probe(self) -> AIOKafkaConsumer:
-        """The consumer that reads last batches (`_past_log_end`), started when first asked."""
-        if self._probe is None:
-            probe = make_consumer(
-                bootstrap=self.bootstrap,
-                group_id=None,
-                client_id=f"{self.client_id}-end-probe",
-                auto_offset_reset="none",
-            )
-            await probe.start()
-            self._probe = probe
-        return self._probe
 
     async def _read_again(self, topics: frozenset[str] | None) -> None:
         """The logs of `topics` (None: every log) are new: read the partitions held of them
