@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
@@ -33,12 +33,14 @@ from infra.topics import ensure_topics, repository_topics
 from scaler.actuators.base import parse_group
 from scaler.actuators.local import LocalActuator
 from scaler.collector.collector import CollectorConfig
+from scaler.collector.lag import group_lag, summarize
+from scaler.collector.offsets import GroupOffsetReader
 from scaler.service import GroupView, ScalerService
 from scaler.settings import IDLE_HOLD_EVERY_S
 from scaler.signals import PolicyConfig
 from schemas.errors import InferbusError
 from schemas.telemetry import InstanceRecord
-from schemas.topics import INGEST_GROUP, INSTANCES, TIERS, Tier
+from schemas.topics import INGEST_GROUP, INGEST_TOPICS, INSTANCES, TIERS, Tier
 from services.models.demo import write_demo_models
 from services.runtime.membership import gone_record
 from tracing.metrics import start_metrics_server
@@ -164,6 +166,28 @@ def status_table(views: dict[str, GroupView], bootstrap: str, elapsed_s: float) 
             decision,
         )
     return table
+
+
+async def queued_requests(
+    bootstrap: str, queues: Sequence[tuple[str, str]], timeout_s: float = 5.0
+) -> int | None:
+    """Records not yet consumed by their group, over (group, topic) pairs: requests nobody
+    has answered. None when the broker could not say within `timeout_s`."""
+    total = 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            for group, topic in queues:
+                reader = GroupOffsetReader(bootstrap, group, topic, timeout_s=timeout_s)
+                await reader.start()
+                try:
+                    answer = await reader.read()
+                finally:
+                    await reader.close()
+                total += summarize(group_lag(answer.offsets, {}, stuck_after=0)).total
+    except (KafkaError, TimeoutError, OSError) as exc:
+        log.warning("event=queued_requests_unknown error=%r", exc)
+        return None
+    return total
 
 
 class Stack:
@@ -350,12 +374,10 @@ class Stack:
             again = " again" if self._interrupts else ""
             hint = f" (Ctrl-C{again}: stop at once)"
         self._say(f"stopping: draining workers, ingest, broker{hint}")
-        if self.broker is not None:
-            self._say(
-                "the embedded broker keeps its logs in memory: requests that reach it from "
-                "now on, and any a worker has not answered when it stops, are lost with it"
-            )
+        queues: list[tuple[str, str]] = [(INGEST_GROUP, topic) for topic in INGEST_TOPICS]
         if self.scaler is not None:
+            collector = self.scaler.collector
+            queues += [(g, collector.target(g).topic) for g in collector.groups]
             await self.scaler.close()
             self.scaler = None
         if self.actuator is not None:
@@ -374,12 +396,23 @@ class Stack:
             await self._producer.stop()
             self._producer = None
         if self.broker is not None:
+            if self.broker.running:
+                self._say_left_behind(await queued_requests(self.broker.bootstrap, queues))
             await asyncio.to_thread(self.broker.stop)
             self.broker = None
         if self._metrics is not None:
             self._metrics.shutdown()
             self._metrics = None
         self._say("stopped")
+
+    def _say_left_behind(self, left: int | None) -> None:
+        if left is None:
+            self._say("could not count the requests left in the embedded broker")
+        elif left:
+            self._say(
+                f"{left} request(s) were still queued in the embedded broker (memory only) "
+                "and are lost with it: their producers get no answer"
+            )
 
     def _on_signal(self, signum: int) -> None:
         """The first Ctrl-C (or SIGTERM) stops in order; one more while it stops (or the

@@ -192,3 +192,38 @@ def test_a_broker_that_dies_under_up_is_started_again_and_serves(tmp_path: Path)
         assert up.wait(timeout=STOPPED_WITHIN_S) == 0, log.read_text()[-3000:]
     finally:
         _kill_all(up)
+
+
+def test_the_requests_left_in_the_broker_are_counted(broker: str) -> None:
+    """What `up` says it loses when it stops: records their group has not committed."""
+    import asyncio
+    import uuid
+
+    from aiokafka.structs import OffsetAndMetadata, TopicPartition
+
+    from infra.kafka import make_consumer, make_producer
+    from infra.topics import TopicSpec, ensure_topics
+    from services.cli.stack import queued_requests
+
+    topic, group = f"t-left-{uuid.uuid4().hex[:8]}", f"g-left-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> tuple[int | None, int | None]:
+        await ensure_topics(broker, [TopicSpec(topic, 1)])
+        producer = make_producer(broker)
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send_and_wait(topic, f"r{i}".encode(), partition=0)
+        finally:
+            await producer.stop()
+        before = await queued_requests(broker, [(group, topic)])
+        committer = make_consumer(bootstrap=broker, group_id=group, auto_offset_reset="none")
+        await committer.start()
+        try:
+            committer.assign([TopicPartition(topic, 0)])
+            await committer.commit({TopicPartition(topic, 0): OffsetAndMetadata(2, "")})
+        finally:
+            await committer.stop()
+        return before, await queued_requests(broker, [(group, topic)])
+
+    assert asyncio.run(scenario()) == (5, 3)
