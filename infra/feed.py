@@ -8,11 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from aiokafka.errors import KafkaError
-
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry, stop_consume_loop
-from infra.log_end import LogEndProbe
+from infra.log_end import LogEndProbe, rewind_restarted_logs
 
 log = logging.getLogger(__name__)
 
@@ -115,33 +113,9 @@ class TopicFeed:
                     self._fold(record.key, record.value)
             if time.monotonic() - checked_at >= LOG_END_CHECK_S:
                 checked_at = time.monotonic()
-                await self._rewind_restarted_logs()
-
-    async def _rewind_restarted_logs(self) -> None:
-        """Read from the start a log that now ends before our position: the broker came
-        back without its logs and counts from 0 again (Tansu says nothing, and a fetch
-        there returns nothing until the new log passes the old position; the scaler was
-        blind for minutes). A position inside the last batch is normal on Tansu (it
-        reports the batch's first offset + 1): that batch is read to tell the two apart."""
-        consumer = self._consumer
-        try:
-            ends = await consumer.end_offsets(list(consumer.assignment()))
-            positions = {tp: await consumer.position(tp) for tp in ends}
-        except (KafkaError, TimeoutError) as exc:  # the broker is away: asked again later
-            log.debug("event=%s_feed_end_check_failed error=%r", self._name, exc)
-            return
-        suspects = {tp: end for tp, end in ends.items() if positions[tp] > end}
-        for tp in (await self._log_ends.judge(suspects, positions)).past:
-            log.warning(
-                "event=%s_feed_log_restarted topic=%s partition=%d position=%d end=%d "
-                "(reading it from the start)",
-                self._name,
-                tp.topic,
-                tp.partition,
-                positions[tp],
-                suspects[tp],
-            )
-            await consumer.seek_to_beginning(tp)
+                await rewind_restarted_logs(
+                    self._consumer, self._log_ends, what=f"{self._name}_feed"
+                )
 
     async def close(self) -> None:
         """Stop consuming (idempotent)."""

@@ -135,3 +135,29 @@ class LogEndProbe:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await consumer.stop()
+
+
+async def rewind_restarted_logs(consumer: Any, probe: LogEndProbe, *, what: str) -> None:
+    """Read from the start each assigned log that now ends before `consumer`'s position:
+    the broker came back without its logs and counts from 0 again (Tansu says nothing, and a
+    fetch there returns nothing until the new log passes the old position; the scaler was
+    blind for minutes). A position inside the last batch is normal on Tansu (it reports the
+    batch's first offset + 1): `probe` reads that batch to tell the two apart."""
+    try:
+        ends = await consumer.end_offsets(list(consumer.assignment()))
+        positions = {tp: await consumer.position(tp) for tp in ends}
+    except (KafkaError, TimeoutError) as exc:  # the broker is away: asked again later
+        log.debug("event=%s_end_check_failed error=%r", what, exc)
+        return
+    suspects = {tp: end for tp, end in ends.items() if positions[tp] > end}
+    for tp in (await probe.judge(suspects, positions)).past:
+        log.warning(
+            "event=%s_log_restarted topic=%s partition=%d position=%d end=%d "
+            "(reading it from the start)",
+            what,
+            tp.topic,
+            tp.partition,
+            positions[tp],
+            suspects[tp],
+        )
+        await consumer.seek_to_beginning(tp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,8 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from infra.feed import FEED_WAIT_MS
+from infra.feed import FEED_WAIT_MS, LOG_END_CHECK_S
 from infra.kafka import make_consumer, stop_consume_loop
+from infra.log_end import LogEndProbe, rewind_restarted_logs
 from infra.registry import (
     READY_HISTORY,
     RegistryTable,
@@ -113,7 +115,8 @@ def ready_time(table: RegistryTable, group: str) -> ReadyTime | None:
 class Registry:
     """Reads `inferbus.instances` from the beginning and keeps the folded table current.
 
-    `caught_up` is set once the records present at start have been folded.
+    `caught_up` is set once the records present at start have been folded. A log that a
+    restarted broker began again is read from its start (checked every `LOG_END_CHECK_S`).
     """
 
     def __init__(
@@ -129,6 +132,7 @@ class Registry:
         """Set when the consume loop died; the table then stops updating."""
         self._task: asyncio.Task[None] | None = None
         self._consumer: Any = None
+        self._log_ends = LogEndProbe(bootstrap, client_id="inferbus-registry")
 
     async def start(self) -> None:
         """Start consuming (idempotent)."""
@@ -173,6 +177,7 @@ class Registry:
         pending = {tp: end for tp, end in targets.items() if end > 0}
         if not pending:
             self.caught_up.set()  # an empty log: nothing to wait a fetch for
+        checked_at = time.monotonic()
         while True:
             batches = await self._consumer.getmany(timeout_ms=self._poll_timeout_ms)
             for tp, messages in batches.items():
@@ -183,6 +188,9 @@ class Registry:
             if not self.caught_up.is_set() and (not pending or not batches):
                 # An empty poll also means caught up: a short (Tansu) end offset must not block.
                 self.caught_up.set()
+            if time.monotonic() - checked_at >= LOG_END_CHECK_S:
+                checked_at = time.monotonic()
+                await rewind_restarted_logs(self._consumer, self._log_ends, what="registry")
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key == BROKER_EVENT_KEY:
@@ -208,3 +216,4 @@ class Registry:
         task, self._task = self._task, None
         consumer, self._consumer = self._consumer, None
         await stop_consume_loop(task, consumer)
+        await self._log_ends.close()
