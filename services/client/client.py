@@ -404,10 +404,9 @@ class InferenceClient:
             log.warning("event=resubmit_failed request_id=%s error=%r", wire.request_id, exc)
 
     async def _watch_restarts(self, every_s: float = 2.0) -> None:
-        """While results are awaited, ask whether the broker lost its logs: an ingest
-        partition we wrote to then ends before what we wrote there (each of our requests
-        is a batch of its own, so Tansu's end, the last batch's first offset + 1, is past
-        it otherwise). Then read the reply logs from their start and resubmit."""
+        """While results are awaited, ask whether the broker lost its logs: the registry's
+        log, or an ingest partition we wrote to, then ends before our position there. Then
+        read the reply logs from their start and resubmit."""
         while True:
             watching = time.monotonic() - self._restarted_at < RESTART_WATCH_S
             await asyncio.sleep(min(every_s, RESTART_CHECK_S) if watching else every_s)
@@ -417,25 +416,34 @@ class InferenceClient:
                 # A restarted broker can still lose records written in its first seconds
                 # (Tansu acks some it cannot serve): what waits too long is sent again.
                 self._resubmit_pending(every_one=False)
-            if await self._registry_overrun():
+            if await self._registry_overrun() or await self._ingest_logs_restarted():
                 await self._broker_restarted()
-                continue
-            # The producer's metadata knows the ingest topics (the consumer's only the replies).
-            assert self._producer is not None
-            cluster = self._producer.client.cluster
-            tps = [
-                TopicPartition(topic, p)
-                for topic, p in self._restarts.partitions()
-                if p in (cluster.partitions_for_topic(topic) or ())
-            ]
-            try:
-                ends = await self._consumer.end_offsets(tps)
-            except KafkaError:
-                continue  # away: asked again next round
-            for tp, end in ends.items():
-                if self._restarts.ended((tp.topic, tp.partition), end):
-                    await self._broker_restarted()
-                    break
+
+    async def _ingest_logs_restarted(self) -> bool:
+        """Whether an ingest partition we wrote to now ends before an offset acked there
+        (ends never go back otherwise), judged against the log's last batch."""
+        consumer = self._consumer
+        assert consumer is not None and self._producer is not None
+        acked = self._restarts.snapshot()  # before the ends: later acks may pass them
+        # The producer's metadata knows the ingest topics (the consumer's only the replies).
+        cluster = self._producer.client.cluster
+        tps = [
+            TopicPartition(topic, p)
+            for topic, p in acked
+            if p in (cluster.partitions_for_topic(topic) or ())
+        ]
+        try:
+            ends = await consumer.end_offsets(tps)
+        except KafkaError:
+            return False  # away: asked again next round
+        suspects = restart_suspects(acked, {(tp.topic, tp.partition): e for tp, e in ends.items()})
+        if not suspects:
+            return False
+        verdict = await self._log_ends.judge(
+            {TopicPartition(*tp): end for tp, end in suspects.items()},
+            {TopicPartition(*tp): acked[tp] + 1 for tp in suspects},
+        )
+        return bool(verdict.past)
 
     async def infer(
         self, request: WireRequest | InferenceRequest, *, timeout_s: float = 30.0
@@ -586,24 +594,25 @@ def resend_after_s(left_s: float | None) -> float:
 
 
 class RestartDetector:
-    """Tells when the broker started its logs over: a partition's end below an offset it
-    acked on that partition (ends never go back otherwise; acks of concurrent sends may
-    come out of order, so they prove nothing alone)."""
+    """The highest offset acked on each partition written to since the broker (last) started:
+    a log that now ends before one of them is a suspect of a restart."""
 
     def __init__(self) -> None:
         self._acked: dict[tuple[str, int], int] = {}
 
     def acked(self, tp: tuple[str, int], offset: int) -> None:
-        """Record an ack: the partition's end is past `offset` from now on."""
+        """Record an ack: the partition's log holds `offset` from now on."""
         self._acked[tp] = max(offset, self._acked.get(tp, -1))
 
-    def ended(self, tp: tuple[str, int], end: int) -> bool:
-        """A partition's listed end; True when it reveals a restart (then all forgotten)."""
-        before = self._acked.get(tp)
-        if before is not None and end <= before:
-            self._acked = {}
-            return True
-        return False
+    def snapshot(self) -> dict[tuple[str, int], int]:
+        """The acks so far; taken before asking for ends, which acks in flight may pass."""
+        return dict(self._acked)
 
-    def partitions(self) -> list[tuple[str, int]]:
-        return list(self._acked)
+
+def restart_suspects(
+    acked: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Partitions (-> reported end) whose end is not past an offset acked there before the
+    ends were asked for. Only suspects: Tansu reports the last batch's first offset + 1, so an
+    ack inside a batch of several records is past the reported end with nothing lost."""
+    return {tp: end for tp, end in ends.items() if tp in acked and end <= acked[tp]}

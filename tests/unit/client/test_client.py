@@ -16,7 +16,14 @@ from schemas.parse import parse_request
 from schemas.result import InferenceResult, error_result
 from schemas.tensors import Tensor, TextInput
 from services.client import client as client_module
-from services.client.client import InferenceClient, _SeenIds, resend_after_s, to_wire_inputs
+from services.client.client import (
+    InferenceClient,
+    RestartDetector,
+    _SeenIds,
+    resend_after_s,
+    restart_suspects,
+    to_wire_inputs,
+)
 from services.client.pending import PendingRequests
 
 REPLY = "inferbus.results"
@@ -412,3 +419,36 @@ async def test_a_request_sent_again_after_its_answer_gets_the_new_answer(
     assert produced == ["r1", "r1"]
     assert streamed(client) == ["r1"], "the second answer is an answer, not a repeat"
     assert client.duplicates_dropped == 0
+
+
+# ---- telling a restarted broker from a log's last batch --------------------------------------
+
+P0, P1 = ("inferbus.ingest", 0), ("inferbus.ingest", 1)
+
+
+@pytest.mark.parametrize(
+    ("acked", "ends", "suspects"),
+    [
+        ({P0: 9}, {P0: 10}, {}),  # the end is past what was acked: nothing to suspect
+        ({P0: 9}, {P0: 9}, {P0: 9}),  # the end at an acked offset: a restart, or a batch
+        ({P0: 9}, {P0: 0}, {P0: 0}),  # an empty log after acks: a suspect
+        ({P0: 9, P1: 3}, {P0: 12, P1: 2}, {P1: 2}),  # only the partition that went back
+        ({}, {P0: 0}, {}),  # nothing acked there (before the snapshot): nothing to judge
+    ],
+)
+def test_a_log_ending_at_or_before_an_acked_offset_is_a_suspect(
+    acked: dict[tuple[str, int], int],
+    ends: dict[tuple[str, int], int],
+    suspects: dict[tuple[str, int], int],
+) -> None:
+    assert restart_suspects(acked, ends) == suspects
+
+
+def test_acks_after_the_snapshot_do_not_change_it() -> None:
+    detector = RestartDetector()
+    detector.acked(P0, 4)
+    detector.acked(P0, 2)  # acks of concurrent sends come out of order
+    snapshot = detector.snapshot()
+    detector.acked(P0, 20)  # acked while the ends were being asked for
+    assert snapshot == {P0: 4}
+    assert restart_suspects(snapshot, {P0: 5}) == {}
