@@ -137,13 +137,34 @@ def _check_names(tensor_inputs: dict[str, Tensor], config: ModelConfig) -> None:
 def _check_token_ids(arrays: Arrays, config: ModelConfig, vocab_size: int | None) -> None:
     """Token ids sent as tensors obey what the tokenizer would give: at most `max_length`
     of them, none negative (ONNX's Gather reads -5 as the fifth id from the end: a wrong
-    answer, not an error) and each within the vocabulary."""
+    answer, not an error) and each within the vocabulary; the attention mask and token
+    types, where sent, of the ids' shape (a shorter mask was answered `ok`, a longer one
+    failed in the engine), the mask of 0s and 1s and no token type negative."""
     tokenizer = config.tokenizer
     assert tokenizer is not None
     name = tokenizer.input_ids
     ids = arrays.get(name)
     if ids is None or ids.ndim < 2 or ids.size == 0 or ids.dtype.kind not in "iu":
         return
+    for companion in (tokenizer.attention_mask, tokenizer.token_type_ids):
+        values = arrays.get(companion) if companion is not None else None
+        if values is None:
+            continue
+        if values.shape != ids.shape:
+            raise _fail(
+                f"input {companion!r} has shape {list(values.shape)}; it must match "
+                f"{name!r}'s {list(ids.shape)}",
+                input=companion,
+            )
+        if values.dtype.kind not in "iu":
+            continue
+        lowest, highest = int(values.min()), int(values.max())
+        if companion == tokenizer.attention_mask and (lowest < 0 or highest > 1):
+            raise _fail(f"input {companion!r} may hold only 0 and 1", input=companion)
+        if lowest < 0:
+            raise _fail(
+                f"input {companion!r} holds {lowest}; it is never negative", input=companion
+            )
     if ids.shape[1] > tokenizer.max_length:
         raise _fail(
             f"input {name!r} holds {ids.shape[1]} tokens; model {config.name!r} takes at "

@@ -123,6 +123,35 @@ def test_token_ids_sent_as_tensors_obey_the_tokenizer(
 
 
 @pytest.mark.parametrize(
+    ("mask", "message"),
+    [
+        pytest.param(
+            [[1, 1]], r"'attention_mask' has shape \[1, 2\]; .*'input_ids''s \[1, 5\]", id="shorter"
+        ),
+        pytest.param([[1] * 600], r"has shape \[1, 600\]", id="longer"),
+        pytest.param([[1, 1], [1, 1]], r"disagree on the batch dimension", id="more-rows"),
+        pytest.param([[1, 1, 2, 0, 0]], "may hold only 0 and 1", id="a-two"),
+        pytest.param([[1, 1, -1, 0, 0]], "may hold only 0 and 1", id="negative"),
+    ],
+)
+def test_an_attention_mask_must_fit_its_token_ids(mask: list[list[int]], message: str) -> None:
+    inputs = encoder_ids([[5, 6, 7, 8, 9]])
+    inputs["attention_mask"] = {
+        "dtype": "int64",
+        "shape": [len(mask), len(mask[0])],
+        "data": mask,
+    }
+    with pytest.raises(InvalidInput, match=message):
+        validate_inputs(
+            request("demo-encoder", inputs),
+            encoder_config(),
+            max_tensor_bytes=1 << 20,
+            max_samples=4,
+            vocab_size=1000,
+        )
+
+
+@pytest.mark.parametrize(
     ("ids", "vocab_size"),
     [
         pytest.param([[0, 999]], 1000, id="both-ends-of-the-vocabulary"),
