@@ -39,6 +39,13 @@ def is_inferbus_topic(name: str) -> bool:
     return name.startswith("inferbus.")
 
 
+def is_made_by_inferbus(name: str) -> bool:
+    """Whether inferbus creates this topic itself, and so makes it again after a broker
+    restart: its own `inferbus.` topics, but not the reply topics `inferbus.results.<x>`,
+    which operators create (one per tenant, say)."""
+    return is_inferbus_topic(name) and not name.startswith(f"{RESULTS}.")
+
+
 def is_reply_topic(name: str) -> bool:
     """Whether results may be sent there: a legal topic that inferbus does not read or keep
     its state in (`inferbus.results` and `inferbus.results.<anything>` are for results)."""

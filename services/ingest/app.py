@@ -58,6 +58,7 @@ from services.runtime.answers import (
     Publisher,
     dead_letter_of,
     deliver_until_taken,
+    error_text,
     result_headers,
 )
 from services.runtime.consumer import ConsumerOptions, OwnedConsumer
@@ -428,7 +429,7 @@ class IngestService:
         for index in failed:
             record, outcome, error = records[index], outcomes[index], acks[index]
             where = outgoing[index].topic
-            reason = f"could not produce to {where}: {type(error).__name__}: {error}"
+            reason = f"could not produce to {where}: {error_text(error)}"
             log.error(
                 "event=undeliverable topic=%s partition=%d offset=%d reason=%r",
                 record.topic,

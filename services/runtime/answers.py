@@ -34,7 +34,7 @@ from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.frames import join_frame
 from schemas.result import Status
 from schemas.tensors import dtype_name
-from schemas.topics import DLQ, is_inferbus_topic
+from schemas.topics import DLQ, is_made_by_inferbus
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,8 @@ class UnknownTopic(KafkaError):  # type: ignore[misc]
 
 class MissingTopic(UnknownTopic):
     """The broker answered and has no such topic, and it is not one inferbus makes itself
-    (a producer's `reply_to` naming a topic nobody created): trying again cannot help."""
+    (a producer's `reply_to` naming a topic nobody created, `inferbus.results.<x>`
+    included): trying again cannot help."""
 
     retriable = False
 
@@ -149,6 +150,13 @@ def retriable(error: BaseException) -> bool:
     if isinstance(error, KafkaTimeoutError | KafkaConnectionError | UnknownError):
         return True
     return isinstance(error, KafkaError) and bool(getattr(error, "retriable", False))
+
+
+def error_text(error: BaseException) -> str:
+    """`Kind: message` for a failed send's error, once (aiokafka's errors put their class
+    name in their text already: `MissingTopic: MissingTopic: …` otherwise)."""
+    name, text = type(error).__name__, str(error)
+    return text if text.startswith(name) else f"{name}: {text or 'no detail'}"
 
 
 class Publisher:
@@ -186,7 +194,7 @@ class Publisher:
         self.missing_topic_memory_s = missing_topic_memory_s
         """A topic found missing fails at once for this long instead of being asked again."""
         self._missing: dict[str, float] = {}
-        """Topics found missing (not inferbus's own) -> when, on `clock`."""
+        """Topics found missing (not made by inferbus) -> when, on `clock`."""
         self.append_timeout_s = (
             kafka_settings().request_timeout_ms / 1000
             if append_timeout_s is None
@@ -221,7 +229,7 @@ class Publisher:
         except (KafkaError, TimeoutError) as exc:
             self._forget(topic)
             why = exc
-        if not is_inferbus_topic(topic) and await self._broker_answers():
+        if not is_made_by_inferbus(topic) and await self._broker_answers():
             self._missing[topic] = self._clock()
             return MissingTopic(
                 f"topic {topic!r} does not exist: create it before naming it in reply_to"

@@ -37,6 +37,7 @@ from services.runtime.answers import (
     dead_letter_of,
     deliver_until_taken,
     encode_result,
+    error_text,
     result_headers,
 )
 from services.runtime.consumer import OwnedConsumer
@@ -498,7 +499,7 @@ class Pipeline:
                 # The DLQ takes no more than the reply topic did: it gets the error result
                 # (the headers name the request's topic, partition and offset).
                 value = replacement.value
-            reason = f"could not deliver the result to {item.reply_to}: {error!r}"
+            reason = f"could not deliver the result to {item.reply_to}: {error_text(error)}"
             log.error("event=result_undeliverable request_id=%s reason=%r", item.request_id, reason)
             headers = h.dead_letter(
                 reason,

@@ -19,6 +19,7 @@ from services.runtime.answers import (
     Publisher,
     UnknownTopic,
     encode_result,
+    error_text,
 )
 
 OUTPUTS = {
@@ -231,22 +232,31 @@ async def test_records_go_in_batches_to_the_next_partition_in_turn() -> None:
     assert producer.sent == [(0, ["v0", "v1"]), (1, ["v2", "v3"]), (2, ["v4"]), (0, ["w"])]
 
 
-async def test_a_reply_topic_nobody_created_fails_alone_at_once_and_is_remembered() -> None:
+@pytest.mark.parametrize(
+    "topic",
+    [
+        pytest.param("gone", id="a-topic-of-the-producers"),
+        pytest.param("inferbus.results.acme", id="an-operators-results-topic"),
+    ],
+)
+async def test_a_reply_topic_nobody_created_fails_alone_at_once_and_is_remembered(
+    topic: str,
+) -> None:
     producer = FakeProducer()
     publisher = Publisher(producer, patience_s=30)  # type: ignore[arg-type]
 
     acks = await asyncio.wait_for(
-        publisher.send_all([Outgoing("known", None, b"a", []), Outgoing("gone", None, b"b", [])]),
+        publisher.send_all([Outgoing("known", None, b"a", []), Outgoing(topic, None, b"b", [])]),
         1.0,
     )
 
     assert not isinstance(acks[0], BaseException) and acks[0].offset == 0
     assert isinstance(acks[1], MissingTopic), "the broker said so: not retried for 30 s"
-    assert "'gone' does not exist" in str(acks[1])
+    assert f"{topic!r} does not exist" in str(acks[1])
     assert producer._topics == {"known"}  # not asked for at every metadata refresh after
-    [again] = await publisher.send_all([Outgoing("gone", None, b"c", [])])
+    [again] = await publisher.send_all([Outgoing(topic, None, b"c", [])])
     assert isinstance(again, MissingTopic)
-    assert producer.lookups == ["gone"], "looked up once, then remembered"
+    assert producer.lookups == [topic], "looked up once, then remembered"
 
 
 @pytest.mark.parametrize(
@@ -306,3 +316,19 @@ async def test_a_record_too_large_for_any_batch_fails_alone() -> None:
     )
 
     assert isinstance(ack, MessageSizeTooLargeError), "permanent: not retried for 30 s"
+
+
+@pytest.mark.parametrize(
+    ("error", "text"),
+    [
+        pytest.param(
+            MissingTopic("topic 'x' does not exist"),
+            "MissingTopic: topic 'x' does not exist",
+            id="kafka-error-names-itself",
+        ),
+        pytest.param(TimeoutError("no ack"), "TimeoutError: no ack", id="plain-error"),
+        pytest.param(TimeoutError(), "TimeoutError: no detail", id="no-text"),
+    ],
+)
+def test_a_send_error_is_named_once(error: BaseException, text: str) -> None:
+    assert error_text(error) == text
