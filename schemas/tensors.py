@@ -133,10 +133,7 @@ def decode_tensor(
                 f"needs {expected * dtype.itemsize}"
             )
         return np.frombuffer(decoded, dtype=dtype).reshape(shape)
-    try:
-        array = np.asarray(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
-        raise TensorDecodeError(f"`data` is not a {dtype_name} nested list: {exc}") from exc
+    array = _from_nested_list(data, dtype, dtype_name)
     if array.size == 0 and expected == 0:
         # `[]` is how a nested list spells any empty tensor, e.g. shape [0, 16].
         array = array.reshape(shape)
@@ -145,6 +142,44 @@ def decode_tensor(
             f"`data` has shape {list(array.shape)} but the tensor declares {shape}"
         )
     return array
+
+
+def _from_nested_list(data: Any, dtype: np.dtype[Any], dtype_name: str) -> np.ndarray[Any, Any]:
+    """A nested list's array of `dtype`, refusing what a cast would change silently: strings
+    (NumPy parses "1.5"), fractions for an integer or bool dtype (1.5 became 1), and whole
+    numbers beyond an integer dtype's range."""
+    try:
+        loose = np.asarray(data)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise TensorDecodeError(f"`data` is not a {dtype_name} nested list: {exc}") from exc
+    if loose.dtype.kind == "O" and dtype.kind == "f":
+        try:  # nulls (JSON null: None) become NaN, refused unless the input allows NaN
+            loose = loose.astype(np.float64)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise TensorDecodeError(f"`data` holds values that are not numbers: {exc}") from exc
+    if loose.dtype.kind not in "biuf":
+        what = "strings" if loose.dtype.kind in "US" else "numbers too large or non-numbers"
+        raise TensorDecodeError(f"`data` holds {what}; the tensor is {dtype_name}")
+    if dtype.kind in "biu" and loose.dtype.kind == "f":
+        fractional = loose[loose != np.trunc(loose)]
+        if fractional.size:
+            raise TensorDecodeError(
+                f"`data` holds {fractional.flat[0].item()!r}; the tensor is {dtype_name}, "
+                "which holds whole numbers"
+            )
+    if dtype.kind in "iu" and loose.size:
+        info = np.iinfo(dtype)
+        low, high = loose.min(), loose.max()
+        if low < info.min or high > info.max:
+            beyond = low if low < info.min else high
+            raise TensorDecodeError(
+                f"`data` holds {beyond.item()!r}, beyond {dtype_name}'s range "
+                f"({info.min} to {info.max})"
+            )
+    if dtype.kind == "b" and loose.dtype.kind != "b" and ((loose != 0) & (loose != 1)).any():
+        raise TensorDecodeError("`data` holds values other than 0 and 1; the tensor is bool")
+    with np.errstate(over="ignore"):  # beyond a float dtype: inf, refused by the input check
+        return loose.astype(dtype, copy=False)
 
 
 class TextInput(BaseModel):

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
 from infra.models.repository import ModelRepository
 from schemas.errors import InvalidInput, ModelNotFound
 from schemas.result import InferenceResult
-from schemas.tensors import DTYPES, Tensor, TextInput
+from schemas.tensors import Tensor, TensorDecodeError, TextInput
 from schemas.topics import Tier
 from services.client import InferenceClient
 from tracing.setup import init_tracing, shutdown_tracing
@@ -50,12 +50,31 @@ def parse_inputs(
                     f"input {name!r}: the model has no such input; it takes "
                     f"{', '.join(sorted(dtypes)) or 'none'}"
                 )
-            try:
-                array = np.asarray(value, dtype=DTYPES[dtype])
-            except (ValueError, TypeError) as exc:
-                raise InvalidInput(f"input {name!r} is not a {dtype} array: {exc}") from None
-            out[name] = Tensor.from_numpy(array)
+            out[name] = Tensor.from_numpy(_checked_array(name, value, dtype))
     return out
+
+
+def _checked_array(name: str, value: Any, dtype: str) -> np.ndarray[Any, Any]:
+    """A nested list as the model's dtype, by the rules a worker applies to `data` (no
+    fraction truncated to an integer, no value beyond the dtype's range, no strings)."""
+    try:
+        shape = list(np.shape(value))
+        return Tensor(dtype=dtype, shape=shape, data=value).to_numpy()
+    except (ValueError, TensorDecodeError) as exc:
+        raise InvalidInput(f"input {name!r} is not a {dtype} array: {exc}") from None
+
+
+def read_inputs(text: str, stdin: TextIO) -> str:
+    """`--json`'s text: inline JSON, `@path` (a file) or `-` (standard input)."""
+    if text == "-":
+        return stdin.read()
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise InvalidInput(f"--json {text}: cannot read {path}: {exc.strerror}") from None
+    return text
 
 
 def printable(result: InferenceResult) -> InferenceResult:

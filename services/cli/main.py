@@ -180,7 +180,8 @@ def infer(
         typer.Option(
             "--json",
             help='Inputs as JSON: {"x": [[...]]} (nested lists, dtype from the model) '
-            'or wire-format tensors, or {"text": "..."}.',
+            'or wire-format tensors, or {"text": "..."}; @FILE reads it from a file, - '
+            "from standard input.",
         ),
     ],
     tier: Annotated[str, typer.Option(help="critical, interactive or batch.")] = "interactive",
@@ -189,11 +190,11 @@ def infer(
     models: ModelsDir = Path("models"),
 ) -> None:
     """Send one request and print its result JSON (exit 1 unless status is ok)."""
-    from services.cli.infer import infer_once, printable
+    from services.cli.infer import infer_once, printable, read_inputs
 
     setup_logging("WARNING", kafka_level="CRITICAL")
     try:
-        payload = json.loads(json_inputs)
+        payload = json.loads(read_inputs(json_inputs, sys.stdin))
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"--json is not valid JSON: {exc}") from exc
     result = run(

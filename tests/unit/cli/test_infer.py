@@ -3,7 +3,9 @@ numbers, whichever form the result travelled in."""
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from schemas.errors import InvalidInput
 from schemas.result import InferenceResult
 from schemas.tensors import Tensor, TextInput
-from services.cli.infer import parse_inputs, printable
+from services.cli.infer import parse_inputs, printable, read_inputs
 from services.runtime.answers import encode_result
 
 OUTPUTS = {
@@ -51,6 +53,12 @@ def test_an_error_result_prints_as_it_is() -> None:
         ),
         pytest.param({"x": [[1.0]]}, None, "model 'nosuch' is not in models", id="model-not-local"),
         pytest.param({"x": [["a"]]}, {"x": "float32"}, "is not a float32 array", id="bad-values"),
+        pytest.param(
+            {"ids": [[101, 7.5]]}, {"ids": "int64"}, "holds 7.5; the tensor is int64", id="fraction"
+        ),
+        pytest.param({"ids": [[1e20]]}, {"ids": "int64"}, "beyond int64's range", id="overflow"),
+        pytest.param({"x": [[1], [2, 3]]}, {"x": "float32"}, "not a float32 array", id="ragged"),
+        pytest.param({"x": 5}, {"x": "float32"}, "not a float32 array", id="scalar"),
     ],
 )
 def test_inputs_that_cannot_be_sent_say_why(
@@ -78,3 +86,13 @@ def test_plain_lists_take_the_model_dtype() -> None:
 def test_text_shortcuts(value: object, texts: list[str]) -> None:
     (text,) = parse_inputs({"text": value}, {"input_ids": "int64"}).values()
     assert isinstance(text, TextInput) and text.texts() == texts
+
+
+def test_inputs_come_inline_from_a_file_or_from_standard_input(tmp_path: Path) -> None:
+    path = tmp_path / "inputs.json"
+    path.write_text('{"x": [[1]]}')
+    assert read_inputs('{"x": [[2]]}', io.StringIO("unused")) == '{"x": [[2]]}'
+    assert read_inputs(f"@{path}", io.StringIO("unused")) == '{"x": [[1]]}'
+    assert read_inputs("-", io.StringIO('{"x": [[3]]}')) == '{"x": [[3]]}'
+    with pytest.raises(InvalidInput, match=r"cannot read .*nope\.json"):
+        read_inputs(f"@{tmp_path / 'nope.json'}", io.StringIO())

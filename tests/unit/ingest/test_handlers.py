@@ -217,7 +217,7 @@ ANSWERS = [
     pytest.param(
         mlp_event(inputs={"x": x_tensor(data=[["a"] * 16])}),
         "invalid_input",
-        "is not a float32 nested list",
+        "`data` holds strings; the tensor is float32",
         id="data-not-numbers",
     ),
     pytest.param(

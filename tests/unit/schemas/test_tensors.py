@@ -67,11 +67,43 @@ def test_invalid_tensors_are_refused(fields: dict[str, Any], message: str) -> No
         ),
         pytest.param(
             Tensor(dtype="int64", shape=[1], data=[2**70]),
-            "not a int64 nested list",
+            "numbers too large or non-numbers; the tensor is int64",
             id="int-overflow",
         ),
         pytest.param(
-            Tensor(dtype="float32", shape=[1], data=[{"a": 1}]), "nested list", id="object-in-data"
+            Tensor(dtype="float32", shape=[1], data=[{"a": 1}]),
+            "`data` holds values that are not numbers",
+            id="object-in-data",
+        ),
+        pytest.param(
+            Tensor(dtype="float32", shape=[1], data=["1.5"]),
+            "`data` holds strings; the tensor is float32",
+            id="numeric-string",
+        ),
+        pytest.param(
+            Tensor(dtype="int64", shape=[2], data=[1, 2.5]),
+            "`data` holds 2.5; the tensor is int64, which holds whole numbers",
+            id="fraction-for-int",
+        ),
+        pytest.param(
+            Tensor(dtype="int64", shape=[1], data=[1e20]),
+            "`data` holds 1e+20, beyond int64's range",
+            id="float-beyond-int64",
+        ),
+        pytest.param(
+            Tensor(dtype="int8", shape=[1], data=[300]),
+            "`data` holds 300, beyond int8's range (-128 to 127)",
+            id="beyond-int8",
+        ),
+        pytest.param(
+            Tensor(dtype="uint8", shape=[1], data=[-1]),
+            "beyond uint8's range (0 to 255)",
+            id="negative-for-unsigned",
+        ),
+        pytest.param(
+            Tensor(dtype="bool", shape=[1], data=[2]),
+            "values other than 0 and 1; the tensor is bool",
+            id="two-for-bool",
         ),
     ],
 )
