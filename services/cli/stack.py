@@ -105,10 +105,18 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def status_line(view: GroupView) -> str:
+def decision_text(view: GroupView, *, acting: bool, none: str) -> str:
+    """The group's last decision; advice only when the scaler does not act (`--no-scaler`)."""
+    if view.decision is None:
+        return none
+    line = view.decision.line()
+    return line if acting else f"scaler off, it would: {line}"
+
+
+def status_line(view: GroupView, *, acting: bool = True) -> str:
     """One line per group for headless mode."""
     s = view.collection.signals
-    decision = view.decision.line() if view.decision else "no decision yet"
+    decision = decision_text(view, acting=acting, none="no decision yet")
     if s is None:
         return f"{view.collection.group}: no signals yet ({view.collection.error or 'starting'})"
     return (
@@ -127,7 +135,9 @@ def stack_ready(views: Mapping[str, GroupView]) -> bool:
     )
 
 
-def status_table(views: dict[str, GroupView], bootstrap: str, elapsed_s: float) -> Table:
+def status_table(
+    views: dict[str, GroupView], bootstrap: str, elapsed_s: float, *, acting: bool = True
+) -> Table:
     """The live view: one row per worker group."""
     state = "ready" if stack_ready(views) else "workers starting"
     table = Table(title=f"inferbus on {bootstrap} — up {elapsed_s:.0f}s, {state} (Ctrl-C stops)")
@@ -147,7 +157,7 @@ def status_table(views: dict[str, GroupView], bootstrap: str, elapsed_s: float) 
     for group in sorted(views):
         view = views[group]
         s = view.collection.signals
-        decision = view.decision.line() if view.decision else "-"
+        decision = decision_text(view, acting=acting, none="-")
         if s is None:
             table.add_row(
                 group, "-", "-", "-", "-", "-", "-", "-", "-", view.collection.error or ""
@@ -480,17 +490,22 @@ class Stack:
                     self._say("ready: every group has a worker serving")
                 at = time.strftime("%H:%M:%S")
                 for group in sorted(scaler.views):
-                    print(f"{at} {status_line(scaler.views[group])}", flush=True)
+                    line = status_line(scaler.views[group], acting=scaler.act)
+                    print(f"{at} {line}", flush=True)
                 restarts = self.ingest.restarts if self.ingest is not None else 0
                 if restarts != said_restarts:
                     said_restarts = restarts
                     self._say(f"ingest restarted {restarts} time(s); see its logs")
             return
+        acting = scaler.act
         with Live(
-            status_table(scaler.views, bootstrap, 0), console=self.console, refresh_per_second=1
+            status_table(scaler.views, bootstrap, 0, acting=acting),
+            console=self.console,
+            refresh_per_second=1,
         ) as live:
             while not await wait_tick():
-                live.update(status_table(scaler.views, bootstrap, time.monotonic() - started))
+                elapsed = time.monotonic() - started
+                live.update(status_table(scaler.views, bootstrap, elapsed, acting=acting))
 
 
 def _this_command() -> str:

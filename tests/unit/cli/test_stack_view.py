@@ -7,7 +7,8 @@ import pytest
 
 from scaler.collector.collector import GroupCollection
 from scaler.service import GroupView
-from services.cli.stack import stack_ready
+from scaler.signals import GroupDecision
+from services.cli.stack import stack_ready, status_line
 from tests.unit.scaler.conftest import make_signals
 
 
@@ -38,3 +39,19 @@ def test_stack_ready(groups: dict[str, tuple[int, int] | None], ready: bool) -> 
         g: _view(g, None) if v is None else _view(g, v[0], replicas=v[1]) for g, v in groups.items()
     }
     assert stack_ready(views) is ready
+
+
+@pytest.mark.parametrize(
+    ("acting", "starts"),
+    [
+        pytest.param(True, "interactive hold", id="scaler-on-says-what-it-did"),
+        pytest.param(False, "scaler off, it would: interactive hold", id="no-scaler-advises"),
+    ],
+)
+def test_a_status_line_says_whether_the_scaler_acts(acting: bool, starts: str) -> None:
+    hold = GroupDecision(
+        group="g", model="m", tier="interactive", current=1, desired=1, diagnosis="idle"
+    )
+    view = GroupView(_view("g", 1).collection, hold, applied=False, error=None)
+    decision = status_line(view, acting=acting).split(" | ", 1)[1]
+    assert decision.startswith(starts), decision
