@@ -51,6 +51,21 @@ async def fetch_once(
         consumer.unsubscribe()
 
 
+async def true_ends(
+    consumer: Any, partitions: list[TopicPartition], timeout_s: float = 1.0
+) -> dict[TopicPartition, int]:
+    """Each partition's log end, one past its last record: the reported end, or past the
+    last batch's last offset where a fetch from the batch's first offset shows it (Tansu
+    reports the batch's first offset + 1). Where no fetch answers in `timeout_s`, the
+    reported end. Leaves `consumer` unassigned (see `fetch_once`)."""
+    ends: dict[TopicPartition, int] = dict(await consumer.end_offsets(partitions))
+    starts = {tp: end - 1 for tp, end in ends.items() if end > 0}
+    fetched = await fetch_once(consumer, starts, timeout_s)
+    for tp, records in fetched.items():
+        ends[tp] = max(ends[tp], max(r.offset for r in records) + 1)
+    return ends
+
+
 def past_log_end(position: int, reported_end: int, highest_seen: int | None) -> bool:
     """Whether a position is past its log's true end: the broker reported `reported_end`,
     and a fetch from the last batch's first offset saw `highest_seen` (None: nothing came).

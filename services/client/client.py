@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
-from infra.log_end import LogEndProbe
+from infra.log_end import LogEndProbe, true_ends
 from infra.pacing import FetchPacer
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
@@ -198,7 +198,8 @@ class InferenceClient:
         await self.stop()
 
     async def start(self) -> None:
-        """Connect, and position at the reply topic's end so no later result is missed."""
+        """Connect, and position at the reply topic's end so no later result is missed (and
+        no earlier one is read)."""
         if self._reader is not None:
             return
         self._producer = make_producer(self.bootstrap, client_id=self.client_id)
@@ -218,10 +219,13 @@ class InferenceClient:
             if self._consumer.partitions_for_topic(INSTANCES):
                 self._registry = TopicPartition(INSTANCES, 0)
                 partitions.append(self._registry)
+            # From each log's true end: the rest of a last batch of several records would
+            # otherwise be read as new (old results yielded with see_all_results, an old
+            # broker note taken for a restart and every reply log read again).
+            ends = await true_ends(self._consumer, partitions)
             self._consumer.assign(partitions)
-            await self._consumer.seek_to_end(*partitions)
             for tp in partitions:
-                await self._consumer.position(tp)
+                self._consumer.seek(tp, ends[tp])
         except BaseException:
             # A failed start leaves nothing open behind the caller's error.
             await self._consumer.stop()
