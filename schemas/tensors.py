@@ -146,40 +146,58 @@ def decode_tensor(
 
 def _from_nested_list(data: Any, dtype: np.dtype[Any], dtype_name: str) -> np.ndarray[Any, Any]:
     """A nested list's array of `dtype`, refusing what a cast would change silently: strings
-    (NumPy parses "1.5"), fractions for an integer or bool dtype (1.5 became 1), and whole
-    numbers beyond an integer dtype's range."""
+    (NumPy parses "1.5"), fractions for an integer or bool dtype (1.5 became 1), and numbers
+    beyond an integer dtype's range (NumPy's conversion from the list itself is exact and
+    raises there; a float64 view of the list would round 2**63 - 1 up and wrap it)."""
     try:
         loose = np.asarray(data)
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         raise TensorDecodeError(f"`data` is not a {dtype_name} nested list: {exc}") from exc
-    if loose.dtype.kind == "O" and dtype.kind == "f":
-        try:  # nulls (JSON null: None) become NaN, refused unless the input allows NaN
-            loose = loose.astype(np.float64)
+    kind = loose.dtype.kind
+    if kind in "US":
+        raise TensorDecodeError(f"`data` holds strings; the tensor is {dtype_name}")
+    if dtype.kind == "f":
+        if kind not in "biufO":
+            raise TensorDecodeError(f"`data` holds values that are not numbers ({dtype_name})")
+        try:  # JSON null (None) becomes NaN, refused unless the input allows NaN
+            with np.errstate(over="ignore"):  # beyond the dtype: inf, refused by the input check
+                return loose.astype(dtype, copy=False)
         except (ValueError, TypeError, OverflowError) as exc:
             raise TensorDecodeError(f"`data` holds values that are not numbers: {exc}") from exc
-    if loose.dtype.kind not in "biuf":
-        what = "strings" if loose.dtype.kind in "US" else "numbers too large or non-numbers"
-        raise TensorDecodeError(f"`data` holds {what}; the tensor is {dtype_name}")
-    if dtype.kind in "biu" and loose.dtype.kind == "f":
+    if kind not in "biuf":  # null (None), or a whole number beyond every NumPy integer
+        if dtype.kind == "b":  # NumPy reads None as False
+            raise TensorDecodeError("`data` holds values other than 0 and 1; the tensor is bool")
+        return _exact(data, dtype, dtype_name)
+    if kind == "f":
         fractional = loose[loose != np.trunc(loose)]
         if fractional.size:
             raise TensorDecodeError(
                 f"`data` holds {fractional.flat[0].item()!r}; the tensor is {dtype_name}, "
                 "which holds whole numbers"
             )
-    if dtype.kind in "iu" and loose.size:
-        info = np.iinfo(dtype)
-        low, high = loose.min(), loose.max()
-        if low < info.min or high > info.max:
-            beyond = low if low < info.min else high
-            raise TensorDecodeError(
-                f"`data` holds {beyond.item()!r}, beyond {dtype_name}'s range "
-                f"({info.min} to {info.max})"
-            )
-    if dtype.kind == "b" and loose.dtype.kind != "b" and ((loose != 0) & (loose != 1)).any():
+    if dtype.kind == "b" and kind != "b" and ((loose != 0) & (loose != 1)).any():
         raise TensorDecodeError("`data` holds values other than 0 and 1; the tensor is bool")
-    with np.errstate(over="ignore"):  # beyond a float dtype: inf, refused by the input check
-        return loose.astype(dtype, copy=False)
+    if kind == "f" or dtype.kind != "b":
+        return _exact(data, dtype, dtype_name)
+    return loose.astype(dtype, copy=False)
+
+
+def _exact(data: Any, dtype: np.dtype[Any], dtype_name: str) -> np.ndarray[Any, Any]:
+    """The list converted by NumPy straight to an integer or bool dtype: exact, and raising
+    for a number beyond the dtype."""
+    try:
+        return np.asarray(data, dtype=dtype)
+    except OverflowError:
+        if dtype.kind == "b":
+            raise TensorDecodeError(f"`data` holds numbers too large for {dtype_name}") from None
+        info = np.iinfo(dtype)
+        raise TensorDecodeError(
+            f"`data` holds a number beyond {dtype_name}'s range ({info.min} to {info.max})"
+        ) from None
+    except (ValueError, TypeError):
+        raise TensorDecodeError(
+            f"`data` holds null or values that are not numbers; the tensor is {dtype_name}"
+        ) from None
 
 
 class TextInput(BaseModel):

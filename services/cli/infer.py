@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -54,9 +55,20 @@ def parse_inputs(
     return out
 
 
+def _json_text(value: Any, limit: int = 40) -> str:
+    """`value` as JSON, cut at `limit` characters, for an error message."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else f"{text[:limit]}…"
+
+
 def _checked_array(name: str, value: Any, dtype: str) -> np.ndarray[Any, Any]:
     """A nested list as the model's dtype, by the rules a worker applies to `data` (no
     fraction truncated to an integer, no value beyond the dtype's range, no strings)."""
+    if not isinstance(value, list):
+        raise InvalidInput(
+            f"input {name!r} must be a nested list with a leading batch dimension, "
+            f"e.g. [[1, 2]], not {type(value).__name__} {_json_text(value)}"
+        )
     try:
         shape = list(np.shape(value))
         return Tensor(dtype=dtype, shape=shape, data=value).to_numpy()
@@ -71,9 +83,13 @@ def read_inputs(text: str, stdin: TextIO) -> str:
     if text.startswith("@"):
         path = Path(text[1:])
         try:
-            return path.read_text()
+            return path.read_text(encoding="utf-8")
         except OSError as exc:
             raise InvalidInput(f"--json {text}: cannot read {path}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(
+                f"--json {text}: {path} is not UTF-8 text (byte {exc.start})"
+            ) from None
     return text
 
 

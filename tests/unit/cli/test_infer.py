@@ -58,7 +58,7 @@ def test_an_error_result_prints_as_it_is() -> None:
         ),
         pytest.param({"ids": [[1e20]]}, {"ids": "int64"}, "beyond int64's range", id="overflow"),
         pytest.param({"x": [[1], [2, 3]]}, {"x": "float32"}, "not a float32 array", id="ragged"),
-        pytest.param({"x": 5}, {"x": "float32"}, "not a float32 array", id="scalar"),
+        pytest.param({"x": 5}, {"x": "float32"}, "must be a nested list .* not int 5", id="scalar"),
     ],
 )
 def test_inputs_that_cannot_be_sent_say_why(
@@ -96,3 +96,6 @@ def test_inputs_come_inline_from_a_file_or_from_standard_input(tmp_path: Path) -
     assert read_inputs("-", io.StringIO('{"x": [[3]]}')) == '{"x": [[3]]}'
     with pytest.raises(InvalidInput, match=r"cannot read .*nope\.json"):
         read_inputs(f"@{tmp_path / 'nope.json'}", io.StringIO())
+    (tmp_path / "latin1.json").write_bytes(b'{"text": "caf\xe9"}')
+    with pytest.raises(InvalidInput, match=r"latin1\.json is not UTF-8 text \(byte 13\)"):
+        read_inputs(f"@{tmp_path / 'latin1.json'}", io.StringIO())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import math
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,22 @@ def test_invalid_tensors_are_refused(fields: dict[str, Any], message: str) -> No
 
 
 @pytest.mark.parametrize(
+    ("data", "dtype", "expected"),
+    [
+        pytest.param([2**63 - 1, 1.0], "int64", [2**63 - 1, 1], id="int64-max-beside-a-float"),
+        pytest.param([1.0, 2**62 + 1], "int64", [1, 2**62 + 1], id="big-int-beside-a-float"),
+        pytest.param([1.0, 0.0], "bool", [True, False], id="whole-floats-for-bool"),
+        pytest.param([None, 1], "float32", [math.nan, 1.0], id="null-is-nan-for-float"),
+        pytest.param([], "int64", [], id="empty"),
+    ],
+)
+def test_nested_lists_convert_exactly(data: list[Any], dtype: str, expected: list[Any]) -> None:
+    shape = [len(data)]
+    array = Tensor(dtype=dtype, shape=shape, data=data).to_numpy()  # type: ignore[arg-type]
+    np.testing.assert_array_equal(array, np.asarray(expected, dtype=DTYPES[dtype]))
+
+
+@pytest.mark.parametrize(
     ("tensor", "message"),
     [
         pytest.param(
@@ -67,8 +84,28 @@ def test_invalid_tensors_are_refused(fields: dict[str, Any], message: str) -> No
         ),
         pytest.param(
             Tensor(dtype="int64", shape=[1], data=[2**70]),
-            "numbers too large or non-numbers; the tensor is int64",
+            "holds a number beyond int64's range",
             id="int-overflow",
+        ),
+        pytest.param(
+            Tensor(dtype="int64", shape=[1], data=[9.223372036854775807e18]),
+            "holds a number beyond int64's range",
+            id="float-rounding-to-2**63",
+        ),
+        pytest.param(
+            Tensor(dtype="int64", shape=[2], data=[-1, 2**63]),
+            "holds a number beyond int64's range",
+            id="one-past-int64",
+        ),
+        pytest.param(
+            Tensor(dtype="int64", shape=[1], data=[None]),
+            "holds null or values that are not numbers; the tensor is int64",
+            id="null-for-int",
+        ),
+        pytest.param(
+            Tensor(dtype="bool", shape=[2], data=[True, None]),
+            "values other than 0 and 1; the tensor is bool",
+            id="null-for-bool",
         ),
         pytest.param(
             Tensor(dtype="float32", shape=[1], data=[{"a": 1}]),
@@ -87,12 +124,12 @@ def test_invalid_tensors_are_refused(fields: dict[str, Any], message: str) -> No
         ),
         pytest.param(
             Tensor(dtype="int64", shape=[1], data=[1e20]),
-            "`data` holds 1e+20, beyond int64's range",
+            "`data` holds a number beyond int64's range",
             id="float-beyond-int64",
         ),
         pytest.param(
             Tensor(dtype="int8", shape=[1], data=[300]),
-            "`data` holds 300, beyond int8's range (-128 to 127)",
+            "`data` holds a number beyond int8's range (-128 to 127)",
             id="beyond-int8",
         ),
         pytest.param(
