@@ -57,9 +57,11 @@ async def true_ends(
     """Each partition's log end, one past its last record: the reported end, or past the
     last batch's last offset where a fetch from the batch's first offset shows it (Tansu
     reports the batch's first offset + 1). Where no fetch answers in `timeout_s`, the
-    reported end. Leaves `consumer` unassigned (see `fetch_once`)."""
+    reported end. Leaves `consumer` unassigned (see `fetch_once`). A log whose records are all
+    gone (retention) has nothing to fetch and is not waited for."""
     ends: dict[TopicPartition, int] = dict(await consumer.end_offsets(partitions))
-    starts = {tp: end - 1 for tp, end in ends.items() if end > 0}
+    firsts: dict[TopicPartition, int] = dict(await consumer.beginning_offsets(partitions))
+    starts = {tp: end - 1 for tp, end in ends.items() if end > firsts.get(tp, 0)}
     fetched = await fetch_once(consumer, starts, timeout_s)
     for tp, records in fetched.items():
         ends[tp] = max(ends[tp], max(r.offset for r in records) + 1)
@@ -152,20 +154,24 @@ class LogEndProbe:
             await consumer.stop()
 
 
-async def rewind_restarted_logs(consumer: Any, probe: LogEndProbe, *, what: str) -> None:
+async def rewind_restarted_logs(
+    consumer: Any, probe: LogEndProbe, *, what: str
+) -> list[TopicPartition]:
     """Read from the start each assigned log that now ends before `consumer`'s position:
     the broker came back without its logs and counts from 0 again (Tansu says nothing, and a
     fetch there returns nothing until the new log passes the old position; the scaler was
     blind for minutes). A position inside the last batch is normal on Tansu (it reports the
-    batch's first offset + 1): `probe` reads that batch to tell the two apart."""
+    batch's first offset + 1): `probe` reads that batch to tell the two apart. Returns the
+    partitions read again."""
     try:
         ends = await consumer.end_offsets(list(consumer.assignment()))
         positions = {tp: await consumer.position(tp) for tp in ends}
     except (KafkaError, TimeoutError) as exc:  # the broker is away: asked again later
         log.debug("event=%s_end_check_failed error=%r", what, exc)
-        return
+        return []
     suspects = {tp: end for tp, end in ends.items() if positions[tp] > end}
-    for tp in (await probe.judge(suspects, positions)).past:
+    past = (await probe.judge(suspects, positions)).past
+    for tp in past:
         log.warning(
             "event=%s_log_restarted topic=%s partition=%d position=%d end=%d "
             "(reading it from the start)",
@@ -176,3 +182,4 @@ async def rewind_restarted_logs(consumer: Any, probe: LogEndProbe, *, what: str)
             suspects[tp],
         )
         await consumer.seek_to_beginning(tp)
+    return past

@@ -190,7 +190,10 @@ class Registry:
                 self.caught_up.set()
             if time.monotonic() - checked_at >= LOG_END_CHECK_S:
                 checked_at = time.monotonic()
-                await rewind_restarted_logs(self._consumer, self._log_ends, what="registry")
+                for tp in await rewind_restarted_logs(
+                    self._consumer, self._log_ends, what="registry"
+                ):
+                    pending.pop(tp, None)  # the old log's end is not this one's
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key == BROKER_EVENT_KEY:

@@ -102,7 +102,8 @@ async def test_the_registry_reads_a_restarted_log_from_its_start() -> None:
 
             await asyncio.to_thread(broker.restart)  # memory only: every log is gone
             await ensure_topics(broker.bootstrap, [TopicSpec(topic, 1)])
-            await produce(broker.bootstrap, topic, [heartbeat("new", start + timedelta(60))])
+            later = start + timedelta(seconds=60)
+            await produce(broker.bootstrap, topic, [heartbeat("new", later)])
 
             deadline = time.monotonic() + LOG_END_CHECK_S + 20
             while "new" not in registry.table.instances:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -429,11 +430,11 @@ P0, P1 = ("inferbus.ingest", 0), ("inferbus.ingest", 1)
 @pytest.mark.parametrize(
     ("acked", "ends", "suspects"),
     [
-        ({P0: 9}, {P0: 10}, {}),  # the end is past what was acked: nothing to suspect
-        ({P0: 9}, {P0: 9}, {P0: 9}),  # the end at an acked offset: a restart, or a batch
-        ({P0: 9}, {P0: 0}, {P0: 0}),  # an empty log after acks: a suspect
-        ({P0: 9, P1: 3}, {P0: 12, P1: 2}, {P1: 2}),  # only the partition that went back
-        ({}, {P0: 0}, {}),  # nothing acked there (before the snapshot): nothing to judge
+        pytest.param({P0: 9}, {P0: 10}, {}, id="end-past-the-ack"),
+        pytest.param({P0: 9}, {P0: 9}, {P0: 9}, id="end-at-the-ack-restart-or-batch"),
+        pytest.param({P0: 9}, {P0: 0}, {P0: 0}, id="empty-log-after-acks"),
+        pytest.param({P0: 9, P1: 3}, {P0: 12, P1: 2}, {P1: 2}, id="only-the-one-that-went-back"),
+        pytest.param({}, {P0: 0}, {}, id="nothing-acked-before-the-snapshot"),
     ],
 )
 def test_a_log_ending_at_or_before_an_acked_offset_is_a_suspect(
@@ -442,6 +443,81 @@ def test_a_log_ending_at_or_before_an_acked_offset_is_a_suspect(
     suspects: dict[tuple[str, int], int],
 ) -> None:
     assert restart_suspects(acked, ends) == suspects
+
+
+class _Ends:
+    """A consumer whose `end_offsets` answers `ends`, running `meanwhile` first (an ack
+    that arrives while the request is on its way)."""
+
+    def __init__(self, ends: dict[tuple[str, int], int], meanwhile: Any = None) -> None:
+        self.ends, self.meanwhile = ends, meanwhile
+
+    async def end_offsets(self, tps: list[Any]) -> dict[Any, int]:
+        if self.meanwhile is not None:
+            self.meanwhile()
+        return {tp: self.ends[(tp.topic, tp.partition)] for tp in tps}
+
+
+class _Probe:
+    """A `LogEndProbe` that says whether its suspects are past the log, and records them."""
+
+    def __init__(self, past: bool) -> None:
+        self.past, self.asked = past, list[tuple[dict[Any, int], dict[Any, int]]]()
+
+    async def judge(self, suspects: dict[Any, int], positions: dict[Any, int]) -> Any:
+        self.asked.append((dict(suspects), dict(positions)))
+        return SimpleNamespace(past=list(suspects) if self.past else [], unknown=[])
+
+
+def _watching(
+    client: InferenceClient, consumer: _Ends, probe: _Probe, acked: dict[tuple[str, int], int]
+) -> None:
+    cluster = SimpleNamespace(partitions_for_topic=lambda topic: {0, 1})
+    client._producer = SimpleNamespace(client=SimpleNamespace(cluster=cluster))  # type: ignore[assignment]
+    client._consumer = consumer  # type: ignore[assignment]
+    client._log_ends = probe  # type: ignore[assignment]
+    for tp, offset in acked.items():
+        client._restarts.acked(tp, offset)
+
+
+@pytest.mark.parametrize(
+    ("acked", "ends", "past", "restarted", "judged"),
+    [
+        pytest.param({P0: 9}, {P0: 10}, True, False, [], id="end-past-every-ack"),
+        pytest.param({P0: 9}, {P0: 5}, False, False, [{P0: 10}], id="inside-the-last-batch"),
+        pytest.param({P0: 9}, {P0: 0}, True, True, [{P0: 10}], id="the-log-started-over"),
+        pytest.param({P0: 3, P1: 9}, {P0: 8, P1: 2}, True, True, [{P1: 10}], id="one-of-two"),
+    ],
+)
+async def test_a_restart_is_an_end_before_an_ack_that_the_last_batch_confirms(
+    client: InferenceClient,
+    acked: dict[tuple[str, int], int],
+    ends: dict[tuple[str, int], int],
+    past: bool,
+    restarted: bool,
+    judged: list[dict[tuple[str, int], int]],
+) -> None:
+    probe = _Probe(past)
+    _watching(client, _Ends(ends), probe, acked)
+
+    assert await client._ingest_logs_restarted() is restarted
+    positions = [
+        {(tp.topic, tp.partition): at for tp, at in asked[1].items()} for asked in probe.asked
+    ]
+    assert positions == judged, "suspects are judged at one past their acked offset"
+
+
+async def test_an_ack_that_arrives_while_the_ends_are_asked_for_is_no_suspect(
+    client: InferenceClient,
+) -> None:
+    """Regression: acks read after the ends came back passed them (104 resubmits in 40 s)."""
+    probe = _Probe(past=True)
+    consumer = _Ends({P0: 10})
+    _watching(client, consumer, probe, {P0: 9})
+    consumer.meanwhile = lambda: client._restarts.acked(P0, 15)
+
+    assert await client._ingest_logs_restarted() is False
+    assert probe.asked == []
 
 
 def test_acks_after_the_snapshot_do_not_change_it() -> None:
