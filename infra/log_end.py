@@ -98,8 +98,10 @@ class LogEndProbe:
 
     Tansu reports a log's end as its last batch's first offset + 1, so a position inside a
     batch of several records is past the reported end with nothing wrong: that batch is read
-    (one fetch from its first offset, with a consumer of its own made when first needed),
-    and a (reported end, position) found inside the log is not asked about again.
+    (one fetch from its first offset, with a consumer of its own made when first needed);
+    while the reported end stays the same, a position up to the batch's last offset + 1 is
+    known to be inside without another read (a client's acks move its position within the
+    same last batch).
     """
 
     def __init__(self, bootstrap: str, *, client_id: str) -> None:
@@ -107,6 +109,7 @@ class LogEndProbe:
         self._client_id = client_id
         self._consumer: Any = None
         self._inside: dict[TopicPartition, tuple[int, int]] = {}
+        """Partition -> (reported end, highest offset seen from it) of the last batch read."""
 
     async def judge(
         self, suspects: Mapping[TopicPartition, int], positions: Mapping[TopicPartition, int]
@@ -114,7 +117,9 @@ class LogEndProbe:
         """Of `suspects` (partition -> reported end, each with its position past it), those
         past the log's true end, and those that could not be told now."""
         asked = {
-            tp: end for tp, end in suspects.items() if self._inside.get(tp) != (end, positions[tp])
+            tp: end
+            for tp, end in suspects.items()
+            if not self._known_inside(tp, end, positions[tp])
         }
         if not asked:
             return EndVerdict()
@@ -132,8 +137,12 @@ class LogEndProbe:
             elif highest is None:
                 verdict.unknown.append(tp)
             else:
-                self._inside[tp] = (end, positions[tp])
+                self._inside[tp] = (end, highest)
         return verdict
+
+    def _known_inside(self, tp: TopicPartition, end: int, position: int) -> bool:
+        known = self._inside.get(tp)
+        return known is not None and known[0] == end and position <= known[1] + 1
 
     async def _reader(self) -> Any:
         if self._consumer is None:

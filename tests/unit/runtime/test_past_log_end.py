@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
-import pytest
+from types import SimpleNamespace
+from typing import Any
+from unittest.mock import AsyncMock
 
-from infra.log_end import past_log_end
+import pytest
+from aiokafka import TopicPartition
+
+from infra import log_end
+from infra.log_end import LogEndProbe, past_log_end
 
 
 @pytest.mark.parametrize(
@@ -24,3 +30,35 @@ def test_past_log_end(
     position: int, reported_end: int, highest_seen: int | None, past: bool
 ) -> None:
     assert past_log_end(position, reported_end, highest_seen) is past
+
+
+class _Fetches:
+    """Stands in for `fetch_once`: the last batch's highest offset per partition, counted."""
+
+    def __init__(self, highest: int) -> None:
+        self.highest, self.calls = highest, 0
+
+    async def __call__(self, consumer: object, starts: dict[Any, int], timeout_s: float) -> Any:
+        self.calls += 1
+        return {tp: [SimpleNamespace(offset=self.highest)] for tp in starts}
+
+
+TP = TopicPartition("inferbus.ingest", 0)
+
+
+async def test_a_position_inside_a_known_last_batch_is_not_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client's acks move its position inside one last batch: each move read the batch
+    again (a fetch every 2 s a partition under load)."""
+    fetches = _Fetches(highest=14)
+    monkeypatch.setattr(log_end, "fetch_once", fetches)
+    probe = LogEndProbe("127.0.0.1:1", client_id="t")
+    monkeypatch.setattr(probe, "_reader", AsyncMock())
+
+    for position in (12, 13, 15):  # inside the batch that ends at offset 14
+        assert (await probe.judge({TP: 10}, {TP: position})).past == []
+    assert fetches.calls == 1
+    assert (await probe.judge({TP: 10}, {TP: 16})).past == [TP], "past the batch: read again"
+    assert (await probe.judge({TP: 11}, {TP: 13})).past == []
+    assert fetches.calls == 3, "a new reported end is a new last batch"
