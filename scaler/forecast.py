@@ -177,6 +177,25 @@ def _trend_level(fit: Forecast, recent: Sequence[tuple[float, float]]) -> float:
     return max(0.0, fit.level, min(v for _, v in recent[-2:]))
 
 
+_FALL_SHARE = 0.5
+"""A line through the run that drops this share of its mean, or more, is a fall."""
+
+
+def _untrended_level(fit: Forecast, recent: Sequence[tuple[float, float]]) -> float:
+    """The run's mean where no trend is significant; but after a fall that has levelled off
+    (a line through it pointing down), no more than the line's value now or the last two
+    samples, whichever is higher. The mean of a fall and the flat after it sized for twice
+    what arrived: live, a scale-down read the flat, the next tick that mean, and scaled out
+    again two seconds later (docs/benchmarks.md, stop 29's scale-step). A fall is a line
+    that drops by at least `_FALL_SHARE` of the mean over the run: noise about a level is
+    no fall."""
+    mean = sum(v for _, v in recent) / len(recent)
+    fall = -fit.trend_per_s * (recent[-1][0] - recent[0][0])
+    if fall < _FALL_SHARE * mean:  # rising, or noise about a level: the mean
+        return mean
+    return min(mean, max(0.0, fit.level, min(v for _, v in recent[-2:])))
+
+
 def estimate_rate(
     samples: Sequence[tuple[float, float]],
     horizon_s: float,
@@ -220,5 +239,5 @@ def estimate_rate(
             before_step=before,
             step_at=at,
         )
-    mean = sum(v for _, v in recent) / len(recent)
-    return RateEstimate(kind, mean, mean, before_step=before, step_at=at)
+    level = _untrended_level(fit, recent)
+    return RateEstimate(kind, level, level, before_step=before, step_at=at)

@@ -195,3 +195,36 @@ def test_a_steady_line_keeps_its_level(values: list[float], level: float) -> Non
     rate = estimate_rate(samples, 10.0, min_t=2.0, step_z=3.0)
     assert rate is not None and rate.kind == "trend"
     assert rate.level == pytest.approx(level)
+
+
+# The live scale-step's arrival samples (2 s apart, a 10 s metrics window) as the step from
+# 175/s to 25/s ended: the window's rate falls in a line, then holds (stop 29, t = 107-168 s).
+AFTER_A_STEP_DOWN = [
+    *((107.6 + 2.0 * i, 175.0) for i in range(22)),
+    (151.6, 158.4), (153.6, 137.1), (155.6, 115.8), (157.6, 94.6), (159.6, 73.0),
+    (161.6, 51.4), (163.6, 31.0), (165.6, 25.0), (167.6, 25.0),
+]  # fmt: skip
+
+
+def test_a_fall_then_flat_without_a_significant_trend_is_read_at_the_flat() -> None:
+    """Regression: the mean of the fall and the flat read 50/s with 25/s arriving; the
+    scaler scaled in at one tick and out again at the next."""
+    config = PolicyConfig()
+    rate = estimate_rate(
+        AFTER_A_STEP_DOWN,
+        10.0,
+        min_t=config.forecast_min_t,
+        step_z=config.rate_step_z,
+        overlap=config.metrics_window_s / 2.0,
+    )
+    assert rate is not None and rate.kind != "trend"
+    assert rate.level == pytest.approx(25.0, abs=1.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_noise_around_a_flat_rate_keeps_its_mean(seed: int) -> None:
+    values = 100.0 + np.random.default_rng(seed).normal(0, 5, 30)
+    samples = [(2.0 * i, float(v)) for i, v in enumerate(values)]
+    rate = estimate_rate(samples, 10.0, min_t=2.0, step_z=3.0, overlap=5.0)
+    assert rate is not None and rate.kind != "trend"
+    assert rate.level == pytest.approx(float(values.mean()), rel=0.05)
