@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -29,15 +30,16 @@ def validate_inputs(
     max_tensor_bytes: int,
     max_samples: int,
     payload: Buffer | None = None,
-    vocab_size: int | None = None,
+    index_limits: Mapping[str, int] | None = None,
 ) -> tuple[Arrays, list[str] | None, int]:
     """Decode and check every input; returns (arrays, texts or None, samples).
 
     `payload`: a binary frame's bytes after the envelope, where `raw` tensors lie.
     `max_samples`: the caller's limit; the model's `max_batch_size` bounds it too (a request
     is never split across batches).
-    `vocab_size`: the tokenizer's, where it is loaded (the worker): token ids sent as
-    tensors must be below it.
+    `index_limits`: where the model is loaded (the worker), {input: rows of the table it
+    indexes} from the tokenizer's vocabulary and the graph's lookups
+    (`infra.models.lookups`): every value sent must be below it.
     Raises InvalidInput with a message naming the input and the rule it breaks.
     """
     texts: list[str] | None = None
@@ -106,8 +108,7 @@ def validate_inputs(
                     input=spec.name,
                 )
             arrays[spec.name] = array
-        if config.tokenizer is not None:
-            _check_token_ids(arrays, config, vocab_size)
+        _check_indices(arrays, config, index_limits or {})
     assert samples is not None
     batch_cap = config.batching.max_batch_size
     if samples > batch_cap and batch_cap <= max_samples:
@@ -134,7 +135,15 @@ def _check_names(tensor_inputs: dict[str, Tensor], config: ModelConfig) -> None:
         raise _fail(f"missing input(s) {missing} for model {config.name!r}", model=config.name)
 
 
-def _check_token_ids(arrays: Arrays, config: ModelConfig, vocab_size: int | None) -> None:
+def _check_indices(arrays: Arrays, config: ModelConfig, limits: Mapping[str, int]) -> None:
+    """Raise InvalidInput for token ids, masks or table rows that the model cannot read."""
+    if config.tokenizer is not None:
+        _check_token_ids(arrays, config, limits)
+    if limits:
+        _check_lookups(arrays, config, limits)
+
+
+def _check_token_ids(arrays: Arrays, config: ModelConfig, limits: Mapping[str, int]) -> None:
     """Token ids sent as tensors obey what the tokenizer would give: at most `max_length`
     of them, none negative (ONNX's Gather reads -5 as the fifth id from the end: a wrong
     answer, not an error) and each within the vocabulary; the attention mask and token
@@ -174,9 +183,29 @@ def _check_token_ids(arrays: Arrays, config: ModelConfig, vocab_size: int | None
     low, high = int(ids.min()), int(ids.max())
     if low < 0:
         raise _fail(f"input {name!r} holds token id {low}; ids are never negative", input=name)
+    vocab_size = limits.get(name)
     if vocab_size is not None and high >= vocab_size:
         raise _fail(
             f"input {name!r} holds token id {high}; model {config.name!r} has a vocabulary "
             f"of {vocab_size} (ids 0-{vocab_size - 1})",
             input=name,
         )
+
+
+def _check_lookups(arrays: Arrays, config: ModelConfig, limits: Mapping[str, int]) -> None:
+    """Integer inputs the model reads as table rows stay within the table, as ONNX's
+    `Gather` counts (-rows to rows - 1): past it, the whole batch would fail in the engine.
+    The tokenizer's ids were checked (and named a vocabulary) already."""
+    token_ids = config.tokenizer.input_ids if config.tokenizer is not None else None
+    for name, rows in limits.items():
+        values = arrays.get(name)
+        if name == token_ids or values is None or values.size == 0 or values.dtype.kind not in "iu":
+            continue
+        low, high = int(values.min()), int(values.max())
+        worst = high if high >= rows else low
+        if high >= rows or low < -rows:
+            raise _fail(
+                f"input {name!r} holds {worst}; model {config.name!r} reads it as a row of a "
+                f"table of {rows} (0-{rows - 1})",
+                input=name,
+            )

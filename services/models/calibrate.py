@@ -6,7 +6,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -15,6 +15,7 @@ import numpy as np
 import yaml
 
 from infra.models.config import ModelConfig, ModelConfigError
+from infra.models.lookups import model_lookup_rows
 from infra.models.repository import ModelRepository
 from schemas.tensors import Arrays
 from services.worker.engines.base import Engine
@@ -88,11 +89,14 @@ def measure(
     repeats: int = 5,
     clock: Callable[[], float] = time.perf_counter,
     on_point: Callable[[Point], None] | None = None,
+    index_limits: Mapping[str, int] | None = None,
 ) -> list[Point]:
-    """Median time of each shape after one unmeasured run; the engine must be loaded."""
+    """Median time of each shape after one unmeasured run; the engine must be loaded.
+
+    `index_limits`: rows of the tables the model indexes, that sample ids stay below."""
     points: list[Point] = []
     for batch, seq in shapes:
-        feed = sample_batch(config, batch, seq)
+        feed = sample_batch(config, batch, seq, index_limits=index_limits)
         engine.infer(feed)
         samples = []
         for _ in range(repeats):
@@ -122,11 +126,18 @@ def calibrate_engine(
     repeats: int = 5,
     clock: Callable[[], float] = time.perf_counter,
     on_point: Callable[[Point], None] | None = None,
+    index_limits: Mapping[str, int] | None = None,
 ) -> Fit:
     """Measure a loaded engine over `shapes` (default: `default_grid`) and fit a and b."""
     per, grid = default_grid(config)
     points = measure(
-        engine, config, shapes or grid, repeats=repeats, clock=clock, on_point=on_point
+        engine,
+        config,
+        shapes or grid,
+        repeats=repeats,
+        clock=clock,
+        on_point=on_point,
+        index_limits=index_limits,
     )
     a, b, r2 = fit_latency([p.units for p in points], [p.ms for p in points])
     return Fit(a_ms=a, b_ms=b, per=per, r2=r2, points=tuple(points))
@@ -175,7 +186,12 @@ def calibrate_model(
     engine.load()
     try:
         fit = calibrate_engine(
-            engine, model.config, shapes=shapes, repeats=repeats, on_point=on_point
+            engine,
+            model.config,
+            shapes=shapes,
+            repeats=repeats,
+            on_point=on_point,
+            index_limits=model_lookup_rows(model.model_file),
         )
     finally:
         engine.unload()

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from infra.models.lookups import merged_limits, model_lookup_rows
 from infra.models.repository import ModelRepository, ModelVersion
 from infra.processes import name_this_thread
 from schemas.tensors import Arrays
@@ -38,15 +39,19 @@ def default_engine_factory(model: ModelVersion) -> Engine:
     return create_engine(model)
 
 
-def tokenizer_for(version: ModelVersion) -> tuple[Tokenize | None, int | None]:
-    """The model's text tokenizer and its vocabulary size; (None, None) for a model that
-    takes tensors only."""
-    if version.config.tokenizer is None:
-        return None, None
+def input_rules_for(version: ModelVersion) -> tuple[Tokenize | None, dict[str, int]]:
+    """The model's text tokenizer (None for a model that takes tensors only) and the limits
+    of the inputs it reads as table rows: {input: rows}, from the tokenizer's vocabulary
+    and the graph's lookups."""
+    graph_limits = model_lookup_rows(version.model_file)
+    tokenizer_config = version.config.tokenizer
+    if tokenizer_config is None:
+        return None, graph_limits
     from infra.models.tokenize import TextTokenizer
 
     tokenizer = TextTokenizer.for_model(version)
-    return tokenizer.encode, tokenizer.vocab_size
+    vocabulary = {tokenizer_config.input_ids: tokenizer.vocab_size}
+    return tokenizer.encode, merged_limits(vocabulary, graph_limits)
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,8 @@ class EngineHost:
         self.engine: Engine | None = None
         self.version: ModelVersion | None = None
         self.tokenize: Tokenize | None = None
-        self.vocab_size: int | None = None
-        """The tokenizer's: token ids sent as tensors are checked against it."""
+        self.index_limits: dict[str, int] = {}
+        """{input: rows of the table the model reads it as}: values sent are checked."""
         self.load_s: float | None = None
         self.warmup_s: float | None = None
         self._thread = ThreadPoolExecutor(
@@ -112,10 +117,11 @@ class EngineHost:
         await asyncio.to_thread(engine.load)
         self.load_s = time.perf_counter() - started
         await on_warming()
+        tokenize, index_limits = await asyncio.to_thread(input_rules_for, version)
         started = time.perf_counter()
-        await asyncio.to_thread(engine.warmup, warmup_batches(version.config))
+        await asyncio.to_thread(engine.warmup, warmup_batches(version.config, index_limits))
         self.warmup_s = time.perf_counter() - started
-        self.tokenize, self.vocab_size = tokenizer_for(version)
+        self.tokenize, self.index_limits = tokenize, index_limits
         self.engine, self.version = engine, version
 
     async def run(
@@ -175,11 +181,11 @@ class EngineHost:
         version = self.repository.resolve(self.model, version_name)
         engine = self.engine_factory(version)
         await asyncio.to_thread(engine.load)
-        await asyncio.to_thread(engine.warmup, warmup_batches(version.config))
-        tokenize, vocab_size = tokenizer_for(version)
+        tokenize, index_limits = await asyncio.to_thread(input_rules_for, version)
+        await asyncio.to_thread(engine.warmup, warmup_batches(version.config, index_limits))
         async with self._lock:
             old, self.engine, self.version = self.engine, engine, version
-            self.tokenize, self.vocab_size = tokenize, vocab_size
+            self.tokenize, self.index_limits = tokenize, index_limits
             on_old = set(self._runs)
         if on_old:
             await asyncio.gather(*on_old, return_exceptions=True)

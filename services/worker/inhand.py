@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -78,7 +78,7 @@ def decode_record(
     config: ModelConfig,
     tokenize: Tokenize | None,
     max_samples: int,
-    vocab_size: int | None = None,
+    index_limits: Mapping[str, int] | None = None,
 ) -> InHand:
     """Parse and check one record; errors become `InHand.error`, never exceptions.
 
@@ -132,7 +132,7 @@ def decode_record(
             tokenize=tokenize,
             max_samples=max_samples,
             deadline_header=deadline_header,
-            vocab_size=vocab_size,
+            index_limits=index_limits,
         )
     item.preprocess_ms = (time.perf_counter() - started) * 1000
     return item
@@ -146,7 +146,7 @@ def _fill(
     tokenize: Tokenize | None,
     max_samples: int,
     deadline_header: float | None,
-    vocab_size: int | None,
+    index_limits: Mapping[str, int] | None,
 ) -> None:
     request = parsed.request
     item.request_id, item.reply_to = request.request_id, request.reply_to
@@ -172,7 +172,7 @@ def _fill(
             max_tensor_bytes=2**31,
             max_samples=max_samples,
             payload=parsed.payload,
-            vocab_size=vocab_size,
+            index_limits=index_limits,
         )
         if texts is not None:
             if tokenize is None:

@@ -221,7 +221,7 @@ class Pipeline:
             config=config,
             tokenize=tokenize,
             max_samples=config.batching.max_batch_size,
-            vocab_size=self.host.vocab_size,
+            index_limits=self.host.index_limits,
         )
         if tracing and item.trace is not None and item.trace.sampled:
             item.spans = RequestSpans.start(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,13 +61,30 @@ def profiles(config: ModelConfig) -> dict[str, Profile]:
     return out
 
 
+SAMPLE_ID_CAP = 1000
+"""Sample ids are 1..999 (avoiding the usual pad id 0) unless a table has fewer rows."""
+
+
 def sample_batch(
-    config: ModelConfig, batch: int, seq: int | None = None, *, seed: int = 0
+    config: ModelConfig,
+    batch: int,
+    seq: int | None = None,
+    *,
+    seed: int = 0,
+    index_limits: Mapping[str, int] | None = None,
 ) -> Arrays:
-    """Deterministic inputs of the declared dtypes: small ids, full masks, unit-normal floats."""
+    """Deterministic inputs of the declared dtypes: small ids, full masks, token type 0 (as
+    the tokenizer gives), unit-normal floats.
+
+    `index_limits`: {input: rows of the table the model reads it as}
+    (`infra.models.lookups`); integer inputs stay below them (a BERT's token types index
+    a table of 2: warm-up with ids up to 999 failed and the worker never started)."""
     rng = np.random.default_rng(seed)
     length = seq if seq is not None else sequence_bounds(config)[1]
-    mask_name = config.tokenizer.attention_mask if config.tokenizer else "attention_mask"
+    tokenizer = config.tokenizer
+    mask_name = tokenizer.attention_mask if tokenizer else "attention_mask"
+    type_name = tokenizer.token_type_ids if tokenizer else None
+    limits = index_limits or {}
     arrays: Arrays = {}
     for spec in config.inputs:
         shape = _fill(spec, batch, length)
@@ -74,9 +92,11 @@ def sample_batch(
         array: np.ndarray[Any, Any]
         if spec.name == mask_name:
             array = np.ones(shape, dtype=dtype)
+        elif spec.name == type_name:
+            array = np.zeros(shape, dtype=dtype)
         elif dtype.kind in "iu":
-            # ids 1..999 stay inside any vocabulary and avoid the usual pad id 0
-            array = rng.integers(1, 1000, size=shape).astype(dtype)
+            high = min(SAMPLE_ID_CAP, limits.get(spec.name, SAMPLE_ID_CAP))
+            array = rng.integers(1 if high > 1 else 0, high, size=shape).astype(dtype)
         elif dtype.kind == "b":
             array = rng.integers(0, 2, size=shape).astype(dtype)
         else:
@@ -85,10 +105,16 @@ def sample_batch(
     return arrays
 
 
-def warmup_batches(config: ModelConfig) -> list[Arrays]:
+def warmup_batches(
+    config: ModelConfig, index_limits: Mapping[str, int] | None = None
+) -> list[Arrays]:
     """One sample batch per (warm-up batch size, sequence length); every bucket when bucketed."""
     lengths: list[int | None] = list(
         config.warmup.sequence_lengths or config.batching.length_buckets
     ) or [None]
     sizes = [min(size, config.batching.max_batch_size) for size in config.warmup.batch_sizes]
-    return [sample_batch(config, size, seq) for size in sizes for seq in lengths]
+    return [
+        sample_batch(config, size, seq, index_limits=index_limits)
+        for size in sizes
+        for seq in lengths
+    ]

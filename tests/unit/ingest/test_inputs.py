@@ -93,6 +93,11 @@ def test_slo_for_a_tier_missing_from_the_config_falls_back_to_defaults() -> None
     assert config.slo_for("batch").max_queue == 100_000
 
 
+def vocabulary(size: int | None) -> dict[str, int]:
+    """The worker's limits when its tokenizer has `size` ids (None: ingest, none known)."""
+    return {} if size is None else {"input_ids": size}
+
+
 def encoder_ids(ids: list[list[int]]) -> dict[str, Any]:
     shape = [len(ids), len(ids[0])]
     return {
@@ -118,7 +123,7 @@ def test_token_ids_sent_as_tensors_obey_the_tokenizer(
             encoder_config(),
             max_tensor_bytes=1 << 20,
             max_samples=4,
-            vocab_size=vocab_size,
+            index_limits=vocabulary(vocab_size),
         )
 
 
@@ -147,7 +152,7 @@ def test_an_attention_mask_must_fit_its_token_ids(mask: list[list[int]], message
             encoder_config(),
             max_tensor_bytes=1 << 20,
             max_samples=4,
-            vocab_size=1000,
+            index_limits=vocabulary(1000),
         )
 
 
@@ -165,7 +170,7 @@ def test_token_ids_within_the_rules_pass(ids: list[list[int]], vocab_size: int |
         encoder_config(),
         max_tensor_bytes=1 << 20,
         max_samples=4,
-        vocab_size=vocab_size,
+        index_limits=vocabulary(vocab_size),
     )
 
     assert samples == 1 and arrays["input_ids"].shape == (1, len(ids[0]))

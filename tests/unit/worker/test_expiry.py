@@ -110,7 +110,7 @@ class MlpVersion:
 class PollingHost(BusyHost):
     version = MlpVersion()  # type: ignore[assignment]
     tokenize = None
-    vocab_size = None
+    index_limits: dict[str, int] = {}
 
 
 def polled(offset: int, deadline_ms: float) -> ConsumerRecord[bytes, bytes]:
