@@ -135,6 +135,8 @@ class IngestService:
         self._polls: set[asyncio.Task[None]] = set()
         self._seen_restarts = 0
         self._started = False
+        self._producer_up = False
+        """The producer reached the broker: the registry can be told of a stop."""
         self._stopping = False
 
     def _consumer(
@@ -169,6 +171,7 @@ class IngestService:
             return
         self._started = True
         await start_with_retry(self.producer.start, what="ingest-producer")
+        self._producer_up = True
         await self.depths.start()
         await self.membership.publish("ready")
         self.membership.start_refresh()
@@ -190,8 +193,9 @@ class IngestService:
             self.stopped.set()
             return
         self._stopping = True
-        with contextlib.suppress(KafkaError):
-            await self.membership.publish("draining")
+        if self._producer_up:  # a start that never reached the broker has nothing to say
+            with contextlib.suppress(KafkaError):
+                await self.membership.publish("draining")
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -205,8 +209,9 @@ class IngestService:
         await self.telemetry.stop()
         if self.topics is not None:
             await self.topics.stop()
-        with contextlib.suppress(KafkaError):
-            await self.membership.publish("gone")
+        if self._producer_up:  # a start that never reached the broker has nothing to say
+            with contextlib.suppress(KafkaError):
+                await self.membership.publish("gone")
         await self.depths.stop()
         await self.producer.stop()
         log.info("event=ingest_stopped instance=%s counts=%s", self.instance_id, dict(self.counts))

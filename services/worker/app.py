@@ -116,6 +116,8 @@ class Worker:
         self._telemetry: TelemetryPublisher | None = None
         self._stop_requested = asyncio.Event()
         self._started = False
+        self._producer_up = False
+        """The producer reached the broker: the registry can be told of a stop."""
         self._draining = False
         self._reported: Counter[str] = Counter()
 
@@ -184,6 +186,7 @@ class Worker:
             return
         self._started = True
         await start_with_retry(self.producer.start, what="producer")
+        self._producer_up = True
         await self.membership.publish("loading")
         try:
             await self._load()
@@ -320,8 +323,9 @@ class Worker:
             self.stopped.set()
             return
         self._draining = True
-        with contextlib.suppress(KafkaError):
-            await self.membership.publish("draining")
+        if self._producer_up:  # a start that never reached the broker has nothing to say
+            with contextlib.suppress(KafkaError):
+                await self.membership.publish("draining")
         pipeline = self.pipeline
         polls = [t for t in self._tasks if t.get_name().startswith("poll-")]
         for task in polls:
@@ -340,8 +344,9 @@ class Worker:
         await self.membership.stop_refresh()
         if self._telemetry is not None:
             await self._telemetry.stop()
-        with contextlib.suppress(KafkaError):
-            await self.membership.publish("gone")
+        if self._producer_up:  # a start that never reached the broker has nothing to say
+            with contextlib.suppress(KafkaError):
+                await self.membership.publish("gone")
         await self.producer.stop()
         await self.host.close()
         log.info("event=worker_stopped instance=%s counts=%s", self.instance_id, self.counts)

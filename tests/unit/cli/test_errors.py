@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import errno
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,4 +177,35 @@ def test_an_unreachable_broker_is_one_line(repo: Path) -> None:
     assert result.stderr == (
         "error: cannot reach Kafka at 127.0.0.1:1; start the stack (`inferbus up`) or pass "
         "--bootstrap host:port (env INFERBUS_KAFKA_BOOTSTRAP)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["worker", "--model", "demo-mlp"], id="worker"),
+        pytest.param(["ingest"], id="ingest"),
+    ],
+)
+def test_a_service_that_cannot_reach_the_broker_exits_in_one_line(
+    args: list[str], repo: Path, tmp_path: Path
+) -> None:
+    """Both hung for good after their start's retries (their stop told the registry through a
+    producer that never started) and ignored SIGTERM; the run's 60 s limit tells a hang."""
+    env = {**os.environ, "INFERBUS_KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+    command = [sys.executable, "-c", "from services.cli.main import main; main()", *args]
+    done = subprocess.run(
+        [*command, "--models", str(repo)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.rstrip().endswith(
+        "error: cannot reach Kafka at 127.0.0.1:1; start the stack (`inferbus up`) or pass "
+        "--bootstrap host:port (env INFERBUS_KAFKA_BOOTSTRAP)"
     )
