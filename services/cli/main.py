@@ -185,7 +185,9 @@ def infer(
         ),
     ],
     tier: Annotated[str, typer.Option(help="critical, interactive or batch.")] = "interactive",
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the result.")] = 30.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the result.", min=0.001)
+    ] = 30.0,
     bootstrap: Bootstrap = "127.0.0.1:9092",
     models: ModelsDir = Path("models"),
 ) -> None:

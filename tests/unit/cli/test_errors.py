@@ -209,3 +209,14 @@ def test_a_service_that_cannot_reach_the_broker_exits_in_one_line(
         "error: cannot reach Kafka at 127.0.0.1:1; start the stack (`inferbus up`) or pass "
         "--bootstrap host:port (env INFERBUS_KAFKA_BOOTSTRAP)"
     )
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0"])
+def test_a_timeout_that_is_no_wait_is_a_usage_error(timeout: str, repo: Path) -> None:
+    """It was sent and refused by the request's schema (`timeout_ms: Input should be greater
+    than 0`, exit 1), naming a field the user never wrote."""
+    args = ["infer", "demo-mlp", "--json", '{"x": [[0.5]]}', "--timeout", timeout]
+    result = CliRunner().invoke(app, [*args, "--models", str(repo), "--bootstrap", "127.0.0.1:1"])
+
+    assert result.exit_code == 2
+    assert "--timeout" in result.output and "0.001" in result.output
