@@ -540,8 +540,11 @@ async def test_histograms_agree_with_result_timings(stack: Stack, unique: str) -
         assert stats is not None, f"no {stage} histogram in the heartbeats"
         assert stats.count == n, f"{stage}: {stats.count} samples for {n} requests"
         for q, got in ((99, stats.p99_ms), (50, stats.p50_ms)):
-            exact = float(np.percentile(values, q))
-            assert got == pytest.approx(exact, rel=0.05, abs=0.05), f"{stage} p{q}"
+            # Between the two order statistics around the quantile (a gap in the samples
+            # there puts numpy's interpolation 5 % from either: 22.88 read, 24.09 "exact").
+            low = float(np.percentile(values, q, method="lower"))
+            high = float(np.percentile(values, q, method="higher"))
+            assert low * 0.95 - 0.05 <= got <= high * 1.05 + 0.05, f"{stage} p{q}: {got}"
     # Defined differently in the result (docs/tracing.md, "Verified"): one sample each.
     for stage in COUNTED:
         stats = reader.windows.stats(ENCODER, ENCODER_TIER, stage)
