@@ -293,3 +293,13 @@ def test_sample_batches_give_token_type_0_and_stay_inside_small_tables(tmp_path:
     assert not batch["token_type_ids"].any()
     assert set(np.unique(batch["input_ids"])) <= {1, 2}
     assert sample_batch(config, 4, 16, index_limits={"input_ids": 1})["input_ids"].max() == 0
+
+
+def test_a_model_without_integer_inputs_is_not_read_for_lookups(tmp_path: Path) -> None:
+    """Nothing of a float-only model can index a table: its graph is not parsed (0.2 s of a
+    worker's start for a MiniLM-sized file), so even unreadable bytes go unread here."""
+    write_demo_models(tmp_path)
+    version = ModelRepository(tmp_path).resolve("demo-mlp", None)
+    version.model_file.write_bytes(b"not a protobuf")
+
+    assert input_rules_for(version) == (None, {})
