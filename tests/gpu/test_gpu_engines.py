@@ -13,21 +13,23 @@ import pytest
 import yaml
 
 from infra.models.repository import ModelRepository, ModelVersion
-from services.models.demo import ENCODER
+from services.models.demo import ENCODER, IR_VERSION
 from services.worker.engines.onnx_runtime import OnnxRuntimeEngine
 from services.worker.engines.shapes import sample_batch
 
 pytestmark = pytest.mark.gpu
 
 
-def provider_starts(name: str) -> bool:
-    """The provider is listed *and* a session really runs on it.
+def provider_problem(name: str) -> str | None:
+    """Why the provider cannot run a session here; None when one really runs on it.
 
     onnxruntime-gpu lists the TensorRT provider even when libnvinfer is missing, then
-    quietly runs the session on the next provider: listed is not usable.
+    quietly runs the session on the next provider: listed is not usable. The probe model
+    carries the demo models' IR version: one stamped with the installed onnx's newest IR
+    is refused by an older onnxruntime, which read as "no GPU" on a GPU host.
     """
     if name not in ort.get_available_providers():
-        return False
+        return f"{name} is not among onnxruntime's providers (no onnxruntime-gpu?)"
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
@@ -37,24 +39,26 @@ def provider_starts(name: str) -> bool:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = IR_VERSION
     options = ort.SessionOptions()
     options.log_severity_level = 4
     try:
         session = ort.InferenceSession(
             model.SerializeToString(), sess_options=options, providers=[name]
         )
-    except Exception:  # the provider's libraries are missing or broken: it cannot start
-        return False
-    return session.get_providers()[0] == name
+    except Exception as exc:  # the provider's libraries are missing or broken: it cannot start
+        return f"{name} cannot start a session: {str(exc)[:200]}"
+    ran_on = session.get_providers()[0]
+    return None if ran_on == name else f"{name} is listed, but a session ran on {ran_on}"
 
 
+CUDA_PROBLEM = provider_problem("CUDAExecutionProvider")
+TRT_PROBLEM = provider_problem("TensorrtExecutionProvider")
 needs_cuda_ep = pytest.mark.skipif(
-    not provider_starts("CUDAExecutionProvider"),
-    reason="onnxruntime's CUDA provider cannot start here (no onnxruntime-gpu or no GPU)",
+    CUDA_PROBLEM is not None, reason=f"onnxruntime's CUDA provider: {CUDA_PROBLEM}"
 )
 needs_trt_ep = pytest.mark.skipif(
-    not provider_starts("TensorrtExecutionProvider"),
-    reason="onnxruntime's TensorRT provider cannot start here (no libnvinfer)",
+    TRT_PROBLEM is not None, reason=f"onnxruntime's TensorRT provider: {TRT_PROBLEM}"
 )
 needs_tensorrt = pytest.mark.skipif(
     importlib.util.find_spec("tensorrt") is None or importlib.util.find_spec("cuda") is None,
