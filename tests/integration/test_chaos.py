@@ -9,6 +9,7 @@ after a restart) is reported but not asserted; a sibling check bounds the damage
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import orjson
 import pytest
@@ -46,7 +47,21 @@ async def test_short_scenario_meets_its_targets(name: str) -> None:
     # chaos`, not asserted here: a shared host's speed is no test. Recovery bounds (resume
     # within 15 s, replaced within time-to-ready + 5 s) are asserted. Broker-defect targets
     # are reported, not asserted.
-    assert report.correct(), "\n".join(lines(report) + said[-15:])
+    assert report.correct(), "\n".join(lines(report) + said[-15:] + _log_tails(report.log_dir))
+
+
+def _log_tails(log_dir: str, keep: int = 40) -> list[str]:
+    """Each service log's last notable lines (the logs die with CI's temporary folder)."""
+    said: list[str] = []
+    for log in sorted(Path(log_dir).glob("*.log")):
+        notable = [
+            line[:300]
+            for line in log.read_text(errors="replace").splitlines()
+            if ("WARNING" in line or "ERROR" in line or "partitions_" in line)
+            and "event=publish_" not in line
+        ]
+        said += [f"--- {log.name}: last {min(keep, len(notable))} notable lines", *notable[-keep:]]
+    return said
 
 
 def test_every_scenario_is_covered() -> None:
