@@ -18,6 +18,7 @@ from aiokafka import TopicPartition
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.pacing import FetchPacer
+from infra.settings import kafka_settings
 from schemas.frames import is_frame, join_frame, split_frame
 from schemas.topics import INGEST, RESULTS
 from services.runtime.answers import Outgoing, Publisher
@@ -233,15 +234,22 @@ class LoadGenerator:
             if len(self._report.completed) >= self._expected > 0:
                 self._done.set()
 
-    def _send(self, count: int, lengths: Callable[[], int]) -> None:
+    def _send(
+        self,
+        count: int,
+        lengths: Callable[[], int],
+        *,
+        arrived_at: np.ndarray[Any, Any] | None = None,
+    ) -> None:
         """Produce `count` requests in one go (as a high-rate producer batches), acks awaited
-        in the background."""
+        in the background. Latency counts from `arrived_at` (perf_counter seconds, one a
+        request) when given, else from now."""
         now = time.perf_counter()
         records = []
-        for _ in range(count):
+        for i in range(count):
             request_id = uuid.uuid4().hex
             seq_len = lengths()
-            self._sent[request_id] = (now, seq_len)
+            self._sent[request_id] = (now if arrived_at is None else float(arrived_at[i]), seq_len)
             records.append(
                 Outgoing(INGEST, request_id.encode(), self.make_event(request_id, seq_len), [])
             )
@@ -285,21 +293,30 @@ class LoadGenerator:
         progress: Callable[[int], None],
         *,
         seed: int = 1,
+        linger_s: float | None = None,
     ) -> LoadReport:
         """Send `count` requests at `rate_rps` regardless of answers, as Poisson arrivals
-        (`poisson_arrivals`; the peers' load generator draws the same): each is sent at its
-        time, those already due go together."""
+        (`poisson_arrivals`; the peers' load generator draws the same). Like a Kafka producer
+        with a linger, an arrival waits up to `linger_s` (default: the producers'
+        `linger_ms`) for the ones after it and they go as
+        one batch: one produce batch per arrival would measure the broker's per-batch cost,
+        not inferbus. Each request's latency counts from its arrival, not its send, so time
+        the generator itself falls behind is counted too."""
+        if linger_s is None:
+            linger_s = kafka_settings().linger_ms / 1000
         self._reset(count)
         arrivals = poisson_arrivals(count, rate_rps, seed=seed)
         start = time.perf_counter()
         while self._report.sent < count:
             elapsed = time.perf_counter() - start
             due = int(np.searchsorted(arrivals, elapsed, side="right"))
-            if due > self._report.sent:
-                self._send(due - self._report.sent, lengths)
+            sent = self._report.sent
+            if due > sent:
+                self._send(due - sent, lengths, arrived_at=start + arrivals[sent:due])
                 self._tick(progress)
             if self._report.sent < count:
-                await asyncio.sleep(max(arrivals[self._report.sent] - elapsed, 0.0))
+                next_send = arrivals[self._report.sent] + linger_s
+                await asyncio.sleep(max(next_send - elapsed, 0.0))
         return await self._finish(progress)
 
     def _reset(self, count: int) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
-from services.bench.loadgen import poisson_arrivals
+from services.bench.loadgen import LoadGenerator, LoadReport, poisson_arrivals
 
 
 def test_arrivals_are_ascending_at_the_rate() -> None:
@@ -33,3 +35,43 @@ def test_a_seed_repeats_its_arrivals() -> None:
 def test_an_open_loop_needs_a_rate(rate: float) -> None:
     with pytest.raises(ValueError, match="rate above 0"):
         poisson_arrivals(10, rate, seed=1)
+
+
+class _Sends:
+    """Stands in for the generator's producer: records each send's size and stamps."""
+
+    def __init__(self, report: LoadReport) -> None:
+        self.report = report
+        self.calls: list[np.ndarray] = []
+
+    def __call__(self, count: int, lengths: object, *, arrived_at: np.ndarray) -> None:
+        assert len(arrived_at) == count
+        self.calls.append(np.asarray(arrived_at))
+        self.report.sent += count
+
+
+@pytest.mark.parametrize(("linger_s", "most_sends"), [(0.0, 400), (0.01, 60)])
+async def test_an_open_loop_lingers_and_counts_latency_from_each_arrival(
+    monkeypatch: pytest.MonkeyPatch, linger_s: float, most_sends: int
+) -> None:
+    """At 20,000 arrivals/s a 10 ms linger sends them in a few dozen batches, not one
+    each; every request keeps its own arrival time as the start of its latency."""
+    gen = LoadGenerator("127.0.0.1:1", lambda request_id, seq: b"")
+    monkeypatch.setattr(gen, "_reset", lambda count: None)
+    sends = _Sends(gen._report)
+    monkeypatch.setattr(gen, "_send", sends)
+
+    async def finish(progress: object) -> LoadReport:
+        return gen._report
+
+    monkeypatch.setattr(gen, "_finish", finish)
+    monkeypatch.setattr(gen, "_tick", lambda progress: None)
+    started = time.perf_counter()
+
+    await gen.open_loop(400, 20_000.0, lambda: 32, lambda done: None, linger_s=linger_s)
+
+    stamps = np.concatenate(sends.calls)
+    expected = started + poisson_arrivals(400, 20_000.0, seed=1)
+    assert len(stamps) == 400
+    assert len(sends.calls) <= most_sends
+    np.testing.assert_allclose(stamps, expected, atol=0.005)
