@@ -309,7 +309,8 @@ class QueueDepths:
         read of both (`projected_depth` carries it forward to now). One not read yet counts
         only what this ingest routed to it since it started (from its first ack): counting
         from offset 0 would take the partition's whole history for lag and reject every
-        request as overloaded.
+        request as overloaded. A read older than `active_for_s` counts as none (admission
+        lets the request through) and asks for a fresh one.
         """
         self._topics.add(topic)
         in_flight = self._in_flight.get(topic, 0)
@@ -322,6 +323,13 @@ class QueueDepths:
         at_read, routed_since, ours = sums
         read_at = self._read_at.get(topic)
         elapsed = time.monotonic() - read_at if read_at is not None else 0.0
+        if read_at is not None and elapsed > self.active_for_s:
+            # Not kept fresh (nothing routed or asked for a while): the last read may be a
+            # flood's peak, long drained. Unknown until the read asked for here lands;
+            # a depth never goes below its read (`projected_depth`), so after a drained
+            # flood the first requests were refused on "4960 queued" (found in review).
+            self._unread_routed.set()
+            return in_flight or None
         projected = projected_depth(
             at_read, routed_since, drained_per_s=self._commit_rate.get(topic), elapsed_s=elapsed
         )

@@ -546,3 +546,17 @@ def test_a_rejected_request_is_counted_under_a_known_model_or_none(
     catalog = make_catalog(CountingRepository())
     catalog.config("demo-mlp")
     assert metric_model(name, catalog.knows) == label
+
+
+def test_a_read_left_stale_is_unknown_and_asks_for_a_fresh_one() -> None:
+    """After a flood drains and the tier goes quiet, its last read (the flood's depth) is
+    not read again; the first request after the quiet must not be refused on it."""
+    queue = depths(acks=[(T, 0, 4999)], committed={tp(0): 40})
+    assert queue.depth(T) == 4960
+    queue._read_at[T] -= queue.active_for_s + 1
+    queue._unread_routed.clear()
+
+    assert queue.depth(T) is None
+    assert queue._unread_routed.is_set(), "the refresh loop reads it at once"
+    queue.reserve(T)
+    assert queue.depth(T) == 1, "what is being produced still counts"
