@@ -18,7 +18,7 @@ from typing import Any
 from aiokafka import ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
-from infra.kafka import make_consumer
+from infra.kafka import make_consumer, read_from_start
 
 log = logging.getLogger(__name__)
 
@@ -190,5 +190,5 @@ async def rewind_restarted_logs(
             positions[tp],
             suspects[tp],
         )
-        await consumer.seek_to_beginning(tp)
+        read_from_start(consumer, tp)
     return past

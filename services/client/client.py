@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
-from infra.kafka import make_consumer, make_producer, start_with_retry
+from infra.kafka import make_consumer, make_producer, read_from_start, start_with_retry
 from infra.log_end import LogEndProbe, true_ends
 from infra.pacing import FetchPacer
 from infra.topics import BROKER_EVENT_KEY
@@ -368,7 +368,7 @@ class InferenceClient:
         log.warning("event=broker_restart_detected reply_topic=%s", self.reply_to)
         self._restarts = RestartDetector()
         self._restarted_at = time.monotonic()
-        await consumer.seek_to_beginning(*consumer.assignment())
+        read_from_start(consumer, *consumer.assignment())
         self._resubmit_pending()
 
     def _resubmit_pending(self, *, every_one: bool = True) -> None:

@@ -25,10 +25,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from infra.gaps import GapGuard, admit_in_order
-from infra.kafka import make_consumer, start_with_retry
+from infra.kafka import make_consumer, read_from_start, start_with_retry
 from infra.log_end import LogEndProbe
 from infra.pacing import FetchPacer, lane_waits, record_bytes
 from infra.settings import kafka_settings
+from infra.stalls import StallWatch
 from schemas.errors import InferbusError
 from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS
 from services.runtime.committer import Committer
@@ -174,6 +175,9 @@ class OwnedConsumer:
         self._rebalance_lock = asyncio.Lock()
         self._started = False
         self._closed = False
+        self.stall_watch = StallWatch(f"poll client={client_id}")
+        """Names the awaits of a poll that has not come back within 10 s."""
+        self._watching: asyncio.Task[None] | None = None
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -236,7 +240,7 @@ class OwnedConsumer:
     async def _seek_recent(self, tps: list[TopicPartition]) -> None:
         whole = [tp for tp in tps if tp.topic in WHOLE_CONTROL_TOPICS]
         if whole:
-            await self._consumer.seek_to_beginning(*whole)
+            read_from_start(self._consumer, *whole)
         tps = [tp for tp in tps if tp.topic not in WHOLE_CONTROL_TOPICS]
         if not tps:
             return
@@ -257,6 +261,10 @@ class OwnedConsumer:
         if self._closed or not self._started:
             return
         self._closed = True
+        if self._watching is not None:
+            self._watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watching
         tasks = list(self._releases)
         for group in self._groups:
             parts = frozenset(group.owned - group.releasing)
@@ -283,6 +291,17 @@ class OwnedConsumer:
         self, timeout_ms: int, max_records: int | None = None
     ) -> list[ConsumerRecord[bytes, bytes]]:
         """The next data records (registry and decision records are folded on the way)."""
+        if self._watching is None:
+            self._watching = asyncio.create_task(self.stall_watch.run(), name="stall-watch")
+        self.stall_watch.begin()
+        try:
+            return await self._poll(timeout_ms, max_records)
+        finally:
+            self.stall_watch.end()
+
+    async def _poll(
+        self, timeout_ms: int, max_records: int | None
+    ) -> list[ConsumerRecord[bytes, bytes]]:
         limit = self.options.max_poll_records
         fenced = self.membership.lease_lapsed()
         if fenced:
@@ -463,7 +482,7 @@ class OwnedConsumer:
                 "beginning" if offset is None else offset,
             )
             if offset is None:
-                await self._consumer.seek_to_beginning(tp)
+                read_from_start(self._consumer, tp)
             else:
                 self._consumer.seek(tp, offset)
 
@@ -485,7 +504,7 @@ class OwnedConsumer:
         for tp in tps:
             self.offsets.forget(tp.topic, tp.partition)
         if tps:
-            await self._consumer.seek_to_beginning(*tps)
+            read_from_start(self._consumer, *tps)
 
     async def _rebuild(self) -> None:
         old = self._consumer
@@ -566,7 +585,7 @@ class OwnedConsumer:
             self.offsets.forget(group.topic, partition)
             self.gaps.forget(tp)
             if offset is None:
-                await self._consumer.seek_to_beginning(tp)
+                read_from_start(self._consumer, tp)
             else:
                 self._consumer.seek(tp, offset)
             group.owned.add(partition)
