@@ -18,7 +18,12 @@ from services.chaos.measures import first_ok_sent_after, last_loss_sent_after
 from services.chaos.model import SimModel
 from services.chaos.report import Check, ScenarioReport
 from services.chaos.scenarios.base import Progress, ScenarioSpec, running
-from services.chaos.scenarios.checks import client_view, first_ok_after, none_lost
+from services.chaos.scenarios.checks import (
+    answered_to_client,
+    client_lost,
+    client_view,
+    first_ok_after,
+)
 from services.chaos.traffic import ClientProducer
 
 NAME = "broker-restart"
@@ -120,9 +125,19 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 broker_defect=None if sizes.via_client else TANSU_PHANTOM,
             ),
             served_not_refused(total),
-            # The client resends what a restart lost: nothing sent in any phase may be lost.
+            # The client resends what a restart lost: nothing sent in any phase may go
+            # unanswered. One the client read and the observer did not is the broker's.
             *(
-                [none_lost(total, note=f"every phase; {client_view(lost_ids, seen)}")]
+                [
+                    Check(
+                        "0 lost",
+                        not client_lost(lost_ids, seen),
+                        f"{len(client_lost(lost_ids, seen))} of {total.accepted} accepted "
+                        f"got no answer (every phase; the observer counts {total.lost} "
+                        f"lost; {client_view(lost_ids, seen)})",
+                    ),
+                    answered_to_client(lost_ids, seen),
+                ]
                 if sizes.via_client
                 else []
             ),

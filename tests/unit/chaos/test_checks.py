@@ -6,7 +6,14 @@ import pytest
 
 from services.chaos.ledger import Tally
 from services.chaos.report import Check
-from services.chaos.scenarios.checks import client_view, first_ok_after, none_lost
+from services.chaos.scenarios.checks import (
+    answered_to_client,
+    client_lost,
+    client_view,
+    first_ok_after,
+    none_lost,
+)
+from services.chaos.traffic import TIMED_OUT
 
 
 @pytest.mark.parametrize(
@@ -69,3 +76,23 @@ def test_first_ok_after(recover_s: float | None, expected: str) -> None:
 )  # fmt: skip
 def test_client_view(lost: set[str], seen: dict[str, str], expected: str) -> None:
     assert client_view(lost, seen) == expected
+
+
+@pytest.mark.parametrize(
+    ("lost", "seen", "unanswered", "read_by_client"),
+    [
+        pytest.param(set(), {}, set(), 0, id="none-lost"),
+        pytest.param({"a"}, {"a": TIMED_OUT}, {"a"}, 0, id="timed-out-is-lost"),
+        pytest.param({"a"}, {}, {"a"}, 0, id="no-word-is-lost"),
+        pytest.param({"a", "b"}, {"a": "ok", "b": TIMED_OUT}, {"b"}, 1, id="read-is-not-lost"),
+        pytest.param({"a"}, {"a": "deadline_exceeded"}, set(), 1, id="an-error-is-an-answer"),
+    ],
+)
+def test_a_loss_the_client_read_is_the_brokers_not_a_lost_request(
+    lost: set[str], seen: dict[str, str], unanswered: set[str], read_by_client: int
+) -> None:
+    assert client_lost(lost, seen) == unanswered
+    check = answered_to_client(lost, seen)
+    assert check.passed is (read_by_client == 0)
+    assert check.detail.startswith(f"{read_by_client} result(s)")
+    assert check.broker_defect is not None, "reported, not asserted"
