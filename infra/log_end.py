@@ -9,6 +9,7 @@ Apache Kafka the reported end is the true one and the read changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -28,7 +29,12 @@ async def fetch_once(
 ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
     """The records of one fetch from each partition's `start_at` offset (absent: none came
     within `timeout_s`). Assigns `consumer` to those partitions and drops the assignment
-    again, so that its fetcher does not go on prefetching."""
+    again, so that its fetcher does not go on prefetching.
+
+    One call at a time per consumer (`LogEndProbe` holds a lock): a second call's
+    `unsubscribe` under a first one's `getmany` leaves aiokafka waiting for an assignment
+    that never comes. Each `getmany` is also bounded here, so that nothing can park the
+    caller for good."""
     if not start_at:
         return {}
     consumer.assign(list(start_at))
@@ -42,7 +48,12 @@ async def fetch_once(
             if left_ms <= 0:
                 break
             waiting = [tp for tp in start_at if tp not in found]
-            batch = await consumer.getmany(*waiting, timeout_ms=left_ms)
+            try:
+                batch = await asyncio.wait_for(
+                    consumer.getmany(*waiting, timeout_ms=left_ms), left_ms / 1000 + 1.0
+                )
+            except TimeoutError:
+                break
             for tp, records in batch.items():
                 if records:
                     found[tp] = list(records)
@@ -110,6 +121,13 @@ class LogEndProbe:
         self._consumer: Any = None
         self._inside: dict[TopicPartition, tuple[int, int]] = {}
         """Partition -> (reported end, highest offset seen from it) of the last batch read."""
+        self._one_at_a_time = asyncio.Lock()
+        """Its one consumer serves one judgement at a time. A consumer's poll (every 5 s)
+        and its commit loop (after a commit that failed) both ask; overlapping, one's
+        `unsubscribe` (or its cancellation at the commit timeout) left the other's fetch
+        waiting for ever:
+        ingest and the worker served nothing after a broker restart (CI's chaos test;
+        seen with `event=stalled` in a stressed run)."""
 
     async def judge(
         self, suspects: Mapping[TopicPartition, int], positions: Mapping[TopicPartition, int]
@@ -125,7 +143,8 @@ class LogEndProbe:
             return EndVerdict()
         starts = {tp: end - 1 for tp, end in asked.items() if end > 0}
         try:
-            fetched = await fetch_once(await self._reader(), starts, timeout_s=1.0)
+            async with self._one_at_a_time:
+                fetched = await fetch_once(await self._reader(), starts, timeout_s=1.0)
         except (KafkaError, TimeoutError) as exc:  # asked again next time
             log.warning("event=log_end_probe_failed client=%s error=%r", self._client_id, exc)
             return EndVerdict(unknown=list(asked))
