@@ -55,7 +55,7 @@ def _log_tails(log_dir: str, keep: int = 40) -> list[str]:
     said: list[str] = []
     for log in sorted(Path(log_dir).glob("*.log")):
         notable = [
-            line[:300]
+            line if "event=stalled" in line else line[:300]
             for line in log.read_text(errors="replace").splitlines()
             if ("WARNING" in line or "ERROR" in line or "partitions_" in line)
             and "event=publish_" not in line
