@@ -12,6 +12,7 @@ from services.chaos.scenarios.broker_restart import (
     LossCauses,
     loss_causes,
     loss_detail,
+    resume_unseen_by_broker,
     served_not_refused,
 )
 
@@ -75,3 +76,24 @@ def test_loss_detail(causes: LossCauses, last_loss_s: float | None, expected: st
 def test_served_not_refused(errors: dict[str, int], passed: bool, detail: str) -> None:
     check = served_not_refused(Tally(sent=360, errors=errors))
     assert (check.passed, check.detail, check.asserted) == (passed, detail, False)
+
+
+BROKERS = LossCauses(frozenset({"a"}), frozenset({"b"}), frozenset())
+OURS = LossCauses(frozenset(), frozenset(), frozenset({"a"}))
+
+
+@pytest.mark.parametrize(
+    ("via_client", "recover", "after", "causes", "brokers"),
+    [
+        pytest.param(False, None, Tally(sent=2, lost=2), BROKERS, True, id="all-lost-by-broker"),
+        pytest.param(False, None, Tally(sent=2, lost=2), OURS, False, id="one-readable-alone"),
+        pytest.param(False, None, Tally(sent=2, lost=1), BROKERS, False, id="one-not-lost"),
+        pytest.param(False, 3.0, Tally(sent=2, lost=2), BROKERS, False, id="resumed"),
+        pytest.param(False, None, Tally(sent=0), BROKERS, False, id="none-sent-after"),
+        pytest.param(True, None, Tally(sent=2, lost=2), BROKERS, False, id="client-resends"),
+    ],
+)
+def test_never_resumed_is_the_brokers_only_when_it_lost_everything_sent_after(
+    via_client: bool, recover: float | None, after: Tally, causes: LossCauses, brokers: bool
+) -> None:
+    assert resume_unseen_by_broker(via_client, recover, after, causes) is brokers
