@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
@@ -223,6 +224,9 @@ class QueueDepths:
         self._task: asyncio.Task[None] | None = None
         self._unread_routed = asyncio.Event()
         """A request was routed to a topic never read: the refresh loop runs at once."""
+        self._reads_failing = False
+        """The last refresh failed: a stale read is kept, not taken for unknown."""
+        self._stale_kick_at = -math.inf
 
     def watch_models(self, models: list[str]) -> None:
         """Track the tier topics of these models."""
@@ -323,12 +327,17 @@ class QueueDepths:
         at_read, routed_since, ours = sums
         read_at = self._read_at.get(topic)
         elapsed = time.monotonic() - read_at if read_at is not None else 0.0
-        if read_at is not None and elapsed > self.active_for_s:
+        if read_at is not None and elapsed > self.active_for_s and not self._reads_failing:
             # Not kept fresh (nothing routed or asked for a while): the last read may be a
             # flood's peak, long drained. Unknown until the read asked for here lands;
             # a depth never goes below its read (`projected_depth`), so after a drained
             # flood the first requests were refused on "4960 queued" (found in review).
-            self._unread_routed.set()
+            # While reads fail, the last one stands (admission stays shut, not open), and
+            # a read is asked for at most once a refresh.
+            now = time.monotonic()
+            if now - self._stale_kick_at >= self.refresh_s:
+                self._stale_kick_at = now
+                self._unread_routed.set()
             return in_flight or None
         projected = projected_depth(
             at_read, routed_since, drained_per_s=self._commit_rate.get(topic), elapsed_s=elapsed
@@ -377,9 +386,11 @@ class QueueDepths:
             self._unread_routed.clear()  # a kick from here on (even mid-read) is kept
             try:
                 await self.refresh()
+                self._reads_failing = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the next refresh retries; depths keep their last value
+                self._reads_failing = True
                 log.warning("event=queue_depth_refresh_failed error=%r", exc)
             await asyncio.sleep(KICKED_READ_GAP_S)
             with contextlib.suppress(TimeoutError):

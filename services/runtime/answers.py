@@ -159,6 +159,10 @@ def error_text(error: BaseException) -> str:
     return text if text.startswith(name) else f"{name}: {text or 'no detail'}"
 
 
+LIST_AGAIN_S = 0.25
+"""How soon the broker's topics are listed again while a named topic is not among them."""
+
+
 class Publisher:
     """Produces many records as a few record batches, then awaits every ack.
 
@@ -210,21 +214,28 @@ class Publisher:
 
     async def _partitions(self, topics: list[str]) -> dict[str, int | BaseException]:
         """Partition count per topic, or why it cannot be produced to. Topics are asked
-        for together, once each per call (aiokafka would otherwise wait its whole request
-        timeout for every record)."""
-        answers = await asyncio.gather(*(self._look_up(topic) for topic in topics))
-        return dict(zip(topics, answers, strict=True))
+        for together, with one listing of the broker's topics per call (aiokafka would
+        otherwise wait its whole request timeout for every record)."""
+        answers: dict[str, int | BaseException] = {}
+        for topic in topics:
+            found_at = self._missing.get(topic)
+            if found_at is not None and self._clock() - found_at < self.missing_topic_memory_s:
+                answers[topic] = MissingTopic(
+                    f"topic {topic!r} does not exist (looked up recently)"
+                )
+            else:
+                self._missing.pop(topic, None)
+        asked = [topic for topic in topics if topic not in answers]
+        if asked:
+            listed = await self._broker_lists(asked)
+            found = await asyncio.gather(*(self._look_up(topic, listed) for topic in asked))
+            answers.update(zip(asked, found, strict=True))
+        return answers
 
-    async def _look_up(self, topic: str) -> int | BaseException:
-        found_at = self._missing.get(topic)
-        if found_at is not None:
-            if self._clock() - found_at < self.missing_topic_memory_s:
-                return MissingTopic(f"topic {topic!r} does not exist (looked up recently)")
-            del self._missing[topic]
-        listed = await self._broker_lists(topic)
+    async def _look_up(self, topic: str, listed: set[str] | None) -> int | BaseException:
         if listed is None:
             return UnknownTopic(f"topic {topic!r} cannot be looked up: the broker does not answer")
-        if not listed:
+        if topic not in listed:
             if is_made_by_inferbus(topic):  # made again after a restart: retried
                 return UnknownTopic(f"topic {topic!r} is not known to the broker (yet)")
             self._missing[topic] = self._clock()
@@ -240,22 +251,30 @@ class Publisher:
             self._forget(topic)
             return UnknownTopic(f"topic {topic!r} is not known to the broker: {exc!r}")
 
-    async def _broker_lists(self, topic: str) -> bool | None:
-        """Whether the broker lists `topic` now (None: it does not answer), asked apart
-        from the producer's own metadata.
+    async def _broker_lists(self, topics: list[str]) -> set[str] | None:
+        """Which of `topics` the broker lists (None: it does not answer), asked apart from
+        the producer's own metadata; one not listed is asked about again for up to
+        `metadata_timeout_s` (a topic created a moment ago may not be known to every
+        broker of a cluster yet).
 
         A topic named to aiokafka's `partitions_for` joins the topics its client asks the
         broker about; a missing one there set off a storm of metadata requests (thousands
         in a second) and, in 2 of 8 tries against `inferbus up`, held the results produced
         with it for the client's 30 s request timeout (NotLeaderForPartition). So the
         producer is only asked about topics the broker has listed."""
-        try:
-            cluster = await asyncio.wait_for(
-                self.producer.client.fetch_all_metadata(), self.metadata_timeout_s
-            )
-        except (KafkaError, TimeoutError):
-            return None
-        return topic in cluster.topics()
+        wanted = set(topics)
+        give_up_at = self._clock() + self.metadata_timeout_s
+        while True:
+            try:
+                cluster = await asyncio.wait_for(
+                    self.producer.client.fetch_all_metadata(), self.metadata_timeout_s
+                )
+            except (KafkaError, TimeoutError):
+                return None
+            listed = wanted & set(cluster.topics())
+            if listed == wanted or self._clock() >= give_up_at:
+                return listed
+            await asyncio.sleep(LIST_AGAIN_S)
 
     def _forget(self, topic: str) -> None:
         """aiokafka's `partitions_for` adds the topic to the client's metadata topics for

@@ -560,5 +560,17 @@ def test_a_read_left_stale_is_unknown_and_asks_for_a_fresh_one() -> None:
 
     assert queue.depth(T) is None
     assert queue._unread_routed.is_set(), "the refresh loop reads it at once"
+    queue._unread_routed.clear()
+    assert queue.depth(T) is None
+    assert not queue._unread_routed.is_set(), "asked for at most once a refresh"
     queue.reserve(T)
     assert queue.depth(T) == 1, "what is being produced still counts"
+
+
+def test_a_stale_read_stands_while_reads_fail() -> None:
+    """A broker that cannot answer the depth reads must not open admission to all."""
+    queue = depths(acks=[(T, 0, 4999)], committed={tp(0): 40})
+    queue._read_at[T] -= queue.active_for_s + 1
+    queue._reads_failing = True
+
+    assert queue.depth(T) == 4960
