@@ -209,8 +209,9 @@ def read_from_start(consumer: AIOKafkaConsumer, *partitions: TopicPartition) -> 
     """Position each partition at its log's first record, without a broker round trip.
 
     Offset 0 is the first record of a log nothing was trimmed from (every log of a broker
-    that just came back without its state); a trimmed log answers 0 with out-of-range, and
-    the consumer's `auto_offset_reset="earliest"` takes it to its first kept record.
+    that just came back without its state, which is what callers read again); a trimmed
+    log answers 0 with out-of-range, and a consumer whose `auto_offset_reset` is
+    "earliest" (the default of `make_consumer`) takes it to its first kept record.
     `seek_to_beginning` instead asks the broker (ListOffsets) and waits for the answer, up
     to the 30 s request timeout, inside the caller's poll loop: on a broker that has just
     come back, that is a wait the loop need not take."""

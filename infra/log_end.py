@@ -120,9 +120,8 @@ class LogEndProbe:
         """Its one consumer serves one judgement at a time. A consumer's poll (every 5 s)
         and its commit loop (after a commit that failed) both ask; overlapping, one's
         `unsubscribe` (or its cancellation at the commit timeout) left the other's fetch
-        waiting for ever:
-        ingest and the worker served nothing after a broker restart (CI's chaos test;
-        seen with `event=stalled` in a stressed run)."""
+        waiting for ever: ingest and the worker served nothing after a broker restart
+        (CI's chaos test; seen with `event=stalled` in a stressed run)."""
 
     async def judge(
         self, suspects: Mapping[TopicPartition, int], positions: Mapping[TopicPartition, int]

@@ -298,10 +298,10 @@ class LoadGenerator:
         """Send `count` requests at `rate_rps` regardless of answers, as Poisson arrivals
         (`poisson_arrivals`; the peers' load generator draws the same). Like a Kafka producer
         with a linger, an arrival waits up to `linger_s` (default: the producers'
-        `linger_ms`) for the ones after it and they go as
-        one batch: one produce batch per arrival would measure the broker's per-batch cost,
-        not inferbus. Each request's latency counts from its arrival, not its send, so time
-        the generator itself falls behind is counted too."""
+        `linger_ms`) for the ones after it and they go as one batch: one produce batch per
+        arrival would measure the broker's per-batch cost, not inferbus. Each request's
+        latency counts from its arrival, not its send, so time the generator itself falls
+        behind is counted too."""
         if linger_s is None:
             linger_s = kafka_settings().linger_ms / 1000
         self._reset(count)

@@ -97,6 +97,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
         sink = r.traffic.sink
         seen = sink.seen if isinstance(sink, ClientProducer) else {}
     total = tally(fates)
+    unanswered = client_lost(lost_ids, seen)
     phases = tally_by(fates, lambda f: f.sent.phase)
     after = phases.get("after", tally([]))
     recover = first_ok_sent_after(fates, back_at)
@@ -134,8 +135,8 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                 [
                     Check(
                         "0 lost",
-                        not client_lost(lost_ids, seen),
-                        f"{len(client_lost(lost_ids, seen))} of {total.accepted} accepted "
+                        not unanswered,
+                        f"{len(unanswered)} of {total.accepted} accepted "
                         f"got no answer (every phase; the observer counts {total.lost} "
                         f"lost; {client_view(lost_ids, seen)})",
                     ),
