@@ -36,3 +36,24 @@ def batch_histogram(completed: Sequence[Completed]) -> dict[str, int]:
 
 def statuses(completed: Sequence[Completed]) -> dict[str, int]:
     return dict(Counter(c.status for c in completed))
+
+
+def window_bound(
+    *, window: int, roundtrip_p50_ms: float | None, served_rps: float, cores_busy: float, cores: int
+) -> str | None:
+    """Why a closed loop's rate may not be the stack's ceiling, or None when the cores ran full.
+
+    A closed loop with `window` requests outstanding serves at most window / round trip
+    (Little's law). When the cores had room (under 90 % busy) and the rate is near that
+    bound, the window set the rate, not the stack: a larger window measures the ceiling.
+    """
+    if roundtrip_p50_ms is None or roundtrip_p50_ms <= 0 or cores_busy >= 0.9 * cores:
+        return None
+    bound = window / (roundtrip_p50_ms / 1000)
+    if served_rps < 0.7 * bound:
+        return None
+    return (
+        f"the window, not the cores, set this rate: {cores_busy:.2f} of {cores} cores busy, "
+        f"and {window} outstanding over a {roundtrip_p50_ms:.0f} ms round trip allow about "
+        f"{bound:.0f} req/s (Little's law); run a larger --window to measure the ceiling"
+    )

@@ -29,7 +29,13 @@ from infra.topics import ensure_topics, standard_topics
 from services.bench.cpu import CpuMeter
 from services.bench.loadgen import EncoderEvents, LoadGenerator, LoadReport
 from services.bench.otlp_sink import OtlpSink
-from services.bench.stats import batch_histogram, percentiles, statuses, steady_throughput
+from services.bench.stats import (
+    batch_histogram,
+    percentiles,
+    statuses,
+    steady_throughput,
+    window_bound,
+)
 from services.models.demo import write_demo_models
 from services.worker.engines.factory import create_engine
 from services.worker.engines.shapes import warmup_batches
@@ -363,6 +369,13 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             progress(f"saturation: {options.requests} requests, window {options.window}")
             saturated = await _measured(
                 meter, lambda: gen.closed_loop(options.requests, options.window, lengths, tick)
+            )
+            saturated["window_bound"] = window_bound(
+                window=options.window,
+                roundtrip_p50_ms=saturated["client_roundtrip_ms"]["p50"],
+                served_rps=saturated["samples_per_s"],
+                cores_busy=saturated["cpu"]["machine_cores_busy"],
+                cores=os.cpu_count() or 1,
             )
             half_rate = (
                 options.open_rate

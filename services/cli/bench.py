@@ -122,6 +122,8 @@ def throughput(
         f"CPU ms per request at saturation: {cpu} | cores busy "
         f"{sat['cpu']['machine_cores_busy']:.2f}"
     )
+    if sat.get("window_bound"):
+        typer.echo(f"note: {sat['window_bound']}")
 
 
 @bench_app.command("idle")

@@ -23,7 +23,6 @@ from typing import TypeAlias
 import numpy as np
 import orjson
 from aiokafka import ConsumerRecord
-from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
@@ -194,8 +193,7 @@ class IngestService:
             return
         self._stopping = True
         if self._producer_up:  # a start that never reached the broker has nothing to say
-            with contextlib.suppress(KafkaError):
-                await self.membership.publish("draining")
+            await self.membership.announce_leaving("draining")
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -210,8 +208,7 @@ class IngestService:
         if self.topics is not None:
             await self.topics.stop()
         if self._producer_up:  # a start that never reached the broker has nothing to say
-            with contextlib.suppress(KafkaError):
-                await self.membership.publish("gone")
+            await self.membership.announce_leaving("gone")
         await self.depths.stop()
         await self.producer.stop()
         log.info("event=ingest_stopped instance=%s counts=%s", self.instance_id, dict(self.counts))

@@ -232,9 +232,12 @@ class Publisher:
             answers.update(zip(asked, found, strict=True))
         return answers
 
-    async def _look_up(self, topic: str, listed: set[str] | None) -> int | BaseException:
-        if listed is None:
-            return UnknownTopic(f"topic {topic!r} cannot be looked up: the broker does not answer")
+    async def _look_up(self, topic: str, listed: set[str] | BaseException) -> int | BaseException:
+        if isinstance(listed, BaseException):
+            return UnknownTopic(
+                f"topic {topic!r} cannot be looked up: the broker does not answer "
+                f"({error_text(listed)})"
+            )
         if topic not in listed:
             if is_made_by_inferbus(topic):  # made again after a restart: retried
                 return UnknownTopic(f"topic {topic!r} is not known to the broker (yet)")
@@ -251,8 +254,8 @@ class Publisher:
             self._forget(topic)
             return UnknownTopic(f"topic {topic!r} is not known to the broker: {exc!r}")
 
-    async def _broker_lists(self, topics: list[str]) -> set[str] | None:
-        """Which of `topics` the broker lists (None: it does not answer), asked apart from
+    async def _broker_lists(self, topics: list[str]) -> set[str] | BaseException:
+        """Which of `topics` the broker lists (or why it does not answer), asked apart from
         the producer's own metadata; one not listed is asked about again for up to
         `metadata_timeout_s` (a topic created a moment ago may not be known to every
         broker of a cluster yet).
@@ -269,8 +272,11 @@ class Publisher:
                 cluster = await asyncio.wait_for(
                     self.producer.client.fetch_all_metadata(), self.metadata_timeout_s
                 )
-            except (KafkaError, TimeoutError):
-                return None
+            except (KafkaError, TimeoutError) as exc:
+                failure: BaseException = exc
+                if isinstance(exc, TimeoutError):  # asyncio's says nothing
+                    failure = KafkaTimeoutError(f"no answer within {self.metadata_timeout_s:g} s")
+                return failure
             listed = wanted & set(cluster.topics())
             if listed == wanted or self._clock() >= give_up_at:
                 return listed

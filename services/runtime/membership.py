@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from infra.registry import RegistryTable, decode, fold, is_live, tombstone
@@ -183,6 +184,14 @@ class Membership:
             )
             self.published_at = record.updated_at
             self.table = fold(self.table, record)
+
+    async def announce_leaving(self, state: InstanceState) -> None:
+        """Publish `draining` or `gone` on the way out, as far as the broker hears it: one
+        that is away cannot, and the lease then says the instance is gone (logged)."""
+        try:
+            await self.publish(state)
+        except KafkaError as exc:
+            log.warning("event=registry_publish_failed state=%s error=%r", state, exc)
 
     def lease_lapsed(self) -> bool:
         """Whether the others may count this instance gone by now: its last record that

@@ -20,7 +20,6 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka.errors import KafkaError
 from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
@@ -324,8 +323,7 @@ class Worker:
             return
         self._draining = True
         if self._producer_up:  # a start that never reached the broker has nothing to say
-            with contextlib.suppress(KafkaError):
-                await self.membership.publish("draining")
+            await self.membership.announce_leaving("draining")
         pipeline = self.pipeline
         polls = [t for t in self._tasks if t.get_name().startswith("poll-")]
         for task in polls:
@@ -345,8 +343,7 @@ class Worker:
         if self._telemetry is not None:
             await self._telemetry.stop()
         if self._producer_up:  # a start that never reached the broker has nothing to say
-            with contextlib.suppress(KafkaError):
-                await self.membership.publish("gone")
+            await self.membership.announce_leaving("gone")
         await self.producer.stop()
         await self.host.close()
         log.info("event=worker_stopped instance=%s counts=%s", self.instance_id, self.counts)

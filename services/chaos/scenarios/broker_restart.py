@@ -23,6 +23,7 @@ from services.chaos.scenarios.checks import (
     client_lost,
     client_view,
     first_ok_after,
+    late_for_client,
 )
 from services.chaos.traffic import ClientProducer
 
@@ -141,6 +142,7 @@ async def run(sizes: Sizes, progress: Progress) -> ScenarioReport:
                         f"lost; {client_view(lost_ids, seen)})",
                     ),
                     answered_to_client(lost_ids, seen),
+                    late_for_client(lost_ids, seen),
                 ]
                 if sizes.via_client
                 else []

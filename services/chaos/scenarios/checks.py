@@ -35,6 +35,20 @@ def answered_to_client(lost: Set[str], seen: Mapping[str, str]) -> Check:
     )
 
 
+def late_for_client(lost: Set[str], seen: Mapping[str, str]) -> Check:
+    """Requests the stack answered (the observer read a result) while the client's `infer`
+    had timed out: not lost, late for the caller. Whether an outage's backlog is served
+    within a client's timeout is the host's speed: reported, not asserted."""
+    late = sorted(i for i, end in seen.items() if end == TIMED_OUT and i not in lost)
+    return Check(
+        "the client waited long enough for every answer",
+        not late,
+        f"{len(late)} answered after the client's infer timed out"
+        + (f" ({', '.join(late[:5])})" if late else ""),
+        host_speed=True,
+    )
+
+
 def client_lost(lost: Set[str], seen: Mapping[str, str]) -> set[str]:
     """Of the requests the observer counts lost, those the client got no result for."""
     return {i for i in lost if seen.get(i) in (None, TIMED_OUT)}

@@ -11,6 +11,7 @@ from services.chaos.scenarios.checks import (
     client_lost,
     client_view,
     first_ok_after,
+    late_for_client,
     none_lost,
 )
 from services.chaos.traffic import TIMED_OUT
@@ -96,3 +97,21 @@ def test_a_loss_the_client_read_is_the_brokers_not_a_lost_request(
     assert check.passed is (read_by_client == 0)
     assert check.detail.startswith(f"{read_by_client} result(s)")
     assert check.broker_defect is not None, "reported, not asserted"
+
+
+@pytest.mark.parametrize(
+    ("lost", "seen", "late"),
+    [
+        pytest.param(set(), {"a": "ok"}, 0, id="all-in-time"),
+        pytest.param(set(), {"a": TIMED_OUT, "b": "ok"}, 1, id="answered-after-the-timeout"),
+        pytest.param({"a"}, {"a": TIMED_OUT}, 0, id="lost-is-not-late"),
+    ],
+)
+def test_an_answer_the_client_stopped_waiting_for_is_counted_late(
+    lost: set[str], seen: dict[str, str], late: int
+) -> None:
+    check = late_for_client(lost, seen)
+
+    assert check.passed is (late == 0)
+    assert check.detail.startswith(f"{late} answered after the client's infer timed out")
+    assert check.host_speed and not check.asserted, "reported, not asserted"

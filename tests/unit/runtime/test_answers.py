@@ -298,6 +298,8 @@ async def test_a_topic_that_may_come_back_is_retried_until_patience(
     [ack] = await asyncio.wait_for(publisher.send_all([Outgoing(topic, None, b"b", [])]), 5)
 
     assert isinstance(ack, UnknownTopic) and not isinstance(ack, MissingTopic)
+    if not broker_answers:
+        assert str(ack).endswith("the broker does not answer (KafkaConnectionError: broker away)")
     assert producer.listings >= 2, "asked again on each try"
     assert producer.lookups == []
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 
 from schemas.telemetry import InstanceRecord
 from schemas.topics import DECISIONS, INSTANCES
@@ -162,6 +163,21 @@ async def test_a_failed_publish_does_not_renew_the_lease() -> None:
     with pytest.raises(ConnectionError):
         await m.publish()
     assert m.lease_lapsed()
+
+
+async def test_leaving_said_to_a_broker_that_is_away_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def away(topic: str, key: bytes, value: bytes) -> None:
+        raise KafkaConnectionError("broker away")
+
+    identity = Identity("me", "inferbus-worker", "demo-mlp", ["interactive"], [GROUP], T0)
+    m = Membership(away, identity, lease_s=3.0, clock=Clock())
+
+    await m.announce_leaving("gone")
+
+    assert m.state == "gone"
+    assert "event=registry_publish_failed state=gone" in caplog.text
 
 
 # ---- logs that started over --------------------------------------------------------------
