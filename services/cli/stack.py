@@ -425,14 +425,21 @@ class Stack:
             )
 
     def _on_signal(self, signum: int) -> None:
-        """The first Ctrl-C (or SIGTERM) stops in order; one more while it stops (or the
-        first, when the stack already stops for another reason) kills every child at once
-        and exits 128 + the signal (what was not committed is read again next time)."""
+        """The first Ctrl-C, SIGTERM or SIGHUP stops in order. One more Ctrl-C while it
+        stops (or the first, when the stack already stops for another reason) kills every
+        child at once and exits 128 + the signal (what was not committed is read again next
+        time). A SIGTERM or SIGHUP then does not: process managers send SIGTERM again, and a
+        closing terminal sends SIGHUP after it, neither a person's word to skip the drain
+        (SIGKILL is that)."""
         first = not self.stop.is_set()
-        self._interrupts = (self._interrupts or 0) + 1
         if first:
+            self._interrupts = (self._interrupts or 0) + 1
             self.stop.set()
             return
+        if signum != signal.SIGINT:
+            self._say(f"{signal.Signals(signum).name} while stopping: the drain goes on")
+            return
+        self._interrupts = (self._interrupts or 0) + 1
         killed = kill_children()
         self._say(f"stopped at once: killed {len(killed)} process group(s), nothing drained")
         self.console.show_cursor(True)  # a live view hides it
@@ -442,7 +449,7 @@ class Stack:
     async def run(self) -> None:
         """Start everything, show status until Ctrl-C or the duration, then stop all."""
         loop = asyncio.get_running_loop()
-        signals = (signal.SIGINT, signal.SIGTERM)
+        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         for sig in signals:
             loop.add_signal_handler(sig, self._on_signal, sig)
         self._interrupts = 0

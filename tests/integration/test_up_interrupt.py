@@ -2,7 +2,7 @@
 whole foreground process group. The stack must stop in order (workers drain, then ingest,
 then the broker) and leave nothing behind; its children live in their own process groups,
 so the signal reaches `inferbus up` alone. A second Ctrl-C while it drains stops everything
-at once."""
+at once; a second SIGTERM, or a SIGHUP, does not."""
 
 from __future__ import annotations
 
@@ -227,3 +227,34 @@ def test_the_requests_left_in_the_broker_are_counted(broker: str) -> None:
         return before, await queued_requests(broker, [(group, topic)])
 
     assert asyncio.run(scenario()) == (5, 3)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_and_sighup_while_stopping_do_not_skip_the_drain(tmp_path: Path) -> None:
+    """A process manager sends SIGTERM again, and a terminal that closes sends SIGHUP after
+    it: `make up` in a terminal killed with its group read the second as a Ctrl-C and
+    killed every worker undrained (a newcomer's pass, stop 32)."""
+    up, log = _start_up(tmp_path)
+    try:
+        children = _children_of(up.pid)
+        assert len(children) >= 3, children
+
+        os.killpg(up.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while b"inferbus stopping:" not in log.read_bytes():
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        os.killpg(up.pid, signal.SIGTERM)
+        os.killpg(up.pid, signal.SIGHUP)
+        returncode = up.wait(timeout=STOPPED_WITHIN_S)
+
+        text = log.read_text()
+        assert returncode == 0, text[-3000:]
+        assert "SIGTERM while stopping: the drain goes on" in text
+        assert "SIGHUP while stopping: the drain goes on" in text
+        assert "stopped at once" not in text
+        assert "inferbus stopped" in text
+        left = [pid for pid in children if _alive(pid)]
+        assert not left, f"still running after the stack stopped: {left}"
+    finally:
+        _kill_all(up)
