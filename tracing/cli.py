@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +30,22 @@ Service = Annotated[str, typer.Option(help="Service whose spans carry the reques
 Lookback = Annotated[float, typer.Option("--lookback-s", help="How far back to search, seconds.")]
 
 
+UNSTAGED = "not in a stage"
+"""The row for e2e's time outside every stage: mostly the wait in the ingest topic before
+ingest polled the request (e2e starts at the producer's send, `ingest` at ingest's poll),
+then ingest's send of it to the tier topic."""
+
+
+def unstaged_ms(stages_ms: Mapping[str, float], e2e_ms: float | None) -> float | None:
+    """e2e less the stages within it (`publish` comes after e2e ends); None when there is no
+    e2e or nothing left (clocks of different hosts can make the rest negative)."""
+    if e2e_ms is None:
+        return None
+    within = sum(ms for stage, ms in stages_ms.items() if stage not in ("e2e", "publish"))
+    rest = e2e_ms - within
+    return rest if rest > 0 else None
+
+
 def render(breakdown: Breakdown, console: Console) -> None:
     """One request's stages as a table, with each stage's share of e2e."""
     source = (
@@ -47,6 +64,9 @@ def render(breakdown: Breakdown, console: Console) -> None:
             continue
         share = f"{100 * ms / e2e:.1f}" if e2e else "-"
         table.add_row(stage, f"{ms:.2f}", share)
+    other = unstaged_ms(breakdown.stages_ms, e2e)
+    if other is not None and e2e:
+        table.add_row(UNSTAGED, f"{other:.2f}", f"{100 * other / e2e:.1f}")
     table.add_row("e2e", f"{e2e:.2f}" if e2e is not None else "-", "100.0" if e2e else "-")
     console.print(table)
     if breakdown.services:

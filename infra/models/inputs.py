@@ -18,6 +18,11 @@ def _fail(message: str, **context: Any) -> InvalidInput:
     return InvalidInput(message, **context)
 
 
+def _setting(named: Mapping[str, str], limit: str) -> str:
+    setting = named.get(limit)
+    return f" ({setting})" if setting else ""
+
+
 def tensor_nbytes(tensor: Tensor) -> int:
     """Bytes the decoded tensor will take, from its declared dtype and shape."""
     return math.prod(tensor.shape) * DTYPES[tensor.dtype].itemsize
@@ -31,6 +36,7 @@ def validate_inputs(
     max_samples: int,
     payload: Buffer | None = None,
     index_limits: Mapping[str, int] | None = None,
+    limit_settings: Mapping[str, str] | None = None,
 ) -> tuple[Arrays, list[str] | None, int]:
     """Decode and check every input; returns (arrays, texts or None, samples).
 
@@ -40,8 +46,11 @@ def validate_inputs(
     `index_limits`: where the model is loaded (the worker), {input: rows of the table it
     indexes} from the tokenizer's vocabulary and the graph's lookups
     (`infra.models.lookups`): every value sent must be below it.
+    `limit_settings`: the settings that set `max_tensor_bytes` and `max_samples`, named in
+    the messages of requests over them ({"max_tensor_bytes": "INFERBUS_…", …}).
     Raises InvalidInput with a message naming the input and the rule it breaks.
     """
+    named = limit_settings or {}
     texts: list[str] | None = None
     arrays: Arrays = {}
     samples: int | None = None
@@ -87,7 +96,8 @@ def validate_inputs(
             nbytes = tensor_nbytes(tensor)
             if nbytes > max_tensor_bytes:
                 raise _fail(
-                    f"input {spec.name!r} is {nbytes} bytes; the limit is {max_tensor_bytes}",
+                    f"input {spec.name!r} is {nbytes} bytes; the limit is {max_tensor_bytes}"
+                    + _setting(named, "max_tensor_bytes"),
                     input=spec.name,
                 )
             try:
@@ -117,7 +127,10 @@ def validate_inputs(
             f"{batch_cap} in a batch (batching.max_batch_size)"
         )
     if samples > max_samples:
-        raise _fail(f"request holds {samples} samples; the limit is {max_samples}")
+        raise _fail(
+            f"request holds {samples} samples; the limit is {max_samples}"
+            + _setting(named, "max_samples")
+        )
     return arrays, texts, samples
 
 

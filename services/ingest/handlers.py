@@ -132,6 +132,13 @@ def _salvage_request(parsed: ParsedRequest) -> Salvage:
     )
 
 
+LIMIT_SETTINGS = {
+    "max_tensor_bytes": "INFERBUS_INGEST_MAX_TENSOR_BYTES",
+    "max_samples": "INFERBUS_INGEST_MAX_SAMPLES_PER_REQUEST",
+}
+"""The settings behind ingest's limits, named in the answers of requests over them."""
+
+
 def handle_event(
     value: bytes | None,
     *,
@@ -159,7 +166,8 @@ def handle_event(
         if value is not None and len(value) > settings.max_event_bytes:
             envelope, payload = split_event(value)
             error = InvalidInput(
-                f"event is {len(value)} bytes; the limit is {settings.max_event_bytes}",
+                f"event is {len(value)} bytes; the limit is {settings.max_event_bytes} "
+                "(INFERBUS_INGEST_MAX_EVENT_BYTES)",
                 size=len(value),
             )
             return answer(
@@ -255,6 +263,7 @@ def _route(
         max_tensor_bytes=settings.max_tensor_bytes,
         max_samples=settings.max_samples_per_request,
         payload=parsed.payload,
+        limit_settings=LIMIT_SETTINGS,
     )
     deadline = request.effective_deadline(produced_at)
     if deadline is not None and deadline <= now:

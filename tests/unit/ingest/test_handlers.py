@@ -235,7 +235,7 @@ ANSWERS = [
     pytest.param(
         mlp_event(inputs={"x": x_tensor(shape=[128, 16], data=[[0.5] * 16] * 128)}),
         "invalid_input",
-        "input 'x' is 8192 bytes; the limit is 4096",
+        "input 'x' is 8192 bytes; the limit is 4096 (INFERBUS_INGEST_MAX_TENSOR_BYTES)",
         id="oversized-tensor",
     ),
     pytest.param(
@@ -247,7 +247,7 @@ ANSWERS = [
     pytest.param(
         mlp_event(inputs={"x": x_tensor(shape=[9, 16], data=[[0.5] * 16] * 9)}),
         "invalid_input",
-        "request holds 9 samples; the limit is 8",
+        "request holds 9 samples; the limit is 8 (INFERBUS_INGEST_MAX_SAMPLES_PER_REQUEST)",
         id="too-many-samples",
     ),
     pytest.param(
@@ -408,7 +408,10 @@ def test_oversized_event_is_answered_before_validation(
 
     assert isinstance(outcome, Answer)
     assert outcome.result.status == "invalid_input"
-    assert f"event is {len(value)} bytes; the limit is 65536" in outcome.result.error.message  # type: ignore[union-attr]
+    assert (
+        f"event is {len(value)} bytes; the limit is 65536 (INFERBUS_INGEST_MAX_EVENT_BYTES)"
+        in outcome.result.error.message
+    )  # type: ignore[union-attr]
     assert outcome.error.context == {"size": len(value)}
 
 
