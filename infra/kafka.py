@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -183,7 +184,8 @@ def make_broker(
 
 
 START_ATTEMPTS = 20
-"""How often a client's start is tried while the broker is still coming up (0.25 s apart)."""
+"""How often a client's start is tried while the broker is still coming up (0.25 s apart,
+within attempts × 0.25 s: see `start_with_retry`)."""
 
 
 async def start_with_retry(
@@ -193,12 +195,19 @@ async def start_with_retry(
     attempts: int = START_ATTEMPTS,
     delay_s: float = 0.25,
 ) -> T:
-    """Start a Kafka client, retrying while the broker is still coming up."""
+    """Start a Kafka client, retrying while the broker is still coming up.
+
+    A broker coming up refuses connections at once: tries go on for `attempts` × `delay_s`
+    in all. A failed try that took longer than that (something answers on the port but
+    not as Kafka, or a broker that hangs: aiokafka gives up on each after its request
+    timeout) is not tried again: 20 of them held `inferbus infer` silent for 12 minutes.
+    """
+    give_up_at = time.monotonic() + attempts * delay_s
     for attempt in range(1, attempts + 1):
         try:
             return await start()
         except KafkaConnectionError as exc:
-            if attempt == attempts:
+            if attempt == attempts or time.monotonic() >= give_up_at:
                 raise
             log.info("event=kafka_retry what=%s attempt=%d error=%r", what, attempt, exc)
             await asyncio.sleep(delay_s)
