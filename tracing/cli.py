@@ -53,7 +53,8 @@ def render(breakdown: Breakdown, console: Console) -> None:
         if breakdown.source == "jaeger"
         else "the result's timings (no trace)"
     )
-    table = Table(title=f"request {breakdown.request_id} — from {source}")
+    console.print(f"request {breakdown.request_id}: from {source}")
+    table = Table()  # a title wraps at the table's width: the line above does not
     table.add_column("stage")
     table.add_column("ms", justify="right")
     table.add_column("% of e2e", justify="right")
