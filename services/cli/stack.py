@@ -21,7 +21,7 @@ from wsgiref.simple_server import WSGIServer
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
@@ -135,47 +135,55 @@ def stack_ready(views: Mapping[str, GroupView]) -> bool:
     )
 
 
+WIDE_VIEW_COLUMNS = 120
+"""Under this terminal width the live view drops the per-replica and engine columns and
+prints each group's last decision under the table: ten columns folded into 80."""
+
+
 def status_table(
-    views: dict[str, GroupView], bootstrap: str, elapsed_s: float, *, acting: bool = True
-) -> Table:
-    """The live view: one row per worker group."""
+    views: dict[str, GroupView],
+    bootstrap: str,
+    elapsed_s: float,
+    *,
+    acting: bool = True,
+    width: int = WIDE_VIEW_COLUMNS,
+) -> RenderableType:
+    """The live view: one row per worker group; narrow, the decisions below the table."""
     state = "ready" if stack_ready(views) else "workers starting"
+    wide = width >= WIDE_VIEW_COLUMNS
     table = Table(title=f"inferbus on {bootstrap} — up {elapsed_s:.0f}s, {state} (Ctrl-C stops)")
-    for column in (
-        "group",
-        "ready/all",
-        "lag",
-        "arrival/s",
-        "svc/s/rep",
-        "queue p99",
-        "engine p99",
-        "e2e p99",
-        "SLO",
-        "last decision",
-    ):
+    columns = ["group", "ready/all", "lag", "arrival/s", "svc/s/rep", "queue p99"]
+    columns += ["engine p99", "e2e p99", "SLO", "last decision"]
+    shown = [c for c in columns if wide or c not in ("svc/s/rep", "engine p99", "last decision")]
+    for column in shown:
         table.add_column(column, overflow="fold")
+    decisions = []
     for group in sorted(views):
         view = views[group]
         s = view.collection.signals
+        name = group.removeprefix("inferbus.workers.")
         decision = decision_text(view, acting=acting, none="-")
         if s is None:
-            table.add_row(
-                group, "-", "-", "-", "-", "-", "-", "-", "-", view.collection.error or ""
-            )
-            continue
-        table.add_row(
-            group.removeprefix("inferbus.workers."),
-            f"{s.ready_replicas}/{s.replicas}",
-            str(s.lag if s.lag is not None else "-"),
-            _rate(s.arrival_rps),
-            _rate(s.service_rps_per_replica),
-            _ms(s.queue_p99_ms),
-            _ms(s.engine_p99_ms),
-            _ms(s.e2e_p99_ms),
-            _ms(s.slo_p99_e2e_ms),
-            decision,
-        )
-    return table
+            decision = view.collection.error or ""
+            cells = {"group": group}
+        else:
+            cells = {
+                "group": name,
+                "ready/all": f"{s.ready_replicas}/{s.replicas}",
+                "lag": str(s.lag if s.lag is not None else "-"),
+                "arrival/s": _rate(s.arrival_rps),
+                "svc/s/rep": _rate(s.service_rps_per_replica),
+                "queue p99": _ms(s.queue_p99_ms),
+                "engine p99": _ms(s.engine_p99_ms),
+                "e2e p99": _ms(s.e2e_p99_ms),
+                "SLO": _ms(s.slo_p99_e2e_ms),
+            }
+        cells["last decision"] = decision
+        table.add_row(*(cells.get(c, "-") for c in shown))
+        decisions.append(f"{name}: {decision}")
+    if wide:
+        return table
+    return Group(table, *decisions)
 
 
 async def queued_requests(
@@ -506,13 +514,16 @@ class Stack:
             return
         acting = scaler.act
         with Live(
-            status_table(scaler.views, bootstrap, 0, acting=acting),
+            status_table(scaler.views, bootstrap, 0, acting=acting, width=self.console.width),
             console=self.console,
             refresh_per_second=1,
         ) as live:
             while not await wait_tick():
                 elapsed = time.monotonic() - started
-                live.update(status_table(scaler.views, bootstrap, elapsed, acting=acting))
+                view = status_table(
+                    scaler.views, bootstrap, elapsed, acting=acting, width=self.console.width
+                )
+                live.update(view)
 
 
 def _this_command() -> str:

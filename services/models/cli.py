@@ -63,7 +63,11 @@ def list_models(directory: DirOption = Path("models")) -> None:
     from infra.models.repository import ModelRepository
 
     repo = ModelRepository(directory)
-    table = Table("model", "versions", "rollout", "engine", "inputs", "outputs", "text")
+    table = Table()
+    # Nothing is cut with "…": a narrow terminal folds long cells; inputs, outputs and
+    # providers take a line each.
+    for column in ("model", "versions", "rollout", "engine", "inputs", "outputs", "text"):
+        table.add_column(column, overflow="fold")
     for name in repo.names():
         try:
             config = repo.config(name)
@@ -72,7 +76,7 @@ def list_models(directory: DirOption = Path("models")) -> None:
             continue
         engine: str = config.engine.kind
         if engine == "onnxruntime":
-            engine += " (" + ">".join(config.engine.providers) + ")"
+            engine += "\n(" + ">".join(config.engine.providers) + ")"
         rollout = config.rollout
         plan = "-"
         if rollout is not None:
@@ -84,14 +88,18 @@ def list_models(directory: DirOption = Path("models")) -> None:
             ", ".join(repo.versions(name)) or "[yellow]none complete[/yellow]",
             plan,
             engine,
-            escape(", ".join(f"{s.name}:{s.dtype}{s.shape}" for s in config.inputs)),
-            escape(", ".join(f"{s.name}:{s.dtype}{s.shape}" for s in config.outputs)),
+            escape("\n".join(f"{s.name}:{s.dtype}{s.shape}" for s in config.inputs)),
+            escape("\n".join(f"{s.name}:{s.dtype}{s.shape}" for s in config.outputs)),
             "yes" if config.tokenizer else "no",
         )
     if not repo.names():
         console.print(f"no models in {directory}; run `inferbus models init`")
         return
-    console.print(table)
+    # Piped, rich would assume 80 columns: a file or a grep gets the table at full width.
+    if console.is_terminal:
+        console.print(table)
+    else:
+        Console(width=Console(width=1_000).measure(table).maximum).print(table)
 
 
 @models_app.command("calibrate")

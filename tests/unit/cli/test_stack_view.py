@@ -4,11 +4,12 @@ has one consuming."""
 from __future__ import annotations
 
 import pytest
+from rich.console import Console
 
 from scaler.collector.collector import GroupCollection
 from scaler.service import GroupView
 from scaler.signals import GroupDecision
-from services.cli.stack import stack_ready, status_line
+from services.cli.stack import stack_ready, status_line, status_table
 from tests.unit.scaler.conftest import make_signals
 
 
@@ -55,3 +56,32 @@ def test_a_status_line_says_whether_the_scaler_acts(acting: bool, starts: str) -
     view = GroupView(_view("g", 1).collection, hold, applied=False, error=None)
     decision = status_line(view, acting=acting).split(" | ", 1)[1]
     assert decision.startswith(starts), decision
+
+
+@pytest.mark.parametrize(
+    ("width", "decisions_below"),
+    [
+        pytest.param(80, True, id="narrow-terminal-decisions-under-the-table"),
+        pytest.param(160, False, id="wide-terminal-decision-column"),
+    ],
+)
+def test_the_live_view_fits_its_terminal(width: int, decisions_below: bool) -> None:
+    """At 80 columns ten columns folded every cell into strips; a narrow view keeps seven
+    and prints each group's decision whole under the table."""
+    hold = GroupDecision(
+        group="inferbus.workers.demo-mlp.interactive",
+        model="demo-mlp",
+        tier="interactive",
+        current=1,
+        desired=1,
+        diagnosis="idle",
+    )
+    collection = _view("inferbus.workers.demo-mlp.interactive", 1).collection
+    views = {collection.group: GroupView(collection, hold, applied=False, error=None)}
+    console = Console(width=width, record=True)
+    console.print(status_table(views, "127.0.0.1:9092", 12, width=width))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= width
+    whole_line = "demo-mlp.interactive: interactive hold"
+    assert any(line.startswith(whole_line) for line in text.splitlines()) is decisions_below
+    assert ("svc/s/rep" in text) is not decisions_below
