@@ -271,6 +271,11 @@ class PolicyConfig:
     """slo: the learned spare never goes below this."""
     max_spare_replicas: float = 16.0
     """slo: the learned spare never goes above this."""
+    light_load_spare_beta: float = 4.0
+    """slo: until its spare is learned, a group keeps at most this × √(busy replicas) of the
+    initial spare (square-root staffing): a trickle needs none. At the default the initial
+    guess of 4 holds from one busy replica up; a learned spare is not capped. 4 and 13
+    changed none of 96 simulator cells (docs/benchmarks.md, "Stop 33")."""
     headroom_memory_s: float = 900.0
     """slo: clean windows older than this no longer inform the spare."""
     headroom_quantile: float = 0.5
@@ -365,6 +370,8 @@ class PolicyConfig:
             problems.append(
                 "need 0 <= min_spare_replicas <= initial_spare_replicas <= max_spare_replicas"
             )
+        if self.light_load_spare_beta < 0:
+            problems.append("light_load_spare_beta must be >= 0")
         if self.headroom_memory_s < 0 or not 0 < self.headroom_quantile <= 1:
             problems.append("headroom_memory_s >= 0 and headroom_quantile in (0, 1]")
         if not 0 <= self.headroom_min_share < 1:

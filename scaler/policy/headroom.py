@@ -34,13 +34,38 @@ _STEADY_SHARE = 0.25
 """The arrival rate changed less than this share over the window: the window is steady."""
 
 
-def spare_replicas(state: GroupState, config: PolicyConfig) -> float:
-    """The spare replicas the SLO policy sizes for now."""
+def learned_spare(state: GroupState, config: PolicyConfig) -> float | None:
+    """The spare the clean windows taught, or None before there are five of them."""
     samples = sorted(x for _, x in state.spare_samples)
     if len(samples) < _MIN_SAMPLES:
-        return config.initial_spare_replicas
+        return None
     at = min(len(samples) - 1, math.ceil(config.headroom_quantile * len(samples)) - 1)
     return min(config.max_spare_replicas, max(config.min_spare_replicas, samples[at]))
+
+
+def spare_replicas(state: GroupState, config: PolicyConfig) -> float:
+    """The spare replicas the SLO policy sizes for now."""
+    learned = learned_spare(state, config)
+    return config.initial_spare_replicas if learned is None else learned
+
+
+def load_spare(load: float, state: GroupState, config: PolicyConfig) -> float:
+    """The spare beside `load` busy replicas: the learned one; before it is learned, the
+    initial guess capped at β·√load.
+
+    The initial spare is a guess for heavy traffic, and a trickle never teaches better:
+    live, 0.3 req/s on a worker that serves 2,815/s was sized "0.0 busy + 4.0 spare: 5";
+    each window with a request in it started a worker that the next idle one stopped, and
+    no window was clean enough to learn from. Square-root staffing (Halfin and Whitt)
+    keeps β·√R beyond R busy servers; at the default β (`light_load_spare_beta`, 4) the
+    guess of 4 holds from one busy replica up. A learned spare is evidence and stands: a
+    bursty group at 0.2 busy can need 16 (the on-off family).
+    """
+    learned = learned_spare(state, config)
+    if learned is not None:
+        return learned
+    cap = config.light_load_spare_beta * math.sqrt(max(load, 0.0))
+    return min(config.initial_spare_replicas, cap)
 
 
 def replicas_for(load: float, state: GroupState, config: PolicyConfig) -> int:
@@ -48,7 +73,7 @@ def replicas_for(load: float, state: GroupState, config: PolicyConfig) -> int:
     if load <= 0:
         return 0
     ceiling = config.target_utilization + config.utilization_band
-    spare = spare_replicas(state, config)
+    spare = load_spare(load, state, config)
     return max(math.ceil(load / ceiling - _EPS), math.ceil(load + spare - _EPS))
 
 

@@ -13,7 +13,7 @@ import dataclasses
 import math
 
 from scaler.policy.fast import fast_path
-from scaler.policy.headroom import learn, replicas_for, spare_replicas
+from scaler.policy.headroom import learn, load_spare, replicas_for
 from scaler.policy.hold import burst_hold, burst_rise, forecast_cap_load
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction
@@ -31,13 +31,20 @@ def _capacity_replicas(s: GroupSignals) -> int:
     return min(s.replicas, s.partitions)
 
 
+def _small(x: float) -> str:
+    """A rate or a replica count as a reason says it: 1500, 2.5, 0.3, 0.00011."""
+    if x >= 100 or x == 0:
+        return f"{x:.0f}"
+    return f"{x:.1f}" if x >= 0.1 else f"{x:.2g}"
+
+
 _SAY_READ_SHARE = 0.1
 """A rate read from the samples that differs from the last window by more than this share
 names both."""
 
 
 def _needed(rps: float, per_replica_rps: float, state: GroupState, config: PolicyConfig) -> int:
-    """Replicas that carry `rps` with the learned spare (`headroom.py`)."""
+    """Replicas that carry `rps` with the spare (`headroom.py`)."""
     return replicas_for(rps / per_replica_rps, state, config)
 
 
@@ -69,7 +76,7 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
     if mu is None or mu <= 0:
         return _from_utilization(plan, config)
     capacity = _capacity_replicas(s)
-    spare = spare_replicas(plan.state, config)
+    spare = load_spare(lam / mu, plan.state, config)
     needed = _needed(lam, mu, plan.state, config)
     numbers = {
         "arrival_rps": lam,
@@ -83,8 +90,8 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         return plan.with_(
             reason=Reason(
                 "within_band",
-                f"arrival {lam:.0f}/s{read} at {mu:.0f}/s per replica is {lam / mu:.1f} "
-                f"busy + {spare:.1f} spare: {needed}, {capacity} within one",
+                f"arrival {_small(lam)}/s{read} at {mu:.0f}/s per replica is "
+                f"{_small(lam / mu)} busy + {_small(spare)} spare: {needed}, {capacity} within one",
                 numbers,
             )
         )
@@ -93,8 +100,8 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis=direction(needed, s.replicas),
         reason=Reason(
             "arrival",
-            f"arrival {lam:.0f}/s{read} at {mu:.0f}/s per replica is {lam / mu:.1f} busy "
-            f"+ {spare:.1f} spare: {needed}",
+            f"arrival {_small(lam)}/s{read} at {mu:.0f}/s per replica is {_small(lam / mu)} "
+            f"busy + {_small(spare)} spare: {needed}",
             numbers,
         ),
     )

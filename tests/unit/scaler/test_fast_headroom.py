@@ -10,7 +10,7 @@ import pytest
 
 from scaler.forecast import estimate_rate
 from scaler.policy import decide
-from scaler.policy.headroom import spare_replicas
+from scaler.policy.headroom import load_spare, spare_replicas
 from scaler.signals import PolicyConfig, ScalerState, load_snapshot
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
@@ -90,6 +90,50 @@ def test_spare_is_learned_from_clean_windows(
     clock: FakeClock, queue_ms: float, expected: float
 ) -> None:
     assert _clean_ticks(clock, queue_ms, 30) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("busy", "expected"),
+    [
+        # Before the spare is learned: 4 x sqrt(busy), at most the initial guess of 4.
+        pytest.param(0.0001, 0.04, id="trickle-keeps-almost-none"),
+        pytest.param(0.25, 2.0, id="light-load-keeps-a-little"),
+        pytest.param(1.0, 4.0, id="the-guess-holds-from-one-busy-replica"),
+        pytest.param(12.0, 4.0, id="heavy-load-keeps-the-guess"),
+    ],
+)
+def test_unlearned_spare_is_square_root_capped(busy: float, expected: float) -> None:
+    spare = load_spare(busy, ScalerState().get("g"), PolicyConfig())
+    assert spare == pytest.approx(expected, rel=0.01)
+
+
+def test_a_learned_spare_is_not_capped() -> None:
+    """A bursty group at 0.2 busy can need 16 (the on-off family): evidence stands."""
+    state = dataclasses.replace(
+        ScalerState().get("g"), spare_samples=tuple((float(t), 10.0) for t in range(5))
+    )
+    assert load_spare(0.01, state, PolicyConfig()) == pytest.approx(10.0)
+
+
+def test_a_trickle_holds_one_replica(clock: FakeClock) -> None:
+    """Live, an idle `up`: 0.3 req/s on a worker that serves 2,815/s was sized
+    "0.0 busy + 4.0 spare: 5", and a worker started and stopped every 25-35 s."""
+    state, config = ScalerState(), PolicyConfig()
+    for _ in range(30):
+        now = clock.tick(5.0)
+        s = make_signals(
+            replicas=1,
+            ready_replicas=1,
+            arrival_rps=0.3,
+            service_rps_per_replica=2815.0,
+            utilization=0.0001,
+            queue_p99_ms=3.0,
+            lag=0,
+            collected_at=now,
+        )
+        decision, state = decide([s], state, config, now)
+        (g,) = decision.groups
+        assert g.desired == 1, g.reasons
 
 
 def test_windows_with_a_membership_change_teach_nothing(clock: FakeClock) -> None:

@@ -22,6 +22,7 @@ EXAMPLES = Path(__file__).parents[3] / "scaler" / "examples"
         pytest.param("idle.json", "down", "idle", id="idle"),
         pytest.param("stale.json", "hold", "stale_signals", id="stale"),
         pytest.param("bursty_gap.json", "up", "capacity_bound", id="gap-between-bursts"),
+        pytest.param("trickle.json", "hold", "steady", id="a-trickle-holds-one"),
     ],
 )
 def test_seed_snapshots(example: str, direction: str, diagnosis: str) -> None:
