@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,17 @@ import pytest
 from scaler.forecast import estimate_rate
 from scaler.policy import decide
 from scaler.policy.headroom import load_spare, spare_replicas
-from scaler.signals import PolicyConfig, ScalerState, load_snapshot
+from scaler.signals import (
+    GroupDecision,
+    GroupSignals,
+    PolicyConfig,
+    ScalerState,
+    load_snapshot,
+)
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
 SPARE_1 = PolicyConfig(initial_spare_replicas=1.0)
+GROUP = make_signals().group
 
 
 @pytest.mark.parametrize(
@@ -55,23 +63,35 @@ def test_fast_path_counts_on_warm_standby() -> None:
     assert reason.numbers["projected_lag"] == pytest.approx(5000 + 800 * 1.0)
 
 
-def _clean_ticks(clock: FakeClock, queue_ms: float, ticks: int, replicas: int = 10) -> float:
-    """Steady 1500/s on `replicas` (5 busy) with the given queue p99; returns the spare."""
-    state = ScalerState()
-    config = PolicyConfig()
-    for _ in range(ticks):
+def _ticks(
+    clock: FakeClock, signals_at: Callable[[int, float], GroupSignals], ticks: int = 30
+) -> tuple[ScalerState, list[GroupDecision]]:
+    """Decide every 5 s on the signals `signals_at(tick, now)`; the state and decisions."""
+    state, config, decided = ScalerState(), PolicyConfig(), []
+    for tick in range(ticks):
         now = clock.tick(5.0)
-        s = make_signals(
+        decision, state = decide([signals_at(tick, now)], state, config, now)
+        decided.extend(decision.groups)
+    return state, decided
+
+
+def _clean_ticks(clock: FakeClock, queue_ms: float, ticks: int, replicas: int = 10) -> float:
+    """Steady 1500/s on `replicas` (5 busy) with the given queue p99; returns the spare.
+
+    The group is kept where it is, so that every window is clean."""
+    state, _ = _ticks(
+        clock,
+        lambda _, now: make_signals(
             replicas=replicas,
             ready_replicas=replicas,
             arrival_rps=1500.0,
             utilization=0.5,
             queue_p99_ms=queue_ms,
             collected_at=now,
-        )
-        _, state = decide([s], state, config, now)
-        # Keep the group where it is, so that every window is clean.
-    return spare_replicas(state.get(s.group), config)
+        ),
+        ticks,
+    )
+    return spare_replicas(state.get(GROUP), PolicyConfig())
 
 
 @pytest.mark.parametrize(
@@ -118,10 +138,9 @@ def test_a_learned_spare_is_not_capped() -> None:
 def test_a_trickle_holds_one_replica(clock: FakeClock) -> None:
     """Live, an idle `up`: 0.3 req/s on a worker that serves 2,815/s was sized
     "0.0 busy + 4.0 spare: 5", and a worker started and stopped every 25-35 s."""
-    state, config = ScalerState(), PolicyConfig()
-    for _ in range(30):
-        now = clock.tick(5.0)
-        s = make_signals(
+    _, decided = _ticks(
+        clock,
+        lambda _, now: make_signals(
             replicas=1,
             ready_replicas=1,
             arrival_rps=0.3,
@@ -130,28 +149,26 @@ def test_a_trickle_holds_one_replica(clock: FakeClock) -> None:
             queue_p99_ms=3.0,
             lag=0,
             collected_at=now,
-        )
-        decision, state = decide([s], state, config, now)
-        (g,) = decision.groups
-        assert g.desired == 1, g.reasons
+        ),
+    )
+    assert [g.desired for g in decided] == [1] * 30, decided[0].reasons
 
 
 def test_windows_with_a_membership_change_teach_nothing(clock: FakeClock) -> None:
-    state, config = ScalerState(), PolicyConfig()
-    for i in range(30):
-        now = clock.tick(5.0)
-        ready = 10 if i % 2 else 9  # a consumer joins or leaves every tick
-        s = make_signals(
+    state, _ = _ticks(
+        clock,
+        lambda tick, now: make_signals(
             replicas=10,
-            ready_replicas=ready,
-            starting_replicas=10 - ready,
+            ready_replicas=10 if tick % 2 else 9,  # a consumer joins or leaves every tick
+            starting_replicas=0 if tick % 2 else 1,
             arrival_rps=1500.0,
             utilization=0.5,
             queue_p99_ms=700.0,
             collected_at=now,
-        )
-        _, state = decide([s], state, config, now)
-    assert spare_replicas(state.get(s.group), config) == config.initial_spare_replicas
+        ),
+    )
+    config = PolicyConfig()
+    assert spare_replicas(state.get(GROUP), config) == config.initial_spare_replicas
 
 
 def test_a_replacement_the_scaler_did_not_order_makes_its_window_teach_nothing(
@@ -159,10 +176,9 @@ def test_a_replacement_the_scaler_did_not_order_makes_its_window_teach_nothing(
 ) -> None:
     """A worker that died and was started again between two ticks leaves the ready count
     unchanged; its outage window (queue p99 of seconds) taught a spare of 7.5 live."""
-    state, config = ScalerState(), PolicyConfig()
-    for _ in range(30):
-        now = clock.tick(5.0)
-        s = make_signals(
+    state, _ = _ticks(
+        clock,
+        lambda _, now: make_signals(
             replicas=10,
             ready_replicas=10,
             arrival_rps=1500.0,
@@ -170,9 +186,10 @@ def test_a_replacement_the_scaler_did_not_order_makes_its_window_teach_nothing(
             queue_p99_ms=3700.0,
             collected_at=now,
             newest_ready_at=now - 3.0,  # a fresh consumer every tick
-        )
-        _, state = decide([s], state, config, now)
-    assert spare_replicas(state.get(s.group), config) == config.initial_spare_replicas
+        ),
+    )
+    config = PolicyConfig()
+    assert spare_replicas(state.get(GROUP), config) == config.initial_spare_replicas
 
 
 @pytest.mark.parametrize(
