@@ -32,8 +32,8 @@ def _capacity_replicas(s: GroupSignals) -> int:
 
 
 def _small(x: float) -> str:
-    """A rate or a replica count as a reason says it: 1500, 2.5, 0.3, 0.00011."""
-    if x >= 100 or x == 0:
+    """A rate or a replica count as a reason says it: 1500, 50, 2.5, 0.3, 0.00011."""
+    if x >= 10 or x == 0:
         return f"{x:.0f}"
     return f"{x:.1f}" if x >= 0.1 else f"{x:.2g}"
 
@@ -108,8 +108,23 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
 
 
 def _from_utilization(plan: Plan, config: PolicyConfig) -> Plan:
-    """No throughput measured yet: fall back to the utilization ratio, never below current."""
+    """No throughput measured yet: fall back to the utilization ratio, never below current.
+
+    A group scaled to zero measures nothing: with arrivals or lag it starts one replica
+    (held at zero, its requests would wait for good)."""
     s = plan.signals
+    if s.replicas == 0:
+        lam, lag = s.arrival_rps or 0.0, s.lag or 0
+        return plan.with_(
+            desired=1,
+            diagnosis="capacity_bound",
+            reason=Reason(
+                "scale_from_zero",
+                f"arrival {_small(lam)}/s, lag {lag} and no replica: start one "
+                "(its throughput is measured once it serves)",
+                {"arrival_rps": lam, "lag": float(lag)},
+            ),
+        )
     if s.utilization is None or s.ready_replicas == 0:
         return plan.with_(
             reason=Reason("throughput_unknown", "per-replica throughput not measured: holding", {})

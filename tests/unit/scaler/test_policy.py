@@ -133,6 +133,22 @@ def _one(s: GroupSignals, state: ScalerState | None = None, now: float = 0.0, **
             id="backlog-drains",
         ),
         pytest.param({"arrival_rps": None}, 4, "arrival_unknown", id="no-arrival-holds"),
+        # Scaled to zero, nothing is measured: arrivals or lag start one replica.
+        pytest.param(
+            {
+                "replicas": 0,
+                "ready_replicas": 0,
+                "min_replicas": 0,
+                "warm_replicas": 0,
+                "service_rps_per_replica": None,
+                "utilization": None,
+                "arrival_rps": 50.0,
+                "lag": 500,
+            },
+            1,
+            "scale_from_zero",
+            id="scaled-to-zero-starts-one",
+        ),
         # 95 % busy on 4 ready = 3.8 busy: 3.8 / 0.8 -> 5.
         pytest.param(
             {"service_rps_per_replica": None, "utilization": 0.95},
