@@ -111,3 +111,27 @@ def test_rejects_non_finite_and_mismatched_merge() -> None:
         LatencyHistogram().record(float("nan"))
     with pytest.raises(ValueError):
         LatencyHistogram(0.01).merge(LatencyHistogram(0.02))
+
+
+batch_values = st.lists(
+    st.one_of(
+        st.floats(min_value=-10.0, max_value=1e6),
+        st.sampled_from([0.0, 5e-4, 1e-3, -1.0, float("nan"), float("inf"), float("-inf")]),
+    ),
+    max_size=64,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=batch_values)
+def test_record_many_is_record_one_at_a_time(values: list[float]) -> None:
+    """A batch's stage times in one call (NaN and infinity skipped, negatives as zero) give
+    the same histogram as recording each finite value alone."""
+    bulk, single = LatencyHistogram(), LatencyHistogram()
+    bulk.record_many(np.array(values, dtype=np.float64))
+    for value in values:
+        if np.isfinite(value):
+            single.record(value)
+    bulk_dict, single_dict = bulk.to_dict(), single.to_dict()
+    assert bulk_dict.pop("sum") == pytest.approx(single_dict.pop("sum"))
+    assert bulk_dict == single_dict
