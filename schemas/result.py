@@ -62,8 +62,6 @@ class OutputTensor(Tensor):
     # A separate class from the request's `Tensor`: one parsed from a binary frame keeps the
     # frame's payload so that `to_numpy()` reads its `raw` bytes unaided, and a private
     # attribute costs pydantic ~1.4 µs a tensor, which requests do not pay.
-    model_config = ConfigDict(frozen=True)
-
     _payload: bytes | memoryview | None = PrivateAttr(default=None)
 
     def to_numpy(self, payload: Buffer | None = None) -> np.ndarray[Any, Any]:

@@ -138,6 +138,19 @@ def stack_ready(views: Mapping[str, GroupView]) -> bool:
 WIDE_VIEW_COLUMNS = 120
 """Under this terminal width the live view drops the per-replica and engine columns and
 prints each group's last decision under the table: ten columns folded into 80."""
+VIEW_COLUMNS = (
+    "group",
+    "ready/all",
+    "lag",
+    "arrival/s",
+    "svc/s/rep",
+    "queue p99",
+    "engine p99",
+    "e2e p99",
+    "SLO",
+    "last decision",
+)
+WIDE_ONLY = frozenset({"svc/s/rep", "engine p99", "last decision"})
 
 
 def status_table(
@@ -152,9 +165,7 @@ def status_table(
     state = "ready" if stack_ready(views) else "workers starting"
     wide = width >= WIDE_VIEW_COLUMNS
     table = Table(title=f"inferbus on {bootstrap} — up {elapsed_s:.0f}s, {state} (Ctrl-C stops)")
-    columns = ["group", "ready/all", "lag", "arrival/s", "svc/s/rep", "queue p99"]
-    columns += ["engine p99", "e2e p99", "SLO", "last decision"]
-    shown = [c for c in columns if wide or c not in ("svc/s/rep", "engine p99", "last decision")]
+    shown = [c for c in VIEW_COLUMNS if wide or c not in WIDE_ONLY]
     for column in shown:
         table.add_column(column, overflow="fold")
     decisions = []

@@ -227,31 +227,29 @@ class OnnxRuntimeEngine(Engine):
         if not batches or self._session is None:
             return
         smallest = min(batches, key=lambda batch: sum(array.size for array in batch.values()))
-        options = ort.RunOptions()
-        options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-        feed = check_inputs(self.model.config, smallest)
-        try:
-            self._session.run(self._output_names, feed, options)
-        except Exception as exc:  # ORT's pybind errors carry no common base we can name
-            raise EngineError(
-                f"onnxruntime failed: {type(exc).__name__}: {exc}", model=self.model.name
-            ) from exc
+        shrink = ort.RunOptions()
+        shrink.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+        self._run(smallest, shrink)
 
     def infer(self, inputs: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
+        return self._run(inputs)
+
+    def _run(self, inputs: Mapping[str, np.ndarray[Any, Any]], options: Any = None) -> Arrays:
+        """One batch through the session (IOBinding or plain), with ORT's `RunOptions`."""
         if self._session is None:
             raise EngineError("engine is not loaded", model=self.model.name)
         feed = check_inputs(self.model.config, inputs)
         try:
             if self._use_io_binding:
-                return self._run_bound(feed)
-            values = self._session.run(self._output_names, feed)
+                return self._run_bound(feed, options)
+            values = self._session.run(self._output_names, feed, options)
         except Exception as exc:  # ORT's pybind errors carry no common base we can name
             raise EngineError(
                 f"onnxruntime failed: {type(exc).__name__}: {exc}", model=self.model.name
             ) from exc
         return dict(zip(self._output_names, values, strict=True))
 
-    def _run_bound(self, feed: Arrays) -> Arrays:
+    def _run_bound(self, feed: Arrays, options: Any = None) -> Arrays:
         """IOBinding: inputs copied to the device once, outputs allocated there, then fetched."""
         import onnxruntime as ort
 
@@ -264,7 +262,7 @@ class OnnxRuntimeEngine(Engine):
             binding.bind_ortvalue_input(name, value)
         for name in self._output_names:
             binding.bind_output(name, device, device_id)
-        self._session.run_with_iobinding(binding)
+        self._session.run_with_iobinding(binding, options)
         values = binding.copy_outputs_to_cpu()
         return dict(zip(self._output_names, values, strict=True))
 
