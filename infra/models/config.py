@@ -31,9 +31,14 @@ class TensorSpec(_Frozen):
 
     def matches_shape(self, shape: list[int]) -> bool:
         """True when `shape` fits this spec, dynamic dimensions matching anything."""
-        if len(shape) != len(self.shape):
+        declared = self.shape
+        if len(shape) != len(declared):
             return False
-        return all(want in (-1, got) for want, got in zip(self.shape, shape, strict=True))
+        # A loop, not all() over a generator: checked per input of every request.
+        for want, got in zip(declared, shape, strict=True):  # noqa: SIM110
+            if want not in (-1, got):
+                return False
+        return True
 
 
 class TokenizerConfig(_Frozen):

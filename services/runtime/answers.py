@@ -33,7 +33,7 @@ from schemas import headers as h
 from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.frames import join_frame
 from schemas.result import Status
-from schemas.tensors import dtype_name
+from schemas.tensors import DTYPES, dtype_name
 from schemas.topics import DLQ, is_made_by_inferbus
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,8 @@ def _outputs(
         if form == "list":
             tensor["data"] = array.tolist()
         else:
-            raw = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
+            # tobytes() writes C order; astype copies only where the byte order differs.
+            raw = array.astype(DTYPES[wire_dtype], copy=False).tobytes()
             if form == "b64":
                 tensor["b64"] = base64.b64encode(raw).decode()
             else:

@@ -6,9 +6,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from infra.models.config import TensorSpec, TierSlo
-from infra.models.inputs import tensor_nbytes, validate_inputs
+from infra.models.inputs import _all_below, tensor_nbytes, validate_inputs
 from schemas.errors import InvalidInput
 from schemas.request import InferenceRequest
 from schemas.tensors import Tensor
@@ -190,3 +192,23 @@ def test_a_request_larger_than_the_models_batch_is_refused_at_ingest_not_later()
             max_tensor_bytes=1 << 20,
             max_samples=64,
         )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    dtype=st.sampled_from(["<i1", "<i2", "<i4", "<i8", "u1", "<u2", "<u4", "<u8", ">i4"]),
+    data=st.data(),
+    bound=st.one_of(st.none(), st.integers(min_value=1, max_value=2**65)),
+)
+def test_the_one_pass_range_check_agrees_with_min_and_max(
+    dtype: str, data: st.DataObject, bound: int | None
+) -> None:
+    """`_all_below` (one reduction over an unsigned view) answers as min and max would,
+    bounds beyond the type's range, negatives and the extremes of each width included."""
+    info = np.iinfo(np.dtype(dtype))
+    values = data.draw(
+        st.lists(st.integers(min_value=int(info.min), max_value=int(info.max)), max_size=40)
+    )
+    array = np.array(values, dtype=dtype).reshape(1, -1)
+    expected = not values or (min(values) >= 0 and (bound is None or max(values) < bound))
+    assert _all_below(array, bound) is expected
