@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiokafka import ConsumerRecord
 
 from infra.models.config import ModelConfig
-from infra.models.inputs import validate_inputs
+from infra.models.inputs import index_errors, validate_inputs
 from schemas import headers as h
 from schemas.errors import InferbusError, InvalidInput
 from schemas.parse import ParsedRequest, RejectedEvent, parse_request
@@ -58,6 +58,9 @@ class InHand:
     trace: TraceRef | None = None
     tracestate: bytes | None = None
     spans: RequestSpans | None = None
+    indices_unchecked: bool = False
+    """Its tensors' token ids and table rows are still to be checked, with the rest of its
+    poll (`infra.models.inputs.index_errors`)."""
 
     @property
     def expired(self) -> bool:
@@ -78,9 +81,9 @@ def decode_record(
     config: ModelConfig,
     tokenize: Tokenize | None,
     max_samples: int,
-    index_limits: Mapping[str, int] | None = None,
 ) -> InHand:
-    """Parse and check one record; errors become `InHand.error`, never exceptions.
+    """Parse and check one record; errors become `InHand.error`, never exceptions. Its
+    tensors' token ids and table rows are left to `check_indices`, with the rest of the poll.
 
     Raises Unparseable only when there is no request id to answer (the caller dead-letters).
     """
@@ -132,10 +135,24 @@ def decode_record(
             tokenize=tokenize,
             max_samples=max_samples,
             deadline_header=deadline_header,
-            index_limits=index_limits,
         )
     item.preprocess_ms = (time.perf_counter() - started) * 1000
     return item
+
+
+def check_indices(items: Sequence[InHand], config: ModelConfig, limits: Mapping[str, int]) -> None:
+    """Check a poll's decoded tensors' token ids, masks and table rows together; an item
+    that fails gets its own error, as `validate_inputs` would give it alone."""
+    pending = [
+        (item, item.arrays)
+        for item in items
+        if item.indices_unchecked and item.error is None and item.arrays is not None
+    ]
+    errors = index_errors([arrays for _, arrays in pending], config, limits)
+    for (item, _), error in zip(pending, errors, strict=True):
+        item.indices_unchecked = False
+        if error is not None:
+            item.error = error
 
 
 def _fill(
@@ -146,7 +163,6 @@ def _fill(
     tokenize: Tokenize | None,
     max_samples: int,
     deadline_header: float | None,
-    index_limits: Mapping[str, int] | None,
 ) -> None:
     request = parsed.request
     item.request_id, item.reply_to = request.request_id, request.reply_to
@@ -172,7 +188,7 @@ def _fill(
             max_tensor_bytes=2**31,
             max_samples=max_samples,
             payload=parsed.payload,
-            index_limits=index_limits,
+            check_indices=False,
         )
         if texts is not None:
             if tokenize is None:
@@ -186,6 +202,7 @@ def _fill(
                     f"tokenization failed: {type(exc).__name__}: {str(exc)[:200]}"
                 ) from exc
         item.arrays = arrays
+        item.indices_unchecked = texts is None
         item.samples = samples
         seq = config.batching.sequence_input
         if seq is not None and seq in arrays and arrays[seq].ndim >= 2:

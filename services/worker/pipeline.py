@@ -46,7 +46,7 @@ from services.worker.batching import Batch, Batcher
 from services.worker.engine_clock import EngineClock
 from services.worker.engine_host import EngineHost, Ran
 from services.worker.execution import RequestOutcome
-from services.worker.inhand import InHand, Tokenize, decode_record
+from services.worker.inhand import InHand, Tokenize, check_indices, decode_record
 from services.worker.settings import WorkerSettings
 from services.worker.spans import RequestSpans, batch_spans
 from tracing.attributes import RequestAttrs
@@ -172,7 +172,7 @@ class Pipeline:
         tracing = tracing_enabled()
         now = time.monotonic()
         dead: list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]] = []
-        failed: list[tuple[InHand, InferbusError]] = []
+        decoded: list[InHand] = []
         for record in records:
             epoch = self.offsets.polled(record.topic, record.partition, record.offset)
             self.in_hand += 1
@@ -193,15 +193,24 @@ class Pipeline:
                 dead.append((record, WorkerDefect(f"{type(exc).__name__}: {exc}"), epoch))
                 continue
             item.epoch = epoch
+            decoded.append(item)
+        try:
+            check_indices(decoded, config, self.host.index_limits)
+        except Exception as exc:  # a worker defect: each request it left is answered, said
+            log.error("event=index_check_crashed records=%d error=%r", len(decoded), exc)
+            for item in decoded:
+                if item.indices_unchecked and item.error is None:
+                    item.error = WorkerDefect(f"checking token ids failed: {exc!r}")
+        failed: list[tuple[InHand, InferbusError]] = []
+        for item in decoded:
             if item.error is not None:
                 failed.append((item, item.error))
-                continue
-            if item.expired:
+            elif item.expired:
                 # It needs no engine: answered now, so a backlog that expired in Kafka
                 # drains at poll speed, not at the batcher's room per sweep.
                 failed.append((item, EXPIRED_IN_QUEUE))
-                continue
-            self.batcher.add(item, tier=tier, samples=item.samples, length=item.length, now=now)
+            else:
+                self.batcher.add(item, tier=tier, samples=item.samples, length=item.length, now=now)
         if dead:
             self._spawn(self._dead_letter(dead))
         if failed:
@@ -222,7 +231,6 @@ class Pipeline:
             config=config,
             tokenize=tokenize,
             max_samples=config.batching.max_batch_size,
-            index_limits=self.host.index_limits,
         )
         if tracing and item.trace is not None and item.trace.sampled:
             item.spans = RequestSpans.start(
