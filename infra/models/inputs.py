@@ -167,9 +167,10 @@ def index_errors(
     each earns for its token ids, masks or table rows, or None: what `validate_inputs` says
     of it alone, for a poll of them at once.
 
-    Each value range is one reduction over all the requests' values (per request it took
-    two an input, about 4 % of a worker's CPU); only when a check fails is each request
-    checked alone, so each gets its own message.
+    Each value range is one reduction over all the requests' values: per request it took
+    two reductions an input, and at a few dozen tokens numpy's cost a call, not the values,
+    is the price. Only when a check fails is each request checked alone, so each gets its
+    own message.
     """
     if not requests:
         return []
