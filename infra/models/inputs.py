@@ -50,8 +50,9 @@ def validate_inputs(
     (`infra.models.lookups`): every value sent must be below it.
     `limit_settings`: the settings that set `max_tensor_bytes` and `max_samples`, named in
     the messages of requests over them ({"max_tensor_bytes": "INFERBUS_…", …}).
-    `check_indices`: False leaves the value checks of token ids, masks and table rows to
-    the caller, `index_errors` for many requests at once (the worker, per poll).
+    `check_indices`: False leaves the value checks of token ids, masks and table rows of a
+    request that passes every other check to the caller: `index_errors`, for many requests
+    at once (the worker, per poll).
     Raises InvalidInput with a message naming the input and the rule it breaks.
     """
     named = limit_settings or {}
@@ -66,20 +67,32 @@ def validate_inputs(
         arrays, samples = _decoded_tensors(
             tensor_inputs, config, payload=payload, max_tensor_bytes=max_tensor_bytes, named=named
         )
+    too_many = _too_many_samples(samples, config, max_samples, named)
+    # Values before sizes, as always; deferred (`check_indices` False) only while the
+    # request is otherwise good, so a request that breaks both hears of its values first.
+    if texts is None and (check_indices or too_many is not None):
+        _check_indices(arrays, config, index_limits or {})
+    if too_many is not None:
+        raise too_many
+    return arrays, texts, samples
+
+
+def _too_many_samples(
+    samples: int, config: ModelConfig, max_samples: int, named: Mapping[str, str]
+) -> InvalidInput | None:
+    """The error of a request over the model's batch size or the caller's limit, or None."""
     batch_cap = config.batching.max_batch_size
     if samples > batch_cap and batch_cap <= max_samples:
-        raise _fail(
+        return _fail(
             f"request holds {samples} samples; model {config.name!r} runs at most "
             f"{batch_cap} in a batch (batching.max_batch_size)"
         )
     if samples > max_samples:
-        raise _fail(
+        return _fail(
             f"request holds {samples} samples; the limit is {max_samples}"
             + _setting(named, "max_samples")
         )
-    if texts is None and check_indices:
-        _check_indices(arrays, config, index_limits or {})
-    return arrays, texts, samples
+    return None
 
 
 def _text_samples(
@@ -207,14 +220,13 @@ def _all_fit(requests: Sequence[Arrays], config: ModelConfig, limits: Mapping[st
                     values.shape != ids.shape or values.dtype.kind not in "iu"
                 ):
                     return False
-        ranges[tokenizer.input_ids] = (0, limits.get(tokenizer.input_ids))
+        _narrow(ranges, tokenizer.input_ids, 0, limits.get(tokenizer.input_ids))
         if tokenizer.attention_mask:
-            ranges[tokenizer.attention_mask] = (0, 2)
+            _narrow(ranges, tokenizer.attention_mask, 0, 2)
         if tokenizer.token_type_ids:
-            ranges[tokenizer.token_type_ids] = (0, None)
-    for name, rows in limits.items():  # both rules where an input has both: within each
-        low, high = ranges.get(name, (-rows, rows))
-        ranges[name] = (max(low, -rows), rows if high is None else min(high, rows))
+            _narrow(ranges, tokenizer.token_type_ids, 0, None)
+    for name, rows in limits.items():
+        _narrow(ranges, name, -rows, rows)
     for name, (low, high) in ranges.items():
         parts = [arrays[name] for arrays in requests if name in arrays]
         if not parts:
@@ -230,6 +242,18 @@ def _all_fit(requests: Sequence[Arrays], config: ModelConfig, limits: Mapping[st
         ):
             return False
     return True
+
+
+def _narrow(
+    ranges: dict[str, tuple[int, int | None]], name: str, low: int, high: int | None
+) -> None:
+    """Add the rule [low, high) for `name`: where an input has several (a token-type input
+    that is also a table, one input named as two), its values must keep all of them."""
+    if name in ranges:
+        known_low, known_high = ranges[name]
+        low = max(low, known_low)
+        high = known_high if high is None else high if known_high is None else min(high, known_high)
+    ranges[name] = (low, high)
 
 
 def _check_names(tensor_inputs: dict[str, Tensor], config: ModelConfig) -> None:

@@ -81,9 +81,11 @@ def decode_record(
     config: ModelConfig,
     tokenize: Tokenize | None,
     max_samples: int,
+    index_limits: Mapping[str, int] | None = None,
 ) -> InHand:
-    """Parse and check one record; errors become `InHand.error`, never exceptions. Its
-    tensors' token ids and table rows are left to `check_indices`, with the rest of the poll.
+    """Parse and check one record; errors become `InHand.error`, never exceptions. The
+    token ids and table rows of a request that passes every other check are left to
+    `check_indices`, with the rest of the poll (`index_limits`: for one that does not).
 
     Raises Unparseable only when there is no request id to answer (the caller dead-letters).
     """
@@ -135,6 +137,7 @@ def decode_record(
             tokenize=tokenize,
             max_samples=max_samples,
             deadline_header=deadline_header,
+            index_limits=index_limits,
         )
     item.preprocess_ms = (time.perf_counter() - started) * 1000
     return item
@@ -163,6 +166,7 @@ def _fill(
     tokenize: Tokenize | None,
     max_samples: int,
     deadline_header: float | None,
+    index_limits: Mapping[str, int] | None,
 ) -> None:
     request = parsed.request
     item.request_id, item.reply_to = request.request_id, request.reply_to
@@ -188,6 +192,7 @@ def _fill(
             max_tensor_bytes=2**31,
             max_samples=max_samples,
             payload=parsed.payload,
+            index_limits=index_limits,
             check_indices=False,
         )
         if texts is not None:

@@ -197,7 +197,9 @@ class Pipeline:
         try:
             check_indices(decoded, config, self.host.index_limits)
         except Exception as exc:  # a worker defect: each request it left is answered, said
-            log.error("event=index_check_crashed records=%d error=%r", len(decoded), exc)
+            log.error(
+                "event=index_check_crashed records=%d error=%r", len(decoded), exc, exc_info=exc
+            )
             for item in decoded:
                 if item.indices_unchecked and item.error is None:
                     item.error = WorkerDefect(f"checking token ids failed: {exc!r}")
@@ -231,6 +233,7 @@ class Pipeline:
             config=config,
             tokenize=tokenize,
             max_samples=config.batching.max_batch_size,
+            index_limits=self.host.index_limits,
         )
         if tracing and item.trace is not None and item.trace.sampled:
             item.spans = RequestSpans.start(

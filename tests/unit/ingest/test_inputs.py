@@ -129,6 +129,31 @@ def test_token_ids_sent_as_tensors_obey_the_tokenizer(
         )
 
 
+@pytest.mark.parametrize("deferred", [False, True], ids=["checked-here", "left-to-the-poll"])
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        pytest.param([[5, -5]] * 33, "token id -5; ids are never negative", id="bad-ids-win"),
+        pytest.param([[5, 1000]] * 33, "token id 1000;.*vocabulary of 1000", id="past-vocab-wins"),
+        pytest.param([[5, 6]] * 33, "holds 33 samples;.*at most 32", id="only-too-many"),
+    ],
+)
+def test_a_request_with_bad_values_and_too_many_samples_hears_of_its_values(
+    ids: list[list[int]], message: str, deferred: bool
+) -> None:
+    """Ingest and the worker (whose checks of values wait for the poll while a request is
+    otherwise good) give the same first message."""
+    with pytest.raises(InvalidInput, match=message):
+        validate_inputs(
+            request("demo-encoder", encoder_ids(ids)),
+            encoder_config(),
+            max_tensor_bytes=1 << 20,
+            max_samples=64,
+            index_limits=vocabulary(1000),
+            check_indices=not deferred,
+        )
+
+
 @pytest.mark.parametrize(
     ("mask", "message"),
     [

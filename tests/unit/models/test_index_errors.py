@@ -19,10 +19,19 @@ from tests.unit.models.test_lookups import typed_config
 
 ENCODER = encoder_config()  # input_ids and attention_mask, max_length 512
 TYPED = typed_config()  # input_ids, token_type_ids (also a table of 2), bucket; max_length 16
+# One input named as both mask and token types (valid, if odd): it keeps both rules.
+TWICE = ENCODER.model_copy(
+    update={
+        "name": "twice",
+        "tokenizer": ENCODER.tokenizer.model_copy(update={"token_type_ids": "attention_mask"}),
+    }
+)
 LIMITS: dict[str, dict[str, int]] = {
     "demo-encoder": {"input_ids": 50},
     "typed": {"input_ids": 50, "token_type_ids": 2, "bucket": 10},
+    "twice": {"input_ids": 50, "attention_mask": 10},
 }
+COMPANION = {"demo-encoder": "attention_mask", "typed": "token_type_ids", "twice": "attention_mask"}
 
 
 def alone(arrays: Arrays, config: ModelConfig, limits: dict[str, int]) -> str | None:
@@ -47,16 +56,17 @@ def requests(draw: st.DrawFn, config: ModelConfig) -> Arrays:
         return array
 
     arrays: Arrays = {"input_ids": table(-2, 55, (rows, tokens))}
-    companion = "attention_mask" if config.name == "demo-encoder" else "token_type_ids"
     companion_shape = (rows, tokens + draw(st.sampled_from([0, 0, 0, 0, 1])))
-    arrays[companion] = table(-1, 3, companion_shape)
+    dtype = draw(st.sampled_from(["int64", "int64", "int32", "uint8", "bool"]))
+    companion = table(0 if dtype in ("uint8", "bool") else -1, 3, companion_shape)
+    arrays[COMPANION[config.name]] = companion.astype(dtype)
     if config.name == "typed":
         arrays["bucket"] = table(-12, 11, (rows,)).astype(np.int32)
     return arrays
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), config=st.sampled_from([ENCODER, TYPED]))
+@given(data=st.data(), config=st.sampled_from([ENCODER, TYPED, TWICE]))
 def test_a_poll_gets_the_messages_each_request_gets_alone(
     data: st.DataObject, config: ModelConfig
 ) -> None:
