@@ -168,11 +168,32 @@ class Pipeline:
         """Decode a poll's records into the batcher; bad ones are answered on their own."""
         version = self.host.version
         assert version is not None
-        config, tokenize = version.config, self.host.tokenize
-        tracing = tracing_enabled()
+        decoded, dead = self._decode_all(records, tier, version.config)
+        self._check_poll(decoded, version.config)
         now = time.monotonic()
-        dead: list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]] = []
+        failed: list[tuple[InHand, InferbusError]] = []
+        for item in decoded:
+            if item.error is not None:
+                failed.append((item, item.error))
+            elif item.expired:
+                # It needs no engine: answered now, so a backlog that expired in Kafka
+                # drains at poll speed, not at the batcher's room per sweep.
+                failed.append((item, EXPIRED_IN_QUEUE))
+            else:
+                self.batcher.add(item, tier=tier, samples=item.samples, length=item.length, now=now)
+        if dead:
+            self._spawn(self._dead_letter(dead))
+        if failed:
+            self._spawn(self.answer_errors(failed))
+
+    def _decode_all(
+        self, records: Sequence[ConsumerRecord[bytes, bytes]], tier: Tier, config: ModelConfig
+    ) -> tuple[list[InHand], list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]]]:
+        """Each record in hand (counted, its offset tracked) and decoded, or dead-lettered:
+        no request id to answer, or a defect in decoding (said, with its bytes kept)."""
+        tokenize, tracing = self.host.tokenize, tracing_enabled()
         decoded: list[InHand] = []
+        dead: list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]] = []
         for record in records:
             epoch = self.offsets.polled(record.topic, record.partition, record.offset)
             self.in_hand += 1
@@ -194,29 +215,20 @@ class Pipeline:
                 continue
             item.epoch = epoch
             decoded.append(item)
+        return decoded, dead
+
+    def _check_poll(self, decoded: list[InHand], config: ModelConfig) -> None:
+        """The poll's token ids and table rows, checked together; a defect in the check
+        answers each request it left `internal_error`, said."""
         try:
             check_indices(decoded, config, self.host.index_limits)
-        except Exception as exc:  # a worker defect: each request it left is answered, said
+        except Exception as exc:
             log.error(
                 "event=index_check_crashed records=%d error=%r", len(decoded), exc, exc_info=exc
             )
             for item in decoded:
                 if item.indices_unchecked and item.error is None:
                     item.error = WorkerDefect(f"checking token ids failed: {exc!r}")
-        failed: list[tuple[InHand, InferbusError]] = []
-        for item in decoded:
-            if item.error is not None:
-                failed.append((item, item.error))
-            elif item.expired:
-                # It needs no engine: answered now, so a backlog that expired in Kafka
-                # drains at poll speed, not at the batcher's room per sweep.
-                failed.append((item, EXPIRED_IN_QUEUE))
-            else:
-                self.batcher.add(item, tier=tier, samples=item.samples, length=item.length, now=now)
-        if dead:
-            self._spawn(self._dead_letter(dead))
-        if failed:
-            self._spawn(self.answer_errors(failed))
 
     def _decode(
         self,
