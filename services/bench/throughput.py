@@ -91,8 +91,14 @@ def sequence_batch(
 
 
 def all_cores(version: ModelVersion) -> ModelVersion:
-    """The same model with ONNX Runtime free to use every core: what a user gets without us."""
-    engine = version.config.engine.model_copy(update={"intra_op_num_threads": 0})
+    """The same model as ONNX Runtime runs it by default on every core: what a user gets
+    without us. Its intra-op threads spin between runs, as ONNX Runtime's do unless told
+    otherwise: served engines turn that off (`intra_op_spinning`, they share the cores
+    with the bus), and a reference that kept it off read under plain ONNX Runtime (MiniLM
+    on 2 cores, alternated: 310 / 327 off, 339 / 337 on; docs/benchmarks.md "Stop 34")."""
+    engine = version.config.engine.model_copy(
+        update={"intra_op_num_threads": 0, "intra_op_spinning": True}
+    )
     config = version.config.model_copy(update={"engine": engine})
     return ModelVersion(version.name, version.version, version.directory, config)
 

@@ -1,0 +1,23 @@
+"""The raw reference a ratio divides by is ONNX Runtime as a user runs it without us."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infra.models.repository import ModelRepository
+from services.bench.throughput import all_cores
+from services.models.demo import write_demo_models
+
+
+def test_the_reference_uses_every_core_with_onnx_runtimes_default_spinning(
+    tmp_path: Path,
+) -> None:
+    write_demo_models(tmp_path)
+    served = ModelRepository(tmp_path).resolve("demo-encoder")
+    assert not served.config.engine.intra_op_spinning  # served engines share the cores
+
+    reference = all_cores(served)
+
+    assert reference.config.engine.intra_op_num_threads == 0
+    assert reference.config.engine.intra_op_spinning, "ONNX Runtime's default: threads spin"
+    assert served.config.engine.intra_op_spinning is False, "the served model is untouched"
