@@ -154,38 +154,40 @@ def test_a_trickle_holds_one_replica(clock: FakeClock) -> None:
     assert [g.desired for g in decided] == [1] * 30, decided[0].reasons
 
 
-def test_windows_with_a_membership_change_teach_nothing(clock: FakeClock) -> None:
+@pytest.mark.parametrize(
+    "changes",
+    [
+        # A consumer joins or leaves every tick.
+        pytest.param(
+            lambda tick, now: {
+                "ready_replicas": 10 if tick % 2 else 9,
+                "starting_replicas": 0 if tick % 2 else 1,
+                "queue_p99_ms": 700.0,
+            },
+            id="membership-changes",
+        ),
+        # A worker that died and was started again between two ticks leaves the ready count
+        # unchanged; its outage window (queue p99 of seconds) taught a spare of 7.5 live.
+        pytest.param(
+            lambda tick, now: {"queue_p99_ms": 3700.0, "newest_ready_at": now - 3.0},
+            id="a-replacement-the-scaler-did-not-order",
+        ),
+    ],
+)
+def test_windows_with_a_membership_change_teach_nothing(
+    clock: FakeClock, changes: Callable[[int, float], dict[str, float]]
+) -> None:
     state, _ = _ticks(
         clock,
         lambda tick, now: make_signals(
-            replicas=10,
-            ready_replicas=10 if tick % 2 else 9,  # a consumer joins or leaves every tick
-            starting_replicas=0 if tick % 2 else 1,
-            arrival_rps=1500.0,
-            utilization=0.5,
-            queue_p99_ms=700.0,
-            collected_at=now,
-        ),
-    )
-    config = PolicyConfig()
-    assert spare_replicas(state.get(GROUP), config) == config.initial_spare_replicas
-
-
-def test_a_replacement_the_scaler_did_not_order_makes_its_window_teach_nothing(
-    clock: FakeClock,
-) -> None:
-    """A worker that died and was started again between two ticks leaves the ready count
-    unchanged; its outage window (queue p99 of seconds) taught a spare of 7.5 live."""
-    state, _ = _ticks(
-        clock,
-        lambda _, now: make_signals(
-            replicas=10,
-            ready_replicas=10,
-            arrival_rps=1500.0,
-            utilization=0.5,
-            queue_p99_ms=3700.0,
-            collected_at=now,
-            newest_ready_at=now - 3.0,  # a fresh consumer every tick
+            **{
+                "replicas": 10,
+                "ready_replicas": 10,
+                "arrival_rps": 1500.0,
+                "utilization": 0.5,
+                "collected_at": now,
+                **changes(tick, now),
+            }
         ),
     )
     config = PolicyConfig()

@@ -13,7 +13,7 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 
 from services.models.demo import encoder_config
-from tests.unit.worker.test_expiry import BusyHost, Capture, stalled_pipeline
+from tests.unit.worker.test_expiry import Capture, PollingHost, stalled_pipeline
 
 TOPIC = "inferbus.req.demo-encoder.batch"
 
@@ -24,9 +24,8 @@ class EncoderVersion:
     config: Any = field(default_factory=encoder_config)
 
 
-class EncoderHost(BusyHost):
+class EncoderHost(PollingHost):
     version = EncoderVersion()  # type: ignore[assignment]
-    tokenize = None
     index_limits = {"input_ids": 50}
 
 
