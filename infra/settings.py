@@ -105,3 +105,6 @@ class BrokerSettings(BaseSettings):
     """Preferred port; a free one is picked when it is taken."""
     broker_start_timeout_s: float = 20.0
     """How long to wait for the broker's port to answer, seconds."""
+    broker_threads: int | None = Field(default=None, ge=1)
+    """Tansu's runtime threads (it reads `TOKIO_WORKER_THREADS`); default: a quarter of the
+    machine's cores, at least 1 (`infra.broker.default_broker_threads`, docs/kafka.md)."""

@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsError
 from typer.core import TyperGroup
 
 from infra import eventloop
+from infra.gc_tuning import tune_for_service
 from infra.lograte import limit_log_rate
 from schemas.errors import InferbusError, describe_validation_error
 
@@ -48,6 +49,13 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         return eventloop.run(coro)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+def run_service(coro: Coroutine[Any, Any, T]) -> T:
+    """`run` for a long-running service: garbage collection tuned first
+    (`infra.gc_tuning`)."""
+    tune_for_service()
+    return run(coro)
 
 
 def load_settings(cls: type[S], **flags: Any) -> S:

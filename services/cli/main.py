@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from infra import eventloop
+from infra.gc_tuning import tune_for_service
 from schemas.topics import TIERS, Tier
-from services.cli.common import OneLineErrors, load_settings, run, setup_logging
+from services.cli.common import OneLineErrors, load_settings, run, run_service, setup_logging
 
 if TYPE_CHECKING:
     from services.ingest.settings import IngestSettings
@@ -135,7 +136,7 @@ def ingest(
     from services.ingest.app import run_ingest
 
     setup_logging(log_level)
-    run(run_ingest(bootstrap, ingest_settings(models)))
+    run_service(run_ingest(bootstrap, ingest_settings(models)))
 
 
 @app.command()
@@ -169,7 +170,7 @@ def worker(
     from services.worker.app import run_worker
 
     setup_logging(log_level)
-    run(run_worker(bootstrap, worker_settings(model, tier, models, version, lane)))
+    run_service(run_worker(bootstrap, worker_settings(model, tier, models, version, lane)))
 
 
 @app.command()
@@ -248,6 +249,7 @@ def up(
         idle_hold_every_s=scaler_settings.idle_hold_every_s,
         scaler_metrics_port=scaler_settings.metrics_port,
     )
+    tune_for_service()
     try:
         eventloop.run(Stack(options).run())
     except KeyboardInterrupt:
@@ -276,7 +278,7 @@ def scaler_run(
     if policy is not None:
         overrides["policy"] = policy
     settings = load_settings(ScalerSettings, **overrides)
-    run(run_scaler(bootstrap, models, settings))
+    run_service(run_scaler(bootstrap, models, settings))
 
 
 def _mount_subcommands() -> None:
