@@ -63,8 +63,17 @@ def default_broker_threads(cores: int) -> int:
     return max(1, cores // BROKER_CORES_A_THREAD)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, as Tokio's default counts)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def broker_environment(threads: int, base: Mapping[str, str]) -> dict[str, str]:
-    """The environment Tansu starts with: `base`, its runtime sized to `threads` threads."""
+    """The environment Tansu starts with: `base`, its runtime sized to `threads` threads
+    (`TOKIO_WORKER_THREADS`, replaced if `base` has one: `INFERBUS_BROKER_THREADS` is the
+    setting)."""
     return {**base, "TOKIO_WORKER_THREADS": str(threads)}
 
 
@@ -126,6 +135,11 @@ class EmbeddedBroker:
         return f"{self.settings.broker_host}:{self.port}"
 
     @property
+    def threads(self) -> int:
+        """Tansu's runtime threads: the setting, else `default_broker_threads`."""
+        return self.settings.broker_threads or default_broker_threads(usable_cores())
+
+    @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
@@ -174,7 +188,7 @@ class EmbeddedBroker:
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
             prefix="inferbus-tansu-", suffix=".log"
         )
-        threads = self.settings.broker_threads or default_broker_threads(os.cpu_count() or 1)
+        threads = self.threads
         self._process = subprocess.Popen(
             command,
             env=broker_environment(threads, os.environ),

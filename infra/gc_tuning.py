@@ -2,15 +2,17 @@
 
 CPython collects its youngest generation after every 700 net allocations of container
 objects, and each collection of an older generation walks every object the process has
-made since it started: aiokafka's protocol classes, pydantic's schemas, the model
-repository. A service allocates a few dozen containers per request and keeps almost
+made since it started: the modules, aiokafka's protocol classes, pydantic's schemas and
+validators. A service allocates a few dozen containers per request and keeps almost
 none, so at thousands of requests a second most collections find nothing.
 
-`tune_for_service` moves everything alive at start into the permanent generation
-(`gc.freeze`), where no collection looks again, and collects the youngest generation
-every 10,000 allocations instead of 700. Measured on the null-engine bus ceiling
-(docs/benchmarks.md, stop 35): ingest's CPU a request fell 11-16 %, the worker's 2-7 %.
-Clients and benchmarks keep CPython's defaults: the process is not ours to tune.
+`tune_for_service`, called before a service's event loop starts, moves everything alive
+then (the imported code and its tables; what the service builds afterwards stays
+collectable) into the permanent generation (`gc.freeze`), where no collection looks again,
+and collects the youngest generation every 10,000 allocations instead of 700. Measured on
+the null-engine bus ceiling (docs/benchmarks.md, stop 35): ingest's CPU a request fell
+11-16 %, the worker's 2-7 %. Clients (`inferbus infer`, the Python client, the benchmarks'
+load generators) keep CPython's defaults: their process is not ours to tune.
 """
 
 from __future__ import annotations

@@ -409,6 +409,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             "trace_ratio": options.trace_ratio,
             "span_exports": sink.exports if sink is not None else None,
             "served_intra_op_threads": version.config.engine.intra_op_num_threads,
+            "broker_threads": deployment.broker.threads if deployment.broker else None,
             "cores": os.cpu_count(),
             "note": "broker, ingest, worker and load generator share these cores; the raw "
             "engine ran alone, with ONNX Runtime on all cores",

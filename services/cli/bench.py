@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from services.cli.common import setup_logging
+from services.cli.common import run_service, setup_logging
 
 bench_app = typer.Typer(
     help="Benchmarks that report ratios measured in one run.", no_args_is_help=True
@@ -137,7 +137,8 @@ def idle(
     from services.bench.idle import IdleOptions, bench_idle
 
     setup_logging("WARNING")
-    report = asyncio.run(
+    # This process stands in for `inferbus up` (its "inferbus-up" row): the same loop and GC.
+    report = run_service(
         bench_idle(IdleOptions(settle_s=settle, window_s=window, probes=probes), _progress)
     )
     _write(report, json_out)

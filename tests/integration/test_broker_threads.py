@@ -10,6 +10,8 @@ import pytest
 from infra.broker import EmbeddedBroker
 from infra.settings import BrokerSettings
 
+pytestmark = pytest.mark.integration
+
 
 def _runtime_threads(pid: int) -> int:
     """Tansu's Tokio runtime names its worker threads `tokio-rt-worker` (counted just after
@@ -21,11 +23,12 @@ def _runtime_threads(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 @pytest.mark.parametrize("threads", [1, 3])
-def test_tansu_runs_the_threads_asked_for(threads: int) -> None:
+def test_tansu_runs_the_threads_asked_for(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOKIO_WORKER_THREADS", raising=False)
     settings = BrokerSettings(broker_threads=threads)
     with EmbeddedBroker(settings, port=0) as broker:
         assert broker.pid is not None
         environ = Path(f"/proc/{broker.pid}/environ").read_bytes().split(b"\0")
         assert f"TOKIO_WORKER_THREADS={threads}".encode() in environ
         assert _runtime_threads(broker.pid) == threads
-    assert os.environ.get("TOKIO_WORKER_THREADS") is None
+    assert "TOKIO_WORKER_THREADS" not in os.environ  # set for the broker alone
