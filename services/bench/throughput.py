@@ -58,7 +58,9 @@ class ThroughputOptions:
     long_share: float = 0.0
     engine: str = "model"
     """`model`: the engine model.yaml names; `null`: an engine that does no work (sim with
-    a = b = 0), so the run measures the bus ceiling."""
+    a = b = 0), so the run measures the bus ceiling; `sim`: model.yaml's `engine.sim` (the
+    times `inferbus models calibrate` measured), so the run measures the bus at the model's
+    rate without the engine's CPU beside it."""
     intra_op_threads: int | None = None
     """Override the served engine's ONNX Runtime intra-op threads (0: all cores)."""
     ingest_instances: int = 1
@@ -145,6 +147,16 @@ def default_workers(cores: int, intra_op_threads: int, provider: str) -> tuple[i
     return workers, (
         f"{workers}: {cores} cores / {intra_op_threads} intra-op thread(s) a worker (CPU engine)"
     )
+
+
+def served_provider(engine: str, raw_provider: str) -> str:
+    """What `default_workers` sizes for: the raw engine's provider; for `sim`, the model's
+    CPU engine that its times stand for (pass --workers where the model runs on a GPU)."""
+    if engine == "null":
+        return "null engine (simulated)"
+    if engine == "sim":
+        return "CPUExecutionProvider, timed by model.yaml's engine.sim"
+    return raw_provider
 
 
 def summarize(report: LoadReport) -> dict[str, Any]:
@@ -292,8 +304,9 @@ def prepare_models(options: ThroughputOptions) -> Path:
         write_demo_models(root)
     path = root / options.model / "model.yaml"
     raw = yaml.safe_load(path.read_text())
-    if options.engine == "null":
+    if options.engine in ("null", "sim"):
         raw["engine"]["kind"] = "sim"
+    if options.engine == "null":
         raw["engine"]["sim"] = {**raw["engine"].get("sim", {}), "a_ms": 0.0, "b_ms": 0.0}
     if options.intra_op_threads is not None:
         raw["engine"]["intra_op_num_threads"] = options.intra_op_threads
@@ -329,7 +342,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
     sink = OtlpSink().__enter__() if options.trace_ratio is not None else None
     try:
         version = ModelRepository(models_dir).resolve(options.model)
-        reference = version if options.engine == "null" else all_cores(version)
+        reference = all_cores(version) if options.engine == "model" else version
         progress(
             f"raw engine: {options.model} seq {options.seq_len}, {options.raw_seconds:.0f}s "
             f"({reference.config.engine.kind}, all cores)"
@@ -344,7 +357,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             else default_workers(
                 os.cpu_count() or 1,
                 version.config.engine.intra_op_num_threads,
-                raw["provider"] if options.engine == "model" else "null engine (simulated)",
+                served_provider(options.engine, raw["provider"]),
             )
         )
         progress(f"workers: {workers_why}")

@@ -38,7 +38,11 @@ def throughput(
     requests: Annotated[int, typer.Option(help="Requests in the saturation phase.")] = 3000,
     window: Annotated[int, typer.Option(help="Requests kept outstanding at saturation.")] = 128,
     engine: Annotated[
-        str, typer.Option(help="model (as model.yaml says) or null (no work: the bus ceiling).")
+        str,
+        typer.Option(
+            help="model (as model.yaml says), null (no work: the bus ceiling) or sim "
+            "(model.yaml's engine.sim times: the bus at the model's rate, no engine CPU)."
+        ),
     ] = "model",
     intra_op_threads: Annotated[
         int | None, typer.Option(help="Served engine's ONNX Runtime threads (0: all cores).")
@@ -79,8 +83,8 @@ def throughput(
     from services.bench.plot import plot_throughput
     from services.bench.throughput import ThroughputOptions, bench_throughput
 
-    if engine not in ("model", "null"):
-        raise typer.BadParameter(f"--engine must be model or null, got {engine!r}")
+    if engine not in ("model", "null", "sim"):
+        raise typer.BadParameter(f"--engine must be model, null or sim, got {engine!r}")
     if open_rate is not None and open_rate <= 0:
         raise typer.BadParameter(f"--open-rate must be > 0 req/s, got {open_rate}")
     if encoding not in ("frame", "b64", "list"):
@@ -108,12 +112,15 @@ def throughput(
         _progress(f"wrote {plot}")
     sat, half = report["saturation"], report["half_load"]
     cpu = ", ".join(f"{k} {v:.3f}" for k, v in sat["cpu"]["cpu_ms_per_request"].items())
-    headline = (
-        f"bus ceiling (null engine) {sat['samples_per_s']:.0f} req/s"
-        if engine == "null"
-        else f"raw engine {report['raw_engine']['samples_per_s']:.0f} samples/s | end to end "
-        f"{sat['samples_per_s']:.0f} samples/s | ratio {report['ratio_e2e_over_raw']:.2f}"
-    )
+    raw_rate = report["raw_engine"]["samples_per_s"]
+    headlines = {
+        "null": f"bus ceiling (null engine) {sat['samples_per_s']:.0f} req/s",
+        "sim": f"one sim engine {raw_rate:.0f} samples/s | end to end "
+        f"{sat['samples_per_s']:.0f} samples/s through {report['workers']} worker(s)",
+        "model": f"raw engine {raw_rate:.0f} samples/s | end to end "
+        f"{sat['samples_per_s']:.0f} samples/s | ratio {report['ratio_e2e_over_raw']:.2f}",
+    }
+    headline = headlines[engine]
     typer.echo(
         f"{headline} | saturation p99 e2e {sat['e2e_ms']['p99']:.0f} ms | "
         f"{'half load' if open_rate is None else 'open loop'} ({half['rate_rps']:.0f} req/s) "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.bench.throughput import default_workers
+from services.bench.throughput import default_workers, served_provider
 
 CPU = "onnxruntime:CPUExecutionProvider"
 
@@ -28,3 +28,12 @@ def test_one_worker_per_engine_share_of_the_cores_on_a_cpu_engine(
     got, reason = default_workers(cores, threads, provider)
     assert got == workers
     assert why in reason
+
+
+@pytest.mark.parametrize(
+    ("engine", "workers"),
+    [("model", 2), ("null", 1), ("sim", 2)],
+)
+def test_a_sim_engine_is_served_as_the_cpu_engine_it_stands_for(engine: str, workers: int) -> None:
+    got, _ = default_workers(2, 1, served_provider(engine, CPU))
+    assert got == workers
