@@ -46,6 +46,32 @@ LetGo = Callable[[str, frozenset[int]], int]
 again; commits stop short of them); returns how many."""
 CONTROL_TOPICS = (INSTANCES, DECISIONS, ROLLOUTS)
 WHOLE_CONTROL_TOPICS = (ROLLOUTS,)
+
+
+def fair_shares(
+    buffered: Sequence[TopicPartition], limit: int, turn: int
+) -> list[tuple[TopicPartition, int]]:
+    """How many records to take from each partition with records buffered: `limit` split
+    evenly, the remainder (and, with fewer records than partitions, the whole take) to
+    the partitions whose turn it is (`turn` rotates the start).
+
+    aiokafka hands out buffered records partition by partition in the order they were
+    fetched and fetches a partition again only once its buffer is drained, so a reader
+    with room for a few records at a time works through one partition's chunk before the
+    next: under a backlog the queue is served by chunks in turn, not oldest first, and a
+    request waited longer than depth / rate (chaos overload: admitted requests answered
+    `deadline_exceeded` 5 s past their deadline, in bursts; docs/reliability.md). Ingest
+    spreads requests over the partitions evenly, so equal shares keep their oldest
+    records about equally old.
+    """
+    count = len(buffered)
+    if count == 0 or limit <= 0:
+        return []
+    start = turn % count
+    order = [*buffered[start:], *buffered[:start]]
+    base, extra = divmod(limit, count)
+    shares = [(tp, base + (1 if i < extra else 0)) for i, tp in enumerate(order)]
+    return [(tp, share) for tp, share in shares if share > 0]
 """Read from their start, not the recent window: one record per key is the state (rare,
 compacted), and a decision stays in force however old it is."""
 
@@ -166,6 +192,8 @@ class OwnedConsumer:
         self.pacer: FetchPacer | None = None
         self._held: set[str] = set()
         self._last_rebalance = 0.0
+        self._turn = 0
+        """Rotates which buffered partition a poll takes from first (`fair_shares`)."""
         self._releases: set[asyncio.Task[None]] = set()
         self._commit_wanted = asyncio.Event()
         self._check_commits = False
@@ -308,9 +336,7 @@ class OwnedConsumer:
             await self._fence()
         try:
             await self._read_control()
-            batches = await self._consumer.getmany(
-                timeout_ms=timeout_ms, max_records=min(max_records or limit, limit)
-            )
+            batches = await self._take(timeout_ms, min(max_records or limit, limit))
         except KafkaError as exc:
             # aiokafka's fetcher died (it does not come back by itself): a fresh consumer
             # takes the same partitions from their committed offsets.
@@ -347,6 +373,33 @@ class OwnedConsumer:
             self._seen_restarts = self.membership.broker_restarts
             await self._read_again(restarted)
         return records
+
+    async def _take(
+        self, timeout_ms: int, limit: int
+    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        """Up to `limit` buffered data records, shared evenly among the partitions that have
+        some (`fair_shares`); when at most one has, what the fetcher gives, waiting up to
+        `timeout_ms` for it."""
+        buffered = self._buffered_data()
+        if len(buffered) < 2:
+            batches: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = (
+                await self._consumer.getmany(timeout_ms=timeout_ms, max_records=limit)
+            )
+            return batches
+        batches = {}
+        for tp, share in fair_shares(buffered, limit, self._turn):
+            batches.update(await self._consumer.getmany(tp, timeout_ms=0, max_records=share))
+        self._turn += 1
+        return batches
+
+    def _buffered_data(self) -> list[TopicPartition]:
+        """The data partitions with fetched records not handed out yet, in the order
+        aiokafka would hand them out (its fetcher's private buffer; if aiokafka changes it,
+        none are seen and polls take what the fetcher gives, as before)."""
+        records = getattr(getattr(self._consumer, "_fetcher", None), "_records", None)
+        if not isinstance(records, Mapping):
+            return []
+        return [tp for tp in records if tp.topic not in CONTROL_TOPICS]
 
     async def _read_control(self) -> None:
         """Fold the registry, decision and rollout records fetched so far, asked for apart
