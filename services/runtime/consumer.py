@@ -46,6 +46,8 @@ LetGo = Callable[[str, frozenset[int]], int]
 again; commits stop short of them); returns how many."""
 CONTROL_TOPICS = (INSTANCES, DECISIONS, ROLLOUTS)
 WHOLE_CONTROL_TOPICS = (ROLLOUTS,)
+"""Read from their start, not the recent window: one record per key is the state (rare,
+compacted), and a decision stays in force however old it is."""
 
 
 def fair_shares(
@@ -72,8 +74,6 @@ def fair_shares(
     base, extra = divmod(limit, count)
     shares = [(tp, base + (1 if i < extra else 0)) for i, tp in enumerate(order)]
     return [(tp, share) for tp, share in shares if share > 0]
-"""Read from their start, not the recent window: one record per key is the state (rare,
-compacted), and a decision stays in force however old it is."""
 
 
 def records_behind(
@@ -382,9 +382,9 @@ class OwnedConsumer:
         `timeout_ms` for it."""
         buffered = self._buffered_data()
         if len(buffered) < 2:
-            batches: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = (
-                await self._consumer.getmany(timeout_ms=timeout_ms, max_records=limit)
-            )
+            batches: dict[
+                TopicPartition, list[ConsumerRecord[bytes, bytes]]
+            ] = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=limit)
             return batches
         batches = {}
         for tp, share in fair_shares(buffered, limit, self._turn):
