@@ -27,10 +27,8 @@ OLD_EVERY = 100
 """Middle collections between collections of the oldest generation (CPython: 10)."""
 
 
-def tune_for_service() -> tuple[int, int, int]:
-    """Freeze what is alive now and collect less often; returns the thresholds set."""
+def tune_for_service() -> None:
+    """Freeze what is alive now and collect less often."""
     gc.collect()
     gc.freeze()
-    thresholds = (YOUNG_THRESHOLD, MIDDLE_EVERY, OLD_EVERY)
-    gc.set_threshold(*thresholds)
-    return thresholds
+    gc.set_threshold(YOUNG_THRESHOLD, MIDDLE_EVERY, OLD_EVERY)

@@ -30,11 +30,12 @@ import json, sys
 
 report = json.load(open(sys.argv[1]))
 saturation = report["saturation"]
+ratio = "-" if report["ratio_e2e_over_raw"] is None else f"{report['ratio_e2e_over_raw']:.2f}"
 cpu = saturation["cpu"]["cpu_ms_per_request"]
 ingest = sum(v for k, v in cpu.items() if k.startswith("ingest-"))
 print(
     f"{sys.argv[2]}: raw {report['raw_engine']['samples_per_s']:.0f} e2e "
-    f"{saturation['samples_per_s']:.0f} samples/s (ratio {report['ratio_e2e_over_raw']:.2f}) | "
+    f"{saturation['samples_per_s']:.0f} samples/s (ratio {ratio}) | "
     f"CPU ms a request: broker {cpu['broker']:.2f} ingest {ingest:.2f} loadgen {cpu['loadgen']:.2f}",
     flush=True,
 )

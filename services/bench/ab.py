@@ -15,7 +15,7 @@ BUS = ("broker", "ingest", "loadgen")
 """The bus's processes whose CPU a request each side is compared on."""
 
 
-def run_figures(report: dict[str, Any]) -> dict[str, float]:
+def run_figures(report: dict[str, Any]) -> dict[str, float | None]:
     """What one run is compared on: samples/s raw and end to end, the ratio, and the CPU
     ms a request of the broker, ingest (all instances) and the load generator."""
     saturation = report["saturation"]
@@ -30,6 +30,11 @@ def run_figures(report: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def _over(b: float | None, a: float | None) -> float | None:
+    """B ÷ A, or None where a side has no figure (a `null` or `sim` run has no ratio)."""
+    return b / a if a and b is not None else None
+
+
 def summarize(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Pairs from reports named `A1`, `B1`, ...: each pair's figures and B's change over A
     (B ÷ A), pair by pair; pairs missing a side are left out and named."""
@@ -41,7 +46,8 @@ def summarize(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
             incomplete.append(n)
             continue
         fa, fb = run_figures(a), run_figures(b)
-        pairs.append({"pair": n, "A": fa, "B": fb, "B_over_A": {k: fb[k] / fa[k] for k in fa}})
+        change = {k: _over(fb[k], fa[k]) for k in fa}
+        pairs.append({"pair": n, "A": fa, "B": fb, "B_over_A": change})
     return {"pairs": pairs, "incomplete_pairs": incomplete}
 
 
@@ -59,5 +65,5 @@ def main(outdir: Path) -> dict[str, Any]:
 if __name__ == "__main__":
     done = main(Path(sys.argv[1]))
     for pair in done["pairs"]:
-        change = ", ".join(f"{k} ×{v:.2f}" for k, v in pair["B_over_A"].items())
+        change = ", ".join(f"{k} ×{v:.2f}" for k, v in pair["B_over_A"].items() if v is not None)
         print(f"pair {pair['pair']}: B ÷ A: {change}")

@@ -18,9 +18,9 @@ def plot_throughput(report: dict[str, Any], path: Path) -> None:
     e2e = report["saturation"]["samples_per_s"]
     left.bar(["raw engine", "end to end"], [raw, e2e], color=["#777", "#2a7"])
     left.set_ylabel("samples / s")
-    left.set_title(
-        f"{report['model']} seq {report['seq_len']}: ratio {report['ratio_e2e_over_raw']:.2f}"
-    )
+    ratio = report["ratio_e2e_over_raw"]
+    said = f"ratio {ratio:.2f}" if ratio is not None else f"{report['engine']} engine, no ratio"
+    left.set_title(f"{report['model']} seq {report['seq_len']}: {said}")
     sizes = report["saturation"]["batch_sizes"]
     right.bar(list(sizes), list(sizes.values()), color="#27a")
     right.set_xlabel("batch size")

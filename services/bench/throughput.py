@@ -149,6 +149,15 @@ def default_workers(cores: int, intra_op_threads: int, provider: str) -> tuple[i
     )
 
 
+def ratio_over_raw(engine: str, e2e_per_s: float, raw_per_s: float) -> float | None:
+    """End to end over what a user gets without us, for the model's own engine only: a
+    `null` or `sim` run's raw reading is one simulated engine, not ONNX Runtime on every
+    core, and a ratio over it would say nothing a user could compare (None)."""
+    if engine != "model" or raw_per_s <= 0:
+        return None
+    return e2e_per_s / raw_per_s
+
+
 def served_provider(engine: str, raw_provider: str) -> str:
     """What `default_workers` sizes for: the raw engine's provider; for `sim`, the model's
     CPU engine that its times stand for (pass --workers where the model runs on a GPU)."""
@@ -428,7 +437,9 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             "engine ran alone, with ONNX Runtime on all cores",
             "raw_engine": raw,
             "saturation": saturated,
-            "ratio_e2e_over_raw": saturated["samples_per_s"] / raw["samples_per_s"],
+            "ratio_e2e_over_raw": ratio_over_raw(
+                options.engine, saturated["samples_per_s"], raw["samples_per_s"]
+            ),
             "half_load": {"rate_rps": half_rate, "arrivals": "poisson", **half},
         }
     finally:

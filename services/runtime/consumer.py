@@ -194,6 +194,7 @@ class OwnedConsumer:
         self._last_rebalance = 0.0
         self._turn = 0
         """Rotates which buffered partition a poll takes from first (`fair_shares`)."""
+        self._unfair_said = False
         self._releases: set[asyncio.Task[None]] = set()
         self._commit_wanted = asyncio.Event()
         self._check_commits = False
@@ -398,6 +399,9 @@ class OwnedConsumer:
         none are seen and polls take what the fetcher gives, as before)."""
         records = getattr(getattr(self._consumer, "_fetcher", None), "_records", None)
         if not isinstance(records, Mapping):
+            if not self._unfair_said:  # correct, only unfair under a backlog: said once
+                self._unfair_said = True
+                log.warning("event=fair_polls_unavailable reason=aiokafka_fetcher_changed")
             return []
         return [tp for tp in records if tp.topic not in CONTROL_TOPICS]
 

@@ -43,3 +43,12 @@ def test_pairs_compare_b_over_a_and_name_the_incomplete() -> None:
     assert pair["B_over_A"]["e2e_samples_per_s"] == pytest.approx(1.1)
     assert pair["B_over_A"]["broker"] == pytest.approx(0.5)
     assert summary["incomplete_pairs"] == [2]
+
+
+def test_runs_without_a_ratio_compare_on_the_rest() -> None:
+    """`null` and `sim` runs have no ratio (nothing a user gets without us to divide by)."""
+    a, b = _report(100.0, 2.0, {"ingest-0": 1.0}), _report(110.0, 1.0, {"ingest-0": 0.5})
+    a["ratio_e2e_over_raw"] = b["ratio_e2e_over_raw"] = None
+    [pair] = summarize({"A1": a, "B1": b})["pairs"]
+    assert pair["B_over_A"]["ratio"] is None
+    assert pair["B_over_A"]["e2e_samples_per_s"] == pytest.approx(1.1)

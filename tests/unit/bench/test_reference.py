@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from infra.models.repository import ModelRepository
-from services.bench.throughput import all_cores
+from services.bench.throughput import all_cores, ratio_over_raw
 from services.models.demo import write_demo_models
 
 
@@ -21,3 +23,13 @@ def test_the_reference_uses_every_core_with_onnx_runtimes_default_spinning(
     assert reference.config.engine.intra_op_num_threads == 0
     assert reference.config.engine.intra_op_spinning, "ONNX Runtime's default: threads spin"
     assert served.config.engine.intra_op_spinning is False, "the served model is untouched"
+
+
+@pytest.mark.parametrize(
+    ("engine", "ratio"),
+    [("model", 0.75), ("null", None), ("sim", None)],
+)
+def test_only_the_models_own_engine_gets_a_ratio(engine: str, ratio: float | None) -> None:
+    """A `null` or `sim` run's raw reading is one simulated engine, not ONNX Runtime on all
+    cores: a ratio over it would divide by less than a user gets without us."""
+    assert ratio_over_raw(engine, 300.0, 400.0) == ratio

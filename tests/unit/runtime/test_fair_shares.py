@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 from aiokafka import TopicPartition
 
 from services.runtime.consumer import fair_shares
+from tests.integration.lone_worker import lone_worker
 
 A, B, C = (TopicPartition("t", p) for p in range(3))
 
@@ -45,3 +48,15 @@ def test_every_partition_gets_its_turn_and_the_room_is_used(limit: int, count: i
         for tp, share in shares:
             taken[tp] += share
     assert len(set(taken.values())) == 1, "over a round of turns each partition got as many"
+
+
+def test_a_fetcher_without_the_buffer_is_said_once_and_polls_take_as_before(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    consumer = lone_worker("127.0.0.1:1", cast(Any, None), "m", client_id="unit").consumer
+    consumer._consumer = object()  # an aiokafka whose fetcher keeps no `_records`
+    with caplog.at_level("WARNING"):
+        assert consumer._buffered_data() == []
+        assert consumer._buffered_data() == []
+    said = [r for r in caplog.records if "fair_polls_unavailable" in r.getMessage()]
+    assert len(said) == 1
