@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from infra.cores import usable_cores
 from infra.processes import die_with_parent, forget_child, track_child
 from infra.settings import BrokerSettings
 from schemas.errors import InferbusError
@@ -61,13 +62,6 @@ def default_broker_threads(cores: int) -> int:
     """Tansu's runtime threads on a machine of `cores` cores: one per `BROKER_CORES_A_THREAD`,
     at least 1."""
     return max(1, cores // BROKER_CORES_A_THREAD)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask, as Tokio's default counts)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def broker_environment(threads: int, base: Mapping[str, str]) -> dict[str, str]:

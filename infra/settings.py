@@ -109,4 +109,5 @@ class BrokerSettings(BaseSettings):
     """How long to wait for the broker's port to answer, seconds."""
     broker_threads: int | None = Field(default=None, ge=1)
     """Tansu's runtime threads (it reads `TOKIO_WORKER_THREADS`); default: a quarter of the
-    machine's cores, at least 1 (`infra.broker.default_broker_threads`, docs/kafka.md)."""
+    usable cores (affinity mask capped by the cgroup CPU quota), at least 1
+    (`infra.broker.default_broker_threads`, docs/kafka.md)."""

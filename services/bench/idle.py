@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from infra.cores import usable_cores
 from schemas.topics import Tier
 from services.bench.cpu import machine_busy_s, process_cpu
 from services.bench.stats import percentiles
@@ -131,7 +132,7 @@ async def bench_idle(options: IdleOptions, progress: Progress) -> dict[str, Any]
         await stack.close()
     return {
         "benchmark": "idle",
-        "cores": os.cpu_count(),
+        "cores": usable_cores(),
         "window_s": options.window_s,
         "inferbus_cores_busy": round(sum(cores.values()), 4),
         "machine_cores_busy": round(machine_cores, 4),

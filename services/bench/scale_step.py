@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from infra.cores import usable_cores
 from infra.models.config import (
     EngineConfig,
     ModelConfig,
@@ -735,7 +736,7 @@ def build_report(raw: dict[str, Any], options: ScaleStepOptions) -> dict[str, An
     high = [(lo, hi) for name, lo, hi in bounds_list if name in ("step", "kill")]
     report: dict[str, Any] = {
         "benchmark": "scale-step",
-        "cores": os.cpu_count(),
+        "cores": usable_cores(),
         "options": asdict(options),
         "schedule": [asdict(p) for p in phases],
         "capacity_rps_per_replica": {

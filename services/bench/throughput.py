@@ -23,6 +23,7 @@ import numpy as np
 import yaml
 
 from infra.broker import EmbeddedBroker
+from infra.cores import usable_cores
 from infra.models.repository import ModelRepository, ModelVersion
 from infra.processes import ChildProcess, inferbus_command
 from infra.topics import ensure_topics, standard_topics
@@ -364,7 +365,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             (options.workers, "--workers")
             if options.workers is not None
             else default_workers(
-                os.cpu_count() or 1,
+                usable_cores(),
                 version.config.engine.intra_op_num_threads,
                 served_provider(options.engine, raw["provider"]),
             )
@@ -403,7 +404,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
                 roundtrip_p50_ms=saturated["client_roundtrip_ms"]["p50"],
                 served_rps=saturated["samples_per_s"],
                 cores_busy=saturated["cpu"]["machine_cores_busy"],
-                cores=os.cpu_count() or 1,
+                cores=usable_cores(),
             )
             half_rate = (
                 options.open_rate
@@ -432,7 +433,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             "span_exports": sink.exports if sink is not None else None,
             "served_intra_op_threads": version.config.engine.intra_op_num_threads,
             "broker_threads": deployment.broker.threads if deployment.broker else None,
-            "cores": os.cpu_count(),
+            "cores": usable_cores(),
             "note": "broker, ingest, worker and load generator share these cores; the raw "
             "engine ran alone, with ONNX Runtime on all cores",
             "raw_engine": raw,

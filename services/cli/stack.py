@@ -26,6 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 from infra.broker import EmbeddedBroker
+from infra.cores import usable_cores
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
 from infra.processes import SupervisedGroup, inferbus_command, kill_children
@@ -303,7 +304,7 @@ class Stack:
             idle_hold_every_s=options.idle_hold_every_s,
         )
         started = len(self.scaler.collector.groups) * options.workers_per_group
-        budget = local_worker_budget(options.worker_budget, os.cpu_count() or 1, started)
+        budget = local_worker_budget(options.worker_budget, usable_cores(), started)
         self.scaler.config = dataclasses.replace(self.scaler.config, max_total_replicas=budget)
         for group in self.scaler.collector.groups:
             await self.actuator.scale(

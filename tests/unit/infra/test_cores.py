@@ -1,0 +1,97 @@
+"""Cores to size for: the affinity mask capped by the cgroup CPU quota (infra/cores.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra.cores import (
+    cgroup_paths,
+    cgroup_quota_cores,
+    quota_cores_v1,
+    quota_cores_v2,
+    usable_cores,
+    usable_cores_from,
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "cores"),
+    [
+        ("max 100000\n", None),
+        ("200000 100000\n", 2.0),
+        ("150000 100000", 1.5),
+        ("50000 100000", 0.5),
+    ],
+)
+def test_v2_quota(line: str, cores: float | None) -> None:
+    assert quota_cores_v2(line) == cores
+
+
+@pytest.mark.parametrize("line", ["", "max", "0 100000", "100000 0", "a b"])
+def test_v2_quota_that_is_not_one_is_an_error(line: str) -> None:
+    with pytest.raises(ValueError):
+        quota_cores_v2(line)
+
+
+@pytest.mark.parametrize(
+    ("quota", "period", "cores"),
+    [("-1\n", "100000\n", None), ("400000\n", "100000\n", 4.0), ("25000", "100000", 0.25)],
+)
+def test_v1_quota(quota: str, period: str, cores: float | None) -> None:
+    assert quota_cores_v1(quota, period) == cores
+
+
+@pytest.mark.parametrize(
+    ("text", "paths"),
+    [
+        ("0::/\n", ("/", None)),
+        ("0::/kubepods/pod1/c1\n", ("/kubepods/pod1/c1", None)),
+        ("4:memory:/x\n2:cpuacct:/\n1:cpu:/\n0::/\n", ("/", "/")),
+        ("3:cpu,cpuacct:/docker/abc\n", (None, "/docker/abc")),
+        ("", (None, None)),
+    ],
+)
+def test_cgroup_paths(text: str, paths: tuple[str | None, str | None]) -> None:
+    assert cgroup_paths(text) == paths
+
+
+@pytest.mark.parametrize(
+    ("affinity", "quota", "cores"),
+    [(64, None, 64), (64, 2.0, 2), (64, 1.5, 2), (2, 8.0, 2), (4, 0.25, 1), (0, None, 1)],
+)
+def test_usable_cores_from(affinity: int, quota: float | None, cores: int) -> None:
+    assert usable_cores_from(affinity, quota) == cores
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_reads_a_nested_v2_cgroup_before_the_root(tmp_path: Path) -> None:
+    proc = tmp_path / "proc-cgroup"
+    _write(proc, "0::/kubepods/pod1\n")
+    _write(tmp_path / "fs/cpu.max", "max 100000\n")
+    _write(tmp_path / "fs/kubepods/pod1/cpu.max", "300000 100000\n")
+    assert cgroup_quota_cores(tmp_path / "fs", proc) == 3.0
+
+
+def test_reads_v1_cfs_quota(tmp_path: Path) -> None:
+    proc = tmp_path / "proc-cgroup"
+    _write(proc, "5:cpu,cpuacct:/docker/abc\n0::/\n")
+    _write(tmp_path / "fs/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "200000\n")
+    _write(tmp_path / "fs/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n")
+    assert cgroup_quota_cores(tmp_path / "fs", proc) == 2.0
+
+
+def test_no_cgroup_file_system_means_no_quota(tmp_path: Path) -> None:
+    assert cgroup_quota_cores(tmp_path / "fs", tmp_path / "missing") is None
+    proc = tmp_path / "proc-cgroup"
+    _write(proc, "0::/\n")
+    assert cgroup_quota_cores(tmp_path / "fs", proc) is None
+
+
+def test_this_process_gets_at_least_one_core() -> None:
+    assert usable_cores() >= 1
