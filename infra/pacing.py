@@ -167,7 +167,9 @@ class FetchPacer:
     500 ms after 30 s; see KafkaSettings) and its reader's demand (`hold_until`: a worker
     whose engine is busy cannot start on what it fetches before the engine frees, so a
     fetch may wait until just before then; `expecting`: a reader awaiting answers never
-    idles).
+    idles). `gather`: ask each fetch for the records its wait should bring (ingest).
+    `rhythm`: follow bursts that come in a rhythm (`rhythm_wait_ms`; ingest and the
+    readers of results, not a worker, whose engine clock already holds its fetches).
     """
 
     def __init__(
@@ -178,9 +180,11 @@ class FetchPacer:
         clock: Callable[[], float] = time.monotonic,
         expecting: Callable[[], bool] | None = None,
         gather: bool = False,
+        rhythm: bool = False,
     ) -> None:
         self._settings = settings or kafka_settings()
         self._gather = gather
+        self._rhythm = rhythm
         self._clock = clock
         self._consumer = consumer
         self._expecting = expecting
@@ -233,8 +237,10 @@ class FetchPacer:
         return True
 
     def rhythm_ms(self) -> int | None:
-        """The wait that lands a fetch just past the next burst of a rhythm, if there is one
-        further off than the busy cap (`rhythm_wait_ms`)."""
+        """The wait that lands a fetch just past the next burst of a rhythm, if this reader
+        follows one and there is one further off than the busy cap (`rhythm_wait_ms`)."""
+        if not self._rhythm:
+            return None
         return rhythm_wait_ms(self._clock() - self._last_records, self._next_gap, self._settings)
 
     def current_wait_ms(self) -> int:

@@ -112,7 +112,9 @@ async def test_bursts_in_a_rhythm_cost_about_one_fetch_each_and_arrive_on_time(
     every 40 ms, and each burst still reaches the reader soon after it is sent."""
     async with _one_partition(broker, "rhythm") as (topic, consumer, producer):
         pacer = FetchPacer(
-            consumer, kafka_settings().model_copy(update={"fetch_rhythm_tolerance": 0.3})
+            consumer,
+            kafka_settings().model_copy(update={"fetch_rhythm_tolerance": 0.3}),
+            rhythm=True,
         )
         assert pacer.attach()
         built: list[int] = []

@@ -372,7 +372,7 @@ def test_rhythm_wait(
 
 def test_a_rhythm_holds_the_fetch_until_the_next_burst_and_gathers_nothing() -> None:
     clock, consumer = _Clock(), _Consumer()
-    pacer = FetchPacer(consumer, RHYTHM, clock=clock, gather=True)
+    pacer = FetchPacer(consumer, RHYTHM, clock=clock, gather=True, rhythm=True)
     assert pacer.attach()
     for gap in [0.035, 0.190] * 5:
         clock.now += gap
@@ -393,7 +393,7 @@ def test_a_rhythm_holds_the_fetch_until_the_next_burst_and_gathers_nothing() -> 
 
 def test_an_idle_spell_forgets_the_rhythm() -> None:
     clock, consumer = _Clock(), _Consumer()
-    pacer = FetchPacer(consumer, RHYTHM, clock=clock)
+    pacer = FetchPacer(consumer, RHYTHM, clock=clock, rhythm=True)
     assert pacer.attach()
     for _ in range(10):
         clock.now += 0.150
@@ -402,3 +402,15 @@ def test_an_idle_spell_forgets_the_rhythm() -> None:
     clock.now += 3.0
     pacer.observe(1)
     assert pacer.rhythm_ms() is None
+
+
+def test_a_reader_that_does_not_follow_rhythms_keeps_the_step() -> None:
+    """A worker's fetches are held by its engine clock: bursts in a rhythm leave them be."""
+    clock, consumer = _Clock(), _Consumer()
+    pacer = FetchPacer(consumer, RHYTHM, clock=clock)
+    assert pacer.attach()
+    for _ in range(10):
+        clock.now += 0.150
+        pacer.observe(32)
+    assert pacer.rhythm_ms() is None
+    assert consumer._fetcher._fetch_max_wait_ms == 35  # a quarter of the smoothed spacing
