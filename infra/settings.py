@@ -49,7 +49,8 @@ class KafkaSettings(BaseSettings):
     is expected to bring (`infra.pacing.gather_min_bytes`), when that is 2 or more: the
     broker then answers when they are there, or at the wait's end. 0 turns it off."""
     fetch_rhythm_tolerance: float = Field(default=0.3, ge=0, le=1)
-    """Records that come in a rhythm (the gaps between a reader's record-bearing polls repeat
+    """For ingest and the readers of results (not workers, whose engine clock holds their
+    fetches): records that come in a rhythm (the gaps between record-bearing polls repeat
     with a lag of 1 to 4 polls within this share of their mean: a closed-loop producer or N
     workers each answering a batch per engine run) let a fetch wait until just past the next
     burst when that is further off than `fetch_wait_busy_max_ms`: one answer a burst instead
