@@ -101,7 +101,7 @@ def rhythm_wait_ms(
 ) -> int | None:
     """The wait for a fetch built `since_s` after the last records when they come in a
     rhythm (`rhythm_next_gap`): until the predicted next burst plus the prediction's mean
-    error and the busy wait, at most the idle wait. None when there is no rhythm or the
+    error and the busy wait, at most `rhythm_cap_ms`. None when there is no rhythm or the
     burst is due within the busy cap (the traffic step covers that).
 
     Tansu checks an empty fetch at half its wait, three quarters, seven eighths, ...: a
@@ -114,7 +114,19 @@ def rhythm_wait_ms(
     if until_s * 1000 <= settings.fetch_wait_busy_max_ms:
         return None
     wait_s = until_s + error_s + settings.fetch_wait_busy_ms / 1000
-    return min(round(wait_s * 1000), settings.fetch_wait_idle_ms)
+    return min(round(wait_s * 1000), rhythm_cap_ms(settings))
+
+
+RHYTHM_CAP_BUSY_CAPS = 2
+"""A rhythm's wait is at most this many busy caps: a record off the rhythm (a critical
+request among rhythmic interactive bursts, in the same consumer) reaches an empty fetch and
+waits for its next check, at most half the wait: 40 ms at a hop, against 20 ms at the busy
+cap alone."""
+
+
+def rhythm_cap_ms(settings: KafkaSettings) -> int:
+    """The longest wait a rhythm sets: `RHYTHM_CAP_BUSY_CAPS` busy caps, within the idle wait."""
+    return min(RHYTHM_CAP_BUSY_CAPS * settings.fetch_wait_busy_max_ms, settings.fetch_wait_idle_ms)
 
 
 def lane_waits(settings: KafkaSettings, *, batch_lane: bool) -> KafkaSettings:

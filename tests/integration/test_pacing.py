@@ -156,7 +156,70 @@ async def test_bursts_in_a_rhythm_cost_about_one_fetch_each_and_arrive_on_time(
         assert set(arrivals) >= set(sent), "a burst never arrived"
         late = {m: round(arrivals[m] - sent[m], 3) for m in sent if arrivals[m] - sent[m] > 0.12}
         assert not late, f"bursts that reached the reader late: {late}"
-        last_ten = len(built) - builds_at_burst[14]
-        # without the rhythm a 150 ms gap costs ~4 fetches at the 40 ms busy cap
-        assert last_ten <= 25, f"{last_ten} fetches for the last 10 bursts: {built[-last_ten:]}"
+        learned = built[builds_at_burst[14] : builds_at_burst[23]]
+        # without the rhythm a 150 ms gap costs ~4 fetches at the 40 ms busy cap; with it
+        # two: one of two busy caps, one that lands just past the burst
+        assert len(learned) <= 22, f"{len(learned)} fetches for 9 bursts: {learned}"
         assert max(built) > kafka_settings().fetch_wait_busy_max_ms, "no fetch waited for a burst"
+
+
+async def test_a_record_off_the_rhythm_waits_at_most_half_the_capped_wait(broker: str) -> None:
+    """A lone record between two rhythmic bursts (a critical request among interactive
+    ones) reaches a fetch that waits for the next burst: it waits for the fetch's first
+    check, at most half of two busy caps (40 ms), not half of the whole gap (~100 ms)."""
+    async with _one_partition(broker, "off-rhythm") as (topic, consumer, producer):
+        settings = kafka_settings().model_copy(update={"fetch_rhythm_tolerance": 0.3})
+        pacer = FetchPacer(consumer, settings, rhythm=True)
+        assert pacer.attach()
+        built: list[tuple[float, int]] = []
+        live_wait = pacer.current_wait_ms
+
+        def counted() -> int:
+            built.append((time.monotonic(), live_wait()))
+            return built[-1][1]
+
+        pacer.current_wait_ms = counted  # type: ignore[method-assign]
+        arrivals: dict[bytes, float] = {}
+        burst_seen, lone_seen = asyncio.Event(), asyncio.Event()
+
+        async def read() -> None:
+            while True:
+                batches = await consumer.getmany(timeout_ms=100)
+                records = [r for rs in batches.values() for r in rs]
+                pacer.observe(len(records), record_bytes(records))
+                now = time.monotonic()
+                for record in records:
+                    arrivals.setdefault(record.value or b"", now)
+                if records:
+                    burst_seen.set()
+                if any((r.value or b"").startswith(b"lone-") for r in records):
+                    lone_seen.set()
+
+        reader = asyncio.create_task(read())
+        parked: list[float] = []
+        """Delays of lone records sent while the fetch waiting for them was a rhythm's."""
+        try:
+            for burst in range(30):
+                started = time.monotonic()
+                burst_seen.clear()
+                for _ in range(8):
+                    await producer.send(topic, b"x" * 200, partition=0)
+                await producer.flush()
+                if burst >= 16 and burst % 3 == 0:  # the rhythm is learned: a lone one
+                    await asyncio.wait_for(burst_seen.wait(), 1.0)
+                    await asyncio.sleep(0.01)
+                    lone = f"lone-{burst}".encode()
+                    sent = time.monotonic()
+                    await producer.send_and_wait(topic, lone, partition=0)
+                    await asyncio.wait_for(lone_seen.wait(), 1.0)
+                    lone_seen.clear()
+                    waiting = [wait for at, wait in built if at <= sent][-1]
+                    if waiting > settings.fetch_wait_busy_max_ms:
+                        parked.append(arrivals[lone] - sent)
+                await asyncio.sleep(max(0.2 - (time.monotonic() - started), 0.0))
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        assert len(parked) >= 2, "the rhythm never held a fetch when a lone record came"
+        assert max(parked) < 0.06, f"lone records behind a rhythm's fetch waited {parked}"

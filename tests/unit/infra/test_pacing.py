@@ -356,11 +356,12 @@ def test_a_tolerance_of_0_finds_no_rhythm() -> None:
 @pytest.mark.parametrize(
     ("since_s", "next_gap", "expected"),
     [
-        pytest.param(0.0, (0.190, 0.0), 195, id="lands-just-past-the-burst"),
-        pytest.param(0.0, (0.150, 0.004), 159, id="the-error-later"),
+        pytest.param(0.0, (0.060, 0.0), 65, id="lands-just-past-the-burst"),
+        pytest.param(0.0, (0.060, 0.004), 69, id="the-error-later"),
+        pytest.param(0.030, (0.090, 0.0), 65, id="counted-from-the-last-records"),
         pytest.param(0.160, (0.190, 0.0), None, id="due-within-the-busy-cap"),
         pytest.param(0.0, (0.035, 0.0), None, id="a-short-gap-is-the-steps-job"),
-        pytest.param(0.0, (0.400, 0.0), 200, id="at-most-the-idle-wait"),
+        pytest.param(0.0, (0.190, 0.0), 80, id="at-most-two-busy-caps"),
         pytest.param(0.0, None, None, id="no-rhythm"),
     ],
 )
@@ -381,12 +382,12 @@ def test_a_rhythm_holds_the_fetch_until_the_next_burst_and_gathers_nothing() -> 
     assert pacer.rhythm_ms() is None
     clock.now += 0.035
     pacer.observe(32, 32 * 400)
-    # now the 190 ms gap is due: one fetch waits past it, asking for any byte
-    assert consumer._fetcher._fetch_max_wait_ms == 195
+    # now the 190 ms gap is due: a fetch waits two busy caps, asking for any byte
+    assert consumer._fetcher._fetch_max_wait_ms == 80
     assert consumer._fetcher._fetch_min_bytes == 1
-    clock.now += 0.100
-    assert consumer._fetcher._fetch_max_wait_ms == 95
-    clock.now += 0.080  # 10 ms before it is due: the step rule again
+    clock.now += 0.120  # 70 ms before it is due: this one lands just past it
+    assert consumer._fetcher._fetch_max_wait_ms == 75
+    clock.now += 0.060  # 10 ms before it is due: the step rule again
     assert pacer.rhythm_ms() is None
     assert consumer._fetcher._fetch_max_wait_ms == 40
 
@@ -398,7 +399,7 @@ def test_an_idle_spell_forgets_the_rhythm() -> None:
     for _ in range(10):
         clock.now += 0.150
         pacer.observe(32)
-    assert pacer.rhythm_ms() == 155
+    assert pacer.rhythm_ms() == 80
     clock.now += 3.0
     pacer.observe(1)
     assert pacer.rhythm_ms() is None
