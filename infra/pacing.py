@@ -175,13 +175,14 @@ class FetchPacer:
     """One consumer's fetch wait, asked afresh for every fetch its fetcher builds.
 
     Two inputs move it: the consumer's traffic (`observe` after every poll: from 5 ms
-    while records flow, growing with the quiet up to 20 ms, 200 ms after 2 s without any,
-    500 ms after 30 s; see KafkaSettings) and its reader's demand (`hold_until`: a worker
-    whose engine is busy cannot start on what it fetches before the engine frees, so a
-    fetch may wait until just before then; `expecting`: a reader awaiting answers never
-    idles). `gather`: ask each fetch for the records its wait should bring (ingest).
-    `rhythm`: follow bursts that come in a rhythm (`rhythm_wait_ms`; ingest and the
-    readers of results, not a worker, whose engine clock already holds its fetches).
+    while records flow, growing with the quiet up to the busy cap (40 ms), 200 ms after
+    2 s without any, 500 ms after 30 s; see KafkaSettings) and its reader's demand
+    (`hold_until`: a worker whose engine is busy cannot start on what it fetches before
+    the engine frees, so a fetch may wait until just before then; `expecting`: a reader
+    awaiting answers never idles). `gather`: ask each fetch for the records its wait
+    should bring (ingest). `rhythm`: follow bursts that come in a rhythm
+    (`rhythm_wait_ms`; ingest and the readers of results, not a worker, whose engine
+    clock already holds its fetches).
     """
 
     def __init__(
@@ -298,7 +299,8 @@ class FetchPacer:
                 self._gap_s += GAP_SMOOTHING * (gap - self._gap_s)
                 self._batch += GAP_SMOOTHING * (records - self._batch)
                 self._gaps.append(gap)
-            self._next_gap = rhythm_next_gap(self._gaps, self._settings.fetch_rhythm_tolerance)
+            if self._rhythm:
+                self._next_gap = rhythm_next_gap(self._gaps, self._settings.fetch_rhythm_tolerance)
             if nbytes:
                 size = nbytes / records
                 self._record_bytes += GAP_SMOOTHING * (size - self._record_bytes)
