@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -104,6 +104,36 @@ async def test_a_gathering_consumer_asks_for_several_records_and_still_gets_a_lo
                 await reader
 
 
+def _count_waits(pacer: FetchPacer) -> list[tuple[float, int]]:
+    """Every wait the pacer gives a fetch from now on, with when it was built."""
+    built: list[tuple[float, int]] = []
+    live_wait = pacer.current_wait_ms
+
+    def counted() -> int:
+        built.append((time.monotonic(), live_wait()))
+        return built[-1][1]
+
+    pacer.current_wait_ms = counted  # type: ignore[method-assign]
+    return built
+
+
+async def _read_arrivals(
+    consumer: AIOKafkaConsumer,
+    pacer: FetchPacer,
+    arrivals: dict[bytes, float],
+    seen: Callable[[list[bytes]], None] = lambda values: None,
+) -> None:
+    """Poll for good, as a paced reader does; note when each value first arrived."""
+    while True:
+        batches = await consumer.getmany(timeout_ms=100)
+        records = [r for rs in batches.values() for r in rs]
+        pacer.observe(len(records), record_bytes(records))
+        now = time.monotonic()
+        for record in records:
+            arrivals.setdefault(record.value or b"", now)
+        seen([record.value or b"" for record in records])
+
+
 async def test_bursts_in_a_rhythm_cost_about_one_fetch_each_and_arrive_on_time(
     broker: str,
 ) -> None:
@@ -117,31 +147,14 @@ async def test_bursts_in_a_rhythm_cost_about_one_fetch_each_and_arrive_on_time(
             rhythm=True,
         )
         assert pacer.attach()
-        built: list[int] = []
-        live_wait = pacer.current_wait_ms
-
-        def counted() -> int:
-            built.append(live_wait())
-            return built[-1]
-
-        pacer.current_wait_ms = counted  # type: ignore[method-assign]
+        waits = _count_waits(pacer)
         arrivals: dict[bytes, float] = {}
-
-        async def read() -> None:
-            while True:
-                batches = await consumer.getmany(timeout_ms=100)
-                records = [r for rs in batches.values() for r in rs]
-                pacer.observe(len(records), record_bytes(records))
-                now = time.monotonic()
-                for record in records:
-                    arrivals.setdefault(record.value or b"", now)
-
-        reader = asyncio.create_task(read())
+        reader = asyncio.create_task(_read_arrivals(consumer, pacer, arrivals))
         sent: dict[bytes, float] = {}
         try:
             builds_at_burst: list[int] = []
             for burst in range(24):
-                builds_at_burst.append(len(built))
+                builds_at_burst.append(len(waits))
                 marker = f"burst-{burst}".encode()
                 sent[marker] = time.monotonic()
                 for _ in range(7):
@@ -156,11 +169,12 @@ async def test_bursts_in_a_rhythm_cost_about_one_fetch_each_and_arrive_on_time(
         assert set(arrivals) >= set(sent), "a burst never arrived"
         late = {m: round(arrivals[m] - sent[m], 3) for m in sent if arrivals[m] - sent[m] > 0.12}
         assert not late, f"bursts that reached the reader late: {late}"
-        learned = built[builds_at_burst[14] : builds_at_burst[23]]
+        learned = [wait for _, wait in waits[builds_at_burst[14] : builds_at_burst[23]]]
         # without the rhythm a 150 ms gap costs ~4 fetches at the 40 ms busy cap; with it
         # two: one of two busy caps, one that lands just past the burst
         assert len(learned) <= 22, f"{len(learned)} fetches for 9 bursts: {learned}"
-        assert max(built) > kafka_settings().fetch_wait_busy_max_ms, "no fetch waited for a burst"
+        busy_cap = kafka_settings().fetch_wait_busy_max_ms
+        assert max(wait for _, wait in waits) > busy_cap, "no fetch waited for a burst"
 
 
 async def test_a_record_off_the_rhythm_waits_at_most_half_the_capped_wait(broker: str) -> None:
@@ -171,31 +185,17 @@ async def test_a_record_off_the_rhythm_waits_at_most_half_the_capped_wait(broker
         settings = kafka_settings().model_copy(update={"fetch_rhythm_tolerance": 0.3})
         pacer = FetchPacer(consumer, settings, rhythm=True)
         assert pacer.attach()
-        built: list[tuple[float, int]] = []
-        live_wait = pacer.current_wait_ms
-
-        def counted() -> int:
-            built.append((time.monotonic(), live_wait()))
-            return built[-1][1]
-
-        pacer.current_wait_ms = counted  # type: ignore[method-assign]
+        built = _count_waits(pacer)
         arrivals: dict[bytes, float] = {}
         burst_seen, lone_seen = asyncio.Event(), asyncio.Event()
 
-        async def read() -> None:
-            while True:
-                batches = await consumer.getmany(timeout_ms=100)
-                records = [r for rs in batches.values() for r in rs]
-                pacer.observe(len(records), record_bytes(records))
-                now = time.monotonic()
-                for record in records:
-                    arrivals.setdefault(record.value or b"", now)
-                if records:
-                    burst_seen.set()
-                if any((r.value or b"").startswith(b"lone-") for r in records):
-                    lone_seen.set()
+        def seen(values: list[bytes]) -> None:
+            if values:
+                burst_seen.set()
+            if any(value.startswith(b"lone-") for value in values):
+                lone_seen.set()
 
-        reader = asyncio.create_task(read())
+        reader = asyncio.create_task(_read_arrivals(consumer, pacer, arrivals, seen))
         parked: list[float] = []
         """Delays of lone records sent while the fetch waiting for them was a rhythm's."""
         try:

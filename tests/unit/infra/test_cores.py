@@ -70,20 +70,41 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def test_reads_a_nested_v2_cgroup_before_the_root(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("proc_cgroup", "files", "cores"),
+    [
+        pytest.param(
+            "0::/kubepods/pod1\n",
+            {"cpu.max": "max 100000\n", "kubepods/pod1/cpu.max": "300000 100000\n"},
+            3.0,
+            id="v2-nested-before-the-root",
+        ),
+        pytest.param("0::/\n", {"cpu.max": "150000 100000\n"}, 1.5, id="v2-namespaced-root"),
+        pytest.param(
+            "5:cpu,cpuacct:/docker/abc\n0::/\n",
+            {
+                "cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "200000\n",
+                "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n",
+            },
+            2.0,
+            id="v1-cfs-quota",
+        ),
+        pytest.param(
+            "1:cpu:/\n",
+            {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"},
+            None,
+            id="v1-unlimited",
+        ),
+    ],
+)
+def test_reads_the_quota_of_this_cgroup(
+    tmp_path: Path, proc_cgroup: str, files: dict[str, str], cores: float | None
+) -> None:
     proc = tmp_path / "proc-cgroup"
-    _write(proc, "0::/kubepods/pod1\n")
-    _write(tmp_path / "fs/cpu.max", "max 100000\n")
-    _write(tmp_path / "fs/kubepods/pod1/cpu.max", "300000 100000\n")
-    assert cgroup_quota_cores(tmp_path / "fs", proc) == 3.0
-
-
-def test_reads_v1_cfs_quota(tmp_path: Path) -> None:
-    proc = tmp_path / "proc-cgroup"
-    _write(proc, "5:cpu,cpuacct:/docker/abc\n0::/\n")
-    _write(tmp_path / "fs/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "200000\n")
-    _write(tmp_path / "fs/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n")
-    assert cgroup_quota_cores(tmp_path / "fs", proc) == 2.0
+    _write(proc, proc_cgroup)
+    for name, text in files.items():
+        _write(tmp_path / "fs" / name, text)
+    assert cgroup_quota_cores(tmp_path / "fs", proc) == cores
 
 
 def test_no_cgroup_file_system_means_no_quota(tmp_path: Path) -> None:
