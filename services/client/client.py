@@ -210,7 +210,7 @@ class InferenceClient:
         try:
             await start_with_retry(self._producer.start, what="client-producer")
             await start_with_retry(self._consumer.start, what="client-consumer")
-            self._pacer = FetchPacer(self._consumer, expecting=self._expecting, rhythm=True)
+            self._pacer = FetchPacer(self._consumer, expecting=self._expecting)
             self._pacer.attach()
             partitions = await self._partitions(self.reply_to)
             # The registry's log too, from its end: it carries the note that the broker

@@ -149,7 +149,7 @@ class IngestService:
             offsets=self.offsets,
             drain=self._drain,
             control=control,
-            options=ConsumerOptions(gather=True, rhythm=True, batch_lane=batch_lane),
+            options=ConsumerOptions(gather=True, batch_lane=batch_lane),
         )
 
     # ---- lifecycle ---------------------------------------------------------------------

@@ -147,10 +147,6 @@ class ConsumerOptions:
     """While records flow, each fetch asks the broker for about as many as its wait is
     expected to bring (`FetchPacer`, `fetch_gather_share`): fewer, fuller fetches for a
     hop that can wait a few ms (ingest), not for one that waits on results."""
-    rhythm: bool = False
-    """Follows bursts that come in a rhythm (`FetchPacer`, `fetch_rhythm_tolerance`): a
-    fetch waits past the next one instead of coming back empty every busy wait. For a hop
-    that hands records on at once (ingest), not one whose engine holds its fetches."""
     batch_lane: bool = False
     """Reads only the batch tier: asleep, it waits `fetch_wait_asleep_batch_ms` a fetch
     (fewer fetches for the broker to answer; batch requests can wait a second)."""
@@ -250,7 +246,6 @@ class OwnedConsumer:
             consumer,
             lane_waits(kafka_settings(), batch_lane=self.options.batch_lane),
             gather=self.options.gather,
-            rhythm=self.options.rhythm,
         )
         self.gaps = GapGuard()
         await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
