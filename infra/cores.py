@@ -76,7 +76,8 @@ def cgroup_quota_cores(
     root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
 ) -> float | None:
     """This process's cgroup CPU quota in cores, or None when there is none or it cannot be
-    read (no cgroup file system: macOS, Windows, a bare chroot)."""
+    read (no cgroup file system: macOS, Windows, a bare chroot; a file that cannot be read
+    or holds no quota is said in the log)."""
     try:
         v2_path, v1_path = cgroup_paths(proc_self_cgroup.read_text())
     except OSError:
@@ -90,7 +91,7 @@ def cgroup_quota_cores(
             if quota.is_file():
                 period = (directory / "cpu.cfs_period_us").read_text()
                 return quota_cores_v1(quota.read_text(), period)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # unreadable or not a quota: size for the mask
         log.warning("event=cgroup_quota_unreadable error=%r sizing=affinity_mask", exc)
     return None
 

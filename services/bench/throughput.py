@@ -352,6 +352,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
     sink = OtlpSink().__enter__() if options.trace_ratio is not None else None
     try:
         version = ModelRepository(models_dir).resolve(options.model)
+        cores = usable_cores()
         reference = all_cores(version) if options.engine == "model" else version
         progress(
             f"raw engine: {options.model} seq {options.seq_len}, {options.raw_seconds:.0f}s "
@@ -365,7 +366,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             (options.workers, "--workers")
             if options.workers is not None
             else default_workers(
-                usable_cores(),
+                cores,
                 version.config.engine.intra_op_num_threads,
                 served_provider(options.engine, raw["provider"]),
             )
@@ -404,7 +405,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
                 roundtrip_p50_ms=saturated["client_roundtrip_ms"]["p50"],
                 served_rps=saturated["samples_per_s"],
                 cores_busy=saturated["cpu"]["machine_cores_busy"],
-                cores=usable_cores(),
+                cores=cores,
             )
             half_rate = (
                 options.open_rate
@@ -433,7 +434,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             "span_exports": sink.exports if sink is not None else None,
             "served_intra_op_threads": version.config.engine.intra_op_num_threads,
             "broker_threads": deployment.broker.threads if deployment.broker else None,
-            "cores": usable_cores(),
+            "cores": cores,
             "note": "broker, ingest, worker and load generator share these cores; the raw "
             "engine ran alone, with ONNX Runtime on all cores",
             "raw_engine": raw,

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from infra.cores import (
+    affinity_cores,
     cgroup_paths,
     cgroup_quota_cores,
     quota_cores_v1,
@@ -114,5 +115,19 @@ def test_no_cgroup_file_system_means_no_quota(tmp_path: Path) -> None:
     assert cgroup_quota_cores(tmp_path / "fs", proc) is None
 
 
-def test_this_process_gets_at_least_one_core() -> None:
-    assert usable_cores() >= 1
+def test_this_process_is_sized_within_its_affinity_mask() -> None:
+    assert 1 <= usable_cores() <= affinity_cores()
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [("banana\n", "cpu.max"), ("0 100000\n", "cpu.max")],
+)
+def test_a_file_that_holds_no_quota_is_said_and_sizes_for_the_mask(
+    tmp_path: Path, text: str, where: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    proc = tmp_path / "proc-cgroup"
+    _write(proc, "0::/\n")
+    _write(tmp_path / "fs" / where, text)
+    assert cgroup_quota_cores(tmp_path / "fs", proc) is None
+    assert "event=cgroup_quota_unreadable" in caplog.text
