@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,6 +58,63 @@ def step_wait_ms(
     if rate_per_s > 0:
         grown = max(grown, settings.fetch_target_records / rate_per_s)
     return max(busy, min(round(grown * 1000), cap))
+
+
+RHYTHM_HISTORY = 12
+"""Gaps between record-bearing polls kept to find a rhythm in."""
+RHYTHM_MAX_LAG = 4
+"""The longest repeat looked for, in polls: up to four producers on one period (workers
+answering a batch per engine run, each into the same results topic)."""
+RHYTHM_CHECKS = 6
+"""A lag's predictions of the last this many gaps decide whether it holds."""
+
+
+def rhythm_next_gap(
+    gaps: Sequence[float], tolerance: float, *, max_lag: int = RHYTHM_MAX_LAG
+) -> tuple[float, float] | None:
+    """The next gap between record-bearing polls, and the mean error of the rule that
+    predicts it, when the recent `gaps` repeat with a lag of 1 to `max_lag` polls: the
+    gap `lag` polls before the next one. None when no lag predicts its last `RHYTHM_CHECKS`
+    gaps within `tolerance` of their mean (Poisson arrivals never do).
+
+    Two workers answering a batch every 225 ms with their phases 35 ms apart make gaps of
+    35, 190, 35, 190, ...: a lag of 2 predicts them, a smoothed gap (112) predicts neither.
+    The shortest lag that predicts best wins."""
+    if tolerance <= 0 or not gaps:
+        return None
+    best: tuple[float, float] | None = None
+    for lag in range(1, max_lag + 1):
+        errors = [abs(gaps[k] - gaps[k - lag]) for k in range(lag, len(gaps))][-RHYTHM_CHECKS:]
+        if len(errors) < RHYTHM_CHECKS:
+            break
+        error = sum(errors) / len(errors)
+        if best is None or error < best[1]:
+            best = (gaps[len(gaps) - lag], error)
+    mean = sum(gaps) / len(gaps)
+    if best is None or best[1] > tolerance * mean:
+        return None
+    return best
+
+
+def rhythm_wait_ms(
+    since_s: float, next_gap: tuple[float, float] | None, settings: KafkaSettings
+) -> int | None:
+    """The wait for a fetch built `since_s` after the last records when they come in a
+    rhythm (`rhythm_next_gap`): until the predicted next burst plus the prediction's mean
+    error and the busy wait, at most the idle wait. None when there is no rhythm or the
+    burst is due within the busy cap (the traffic step covers that).
+
+    Tansu checks an empty fetch at half its wait, three quarters, seven eighths, ...: a
+    burst due near the end of the wait is answered within a few ms of landing, and the
+    fetch is answered once, not empty every busy wait until then (docs/kafka.md)."""
+    if next_gap is None:
+        return None
+    gap_s, error_s = next_gap
+    until_s = gap_s - since_s
+    if until_s * 1000 <= settings.fetch_wait_busy_max_ms:
+        return None
+    wait_s = until_s + error_s + settings.fetch_wait_busy_ms / 1000
+    return min(round(wait_s * 1000), settings.fetch_wait_idle_ms)
 
 
 def lane_waits(settings: KafkaSettings, *, batch_lane: bool) -> KafkaSettings:
@@ -109,7 +167,11 @@ class FetchPacer:
     2 s without any, 500 ms after 30 s; see KafkaSettings) and its reader's demand
     (`hold_until`: a worker whose engine is busy cannot start on what it fetches before
     the engine frees, so a fetch may wait until just before then; `expecting`: a reader
-    awaiting answers never idles).
+    awaiting answers never idles). `gather`: ask each fetch for the records its wait should
+    bring (ingest). `rhythm`: follow bursts that come in a rhythm (`rhythm_wait_ms`; ingest's
+    interactive lane and the readers of results, not a worker, whose engine clock already
+    holds its fetches), always or while the callable says so (a client stops following
+    while a critical request of its own is out).
     """
 
     def __init__(
@@ -120,9 +182,12 @@ class FetchPacer:
         clock: Callable[[], float] = time.monotonic,
         expecting: Callable[[], bool] | None = None,
         gather: bool = False,
+        rhythm: bool | Callable[[], bool] = False,
     ) -> None:
         self._settings = settings or kafka_settings()
         self._gather = gather
+        follows = rhythm
+        self._rhythm: Callable[[], bool] = follows if callable(follows) else lambda: bool(follows)
         self._clock = clock
         self._consumer = consumer
         self._expecting = expecting
@@ -134,6 +199,10 @@ class FetchPacer:
         self._record_bytes = 0.0
         """Smoothed bytes a record (key and value) of those polls."""
         self._needed_at: float | None = None
+        self._gaps: deque[float] = deque(maxlen=RHYTHM_HISTORY)
+        """Recent gaps between polls that returned records (since the last idle spell)."""
+        self._next_gap: tuple[float, float] | None = None
+        """`rhythm_next_gap` of `_gaps`, found at each poll with records."""
 
     @property
     def wait_ms(self) -> int:
@@ -170,12 +239,23 @@ class FetchPacer:
         fetcher._inferbus_pacer = self
         return True
 
+    def rhythm_ms(self) -> int | None:
+        """The wait that lands a fetch just past the next burst of a rhythm, if this reader
+        follows one and there is one further off than the busy cap (`rhythm_wait_ms`)."""
+        if not self._rhythm():
+            return None
+        return rhythm_wait_ms(self._clock() - self._last_records, self._next_gap, self._settings)
+
     def current_wait_ms(self) -> int:
         """The wait for a fetch built now."""
         settings = self._settings
+        step = self.wait_ms
+        rhythm = self.rhythm_ms()
+        if rhythm is not None:
+            step = max(step, rhythm)
         needed_in = None if self._needed_at is None else self._needed_at - self._clock()
         return held_wait_ms(
-            self.wait_ms,
+            step,
             needed_in,
             margin_ms=settings.fetch_wait_busy_ms,
             cap_ms=settings.fetch_wait_idle_ms,
@@ -186,6 +266,8 @@ class FetchPacer:
         flow and nothing holds the fetch, `gather_min_bytes` of what its wait should bring."""
         share = self._settings.fetch_gather_share
         if not self._gather or share <= 0 or self._needed_at is not None:
+            return 1
+        if self.rhythm_ms() is not None:  # the wait is set to land past the next burst
             return 1
         wait_ms = self.wait_ms
         if wait_ms > self._settings.fetch_wait_busy_max_ms:  # idle
@@ -202,9 +284,12 @@ class FetchPacer:
             gap = now - self._last_records
             if gap >= self._settings.idle_after_s:
                 self._gap_s = self._batch = 0.0
+                self._gaps.clear()
             else:
                 self._gap_s += GAP_SMOOTHING * (gap - self._gap_s)
                 self._batch += GAP_SMOOTHING * (records - self._batch)
+                self._gaps.append(gap)
+            self._next_gap = rhythm_next_gap(self._gaps, self._settings.fetch_rhythm_tolerance)
             if nbytes:
                 size = nbytes / records
                 self._record_bytes += GAP_SMOOTHING * (size - self._record_bytes)
@@ -214,6 +299,8 @@ class FetchPacer:
         """Expect records soon and want them (a handover, a start): poll briskly again."""
         self._last_records = self._clock()
         self._gap_s = self._batch = 0.0
+        self._gaps.clear()
+        self._next_gap = None
         self._needed_at = None
 
     def hold_until(self, needed_at: float | None) -> None:

@@ -48,6 +48,12 @@ class KafkaSettings(BaseSettings):
     """A gathering consumer (ingest) asks each fetch for this share of the records its wait
     is expected to bring (`infra.pacing.gather_min_bytes`), when that is 2 or more: the
     broker then answers when they are there, or at the wait's end. 0 turns it off."""
+    fetch_rhythm_tolerance: float = Field(default=0.3, ge=0, le=1)
+    """Records that come in a rhythm (the gaps between a reader's record-bearing polls repeat
+    with a lag of 1 to 4 polls within this share of their mean: a closed-loop producer or N
+    workers each answering a batch per engine run) let a fetch wait until just past the next
+    burst when that is further off than `fetch_wait_busy_max_ms`: one answer a burst instead
+    of one per busy wait (`infra.pacing.rhythm_wait_ms`, docs/kafka.md). 0 turns it off."""
     fetch_wait_busy_max_ms: int = Field(default=40, ge=0)
     """The longest wait while records flow (before `idle_after_s`), ms; never below the busy
     wait, never above the idle one. 40 rather than 20 costs a lone record up to 10 ms more a

@@ -166,7 +166,7 @@ class LoadGenerator:
         self._sent: dict[str, tuple[float, int]] = {}
         # Paced like every inferbus reader: the wait grows with the quiet between result
         # bursts, and it never idles while answers are due.
-        self._pacer = FetchPacer(self._consumer, expecting=lambda: bool(self._sent))
+        self._pacer = FetchPacer(self._consumer, expecting=lambda: bool(self._sent), rhythm=True)
         self._report = LoadReport()
         self._done = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None

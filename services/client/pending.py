@@ -7,6 +7,9 @@ and a grace have passed; a request without a deadline, after `UNBOUNDED_DUE_S`. 
 on it is remembered as ours in a bounded memory, so a late answer (a `deadline_exceeded`
 from a worker that came back, say) is still delivered, and a request that is never
 answered does not keep the reader brisk or the memory growing.
+
+A third question, "is an urgent one due?", stops the reader from parking its fetches until
+the next burst of a rhythm (infra.pacing) while a critical request's result is to come.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class PendingRequests:
         self._clock = clock
         self._due: dict[str, float] = {}
         """Request id -> when it stops being due (monotonic)."""
+        self._urgent: set[str] = set()
+        """The due ones that are urgent (critical tier)."""
         self._expiry: list[tuple[float, str]] = []
         """(stops being due, request id), a heap; answered ids are skipped when popped."""
         self._lapsed: OrderedDict[str, None] = OrderedDict()
@@ -56,8 +61,9 @@ class PendingRequests:
         self.lapsed_total = 0
         """Requests that stopped being due without a result."""
 
-    def add(self, request_id: str, *, deadline_in_s: float | None) -> None:
-        """A request is being sent; its deadline is `deadline_in_s` from now (None: none)."""
+    def add(self, request_id: str, *, deadline_in_s: float | None, urgent: bool = False) -> None:
+        """A request is being sent; its deadline is `deadline_in_s` from now (None: none);
+        `urgent`: its result should not wait for a paced fetch (a critical request)."""
         now = self._clock()
         self._lapse(now)
         if deadline_in_s is None:
@@ -66,6 +72,10 @@ class PendingRequests:
             until = now + max(deadline_in_s, 0.0) + self._grace_s
         self._lapsed.pop(request_id, None)
         self._due[request_id] = until
+        if urgent:
+            self._urgent.add(request_id)
+        else:
+            self._urgent.discard(request_id)
         heapq.heappush(self._expiry, (until, request_id))
         if len(self._expiry) > 2 * len(self._due) + HEAP_SLACK:
             # Answered requests leave their entries behind until their time: drop them.
@@ -75,6 +85,7 @@ class PendingRequests:
     def not_sent(self, request_id: str) -> None:
         """Its send failed (the caller was told): no longer due, not counted as overdue,
         still recognised should a result come after all."""
+        self._urgent.discard(request_id)
         if self._due.pop(request_id, None) is not None:
             self._remember(request_id)
 
@@ -84,12 +95,20 @@ class PendingRequests:
     def answered(self, request_id: str) -> None:
         """Its result came: neither due nor remembered any more."""
         self._due.pop(request_id, None)
+        self._urgent.discard(request_id)
         self._lapsed.pop(request_id, None)
 
     def any_due(self) -> bool:
         """Whether a result is still due; requests past their time lapse here."""
         self._lapse(self._clock())
         return bool(self._due)
+
+    def any_urgent_due(self) -> bool:
+        """Whether an urgent request's result is still due."""
+        if not self._urgent:
+            return False
+        self._lapse(self._clock())
+        return bool(self._urgent)
 
     def _lapse(self, now: float) -> None:
         lapsed = 0
@@ -98,6 +117,7 @@ class PendingRequests:
             if self._due.get(request_id) != until:
                 continue  # answered, or sent again with a later time
             del self._due[request_id]
+            self._urgent.discard(request_id)
             self._remember(request_id)
             lapsed += 1
         if lapsed:

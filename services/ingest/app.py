@@ -1,16 +1,20 @@
 """Ingest's Kafka wiring: a poll at a time from the ingest topics, routed and acked in bulk.
 
-Two consumers, each over the partitions this instance owns: critical, interactive and the
-shared `inferbus.ingest` in one, batch in the other, so a batch backlog never sits in front
-of an interactive request. A poll's outcomes are produced without awaiting each send, then
-every ack is awaited; only then are the poll's offsets committed. A send that still fails
-after the retries is answered (`internal_error`) or dead-lettered, never dropped.
+Three consumers, each over the partitions this instance owns: critical alone, interactive
+and the shared `inferbus.ingest` in another, batch in the third, so a batch backlog never sits
+in front of an interactive request, and a critical one never waits for the interactive lane's
+paced fetches (gathered, or parked until the next burst of a rhythm; docs/kafka.md).
+
+A poll's outcomes are produced without awaiting each send, then every ack is awaited; only
+then are the poll's offsets committed. A send that still fails after the retries is
+answered (`internal_error`) or dead-lettered, never dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -74,8 +78,11 @@ from tracing.telemetry import TelemetryPublisher
 log = logging.getLogger(__name__)
 Record: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
-HIGH_TOPICS = (ingest_topic("critical"), ingest_topic("interactive"), INGEST)
+CRITICAL_TOPICS = (ingest_topic("critical"),)
+HIGH_TOPICS = (ingest_topic("interactive"), INGEST)
 LOW_TOPICS = (ingest_topic("batch"),)
+PACED = ConsumerOptions(gather=True, rhythm=True)
+"""Interactive and batch lanes: fewer, fuller fetches (docs/kafka.md)."""
 
 
 class IngestService:
@@ -113,7 +120,13 @@ class IngestService:
         )
         self.consumers = [
             self._consumer(HIGH_TOPICS, control=True),
-            self._consumer(LOW_TOPICS, control=False, batch_lane=True),
+            # Latency first: each fetch asks for 1 byte at the busy step, never parked.
+            self._consumer(CRITICAL_TOPICS, control=False, options=ConsumerOptions()),
+            self._consumer(
+                LOW_TOPICS,
+                control=False,
+                options=dataclasses.replace(PACED, batch_lane=True),
+            ),
         ]
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
@@ -139,7 +152,11 @@ class IngestService:
         self._stopping = False
 
     def _consumer(
-        self, topics: Sequence[str], *, control: bool, batch_lane: bool = False
+        self,
+        topics: Sequence[str],
+        *,
+        control: bool,
+        options: ConsumerOptions = PACED,
     ) -> OwnedConsumer:
         return OwnedConsumer(
             self.bootstrap,
@@ -149,7 +166,7 @@ class IngestService:
             offsets=self.offsets,
             drain=self._drain,
             control=control,
-            options=ConsumerOptions(gather=True, batch_lane=batch_lane),
+            options=options,
         )
 
     # ---- lifecycle ---------------------------------------------------------------------

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -147,6 +148,10 @@ class ConsumerOptions:
     """While records flow, each fetch asks the broker for about as many as its wait is
     expected to bring (`FetchPacer`, `fetch_gather_share`): fewer, fuller fetches for a
     hop that can wait a few ms (ingest), not for one that waits on results."""
+    rhythm: bool = False
+    """Follows bursts that come in a rhythm (`FetchPacer`, `fetch_rhythm_tolerance`): a
+    fetch waits past the next one instead of coming back empty every busy wait. For a hop
+    that hands records on at once (ingest), not one whose engine holds its fetches."""
     batch_lane: bool = False
     """Reads only the batch tier: asleep, it waits `fetch_wait_asleep_batch_ms` a fetch
     (fewer fetches for the broker to answer; batch requests can wait a second)."""
@@ -180,6 +185,7 @@ class OwnedConsumer:
         self._seen_version = -1
         self._control: tuple[TopicPartition, ...] = ()
         self._last_position_check = time.monotonic()
+        self._checking_positions = False
         self._seen_restarts = 0
         self._ends: dict[TopicPartition, int] = {}
         self._delivered: set[TopicPartition] = set()
@@ -242,15 +248,31 @@ class OwnedConsumer:
             client_id=self.client_id,
             max_poll_records=self.options.max_poll_records,
         )
+        waits = lane_waits(kafka_settings(), batch_lane=self.options.batch_lane)
         self.pacer = FetchPacer(
             consumer,
-            lane_waits(kafka_settings(), batch_lane=self.options.batch_lane),
+            waits,
             gather=self.options.gather,
+            rhythm=partial(self._may_park, waits.fetch_wait_idle_ms / 1000)
+            if self.options.rhythm
+            else False,
         )
         self.gaps = GapGuard()
         await start_with_retry(consumer.start, what=f"consumer-{self.client_id}")
         self.pacer.attach()
         return consumer
+
+    def _may_park(self, longest_park_s: float) -> bool:
+        """Whether a fetch may wait past the next burst of a rhythm now (`rhythm`): not
+        while the poll waits on its position check's broker requests, nor in the longest
+        park before one. The broker answers a connection's requests in order, so each of
+        those requests waited for the parked fetch ahead of it while the poll, and the
+        burst it had fetched, waited for them: a whole burst ~165 ms late every
+        `position_check_s` (`scripts/critical_lane_probe.py`)."""
+        if self._checking_positions:
+            return False
+        due_in_s = self._last_position_check + self.options.position_check_s - time.monotonic()
+        return due_in_s > longest_park_s
 
     async def _partition_counts(self, topics: list[str]) -> dict[str, int]:
         await self._consumer.topics()
@@ -365,10 +387,14 @@ class OwnedConsumer:
             await self.rebalance()
         if now - self._last_position_check >= self.options.position_check_s:
             self._last_position_check = now
-            if await self._overrun():
-                self.membership.logs_restarted(None)
-            else:
-                await self._catch_up_behind_position()
+            self._checking_positions = True
+            try:
+                if await self._overrun():
+                    self.membership.logs_restarted(None)
+                else:
+                    await self._catch_up_behind_position()
+            finally:
+                self._checking_positions = False
         if self.membership.broker_restarts != self._seen_restarts:
             restarted = self.membership.restarted_since(self._seen_restarts)
             self._seen_restarts = self.membership.broker_restarts

@@ -102,3 +102,62 @@ async def test_a_gathering_consumer_asks_for_several_records_and_still_gets_a_lo
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+
+
+async def test_bursts_in_a_rhythm_cost_about_two_fetches_each_and_arrive_on_time(
+    broker: str,
+) -> None:
+    """Bursts every 150 ms (a closed-loop producer, workers answering per engine run): once
+    the rhythm is learned, a fetch waits past the next burst instead of coming back empty
+    every 40 ms, and each burst still reaches the reader soon after it is sent."""
+    async with _one_partition(broker, "rhythm") as (topic, consumer, producer):
+        pacer = FetchPacer(
+            consumer,
+            kafka_settings().model_copy(update={"fetch_rhythm_tolerance": 0.3}),
+            rhythm=True,
+        )
+        assert pacer.attach()
+        built: list[int] = []
+        live_wait = pacer.current_wait_ms
+
+        def counted() -> int:
+            built.append(live_wait())
+            return built[-1]
+
+        pacer.current_wait_ms = counted  # type: ignore[method-assign]
+        arrivals: dict[bytes, float] = {}
+
+        async def read() -> None:
+            while True:
+                batches = await consumer.getmany(timeout_ms=100)
+                records = [r for rs in batches.values() for r in rs]
+                pacer.observe(len(records), record_bytes(records))
+                now = time.monotonic()
+                for record in records:
+                    arrivals.setdefault(record.value or b"", now)
+
+        reader = asyncio.create_task(read())
+        sent: dict[bytes, float] = {}
+        try:
+            builds_at_burst: list[int] = []
+            for burst in range(24):
+                builds_at_burst.append(len(built))
+                marker = f"burst-{burst}".encode()
+                sent[marker] = time.monotonic()
+                for _ in range(7):
+                    await producer.send(topic, b"x" * 200, partition=0)
+                await producer.send_and_wait(topic, marker, partition=0)
+                await asyncio.sleep(0.15 - (time.monotonic() - sent[marker]))
+            await asyncio.sleep(0.5)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        assert set(arrivals) >= set(sent), "a burst never arrived"
+        late = {m: round(arrivals[m] - sent[m], 3) for m in sent if arrivals[m] - sent[m] > 0.12}
+        assert not late, f"bursts that reached the reader late: {late}"
+        learned = built[builds_at_burst[14] : builds_at_burst[23]]
+        # without the rhythm a 150 ms gap costs ~4 fetches at the 40 ms busy cap; with it,
+        # one at the step (for the rest of the burst) and one parked until the next
+        assert len(learned) <= 9 * 2.5, f"{len(learned)} fetches for 9 gaps: {learned}"
+        assert max(built) > kafka_settings().fetch_wait_busy_max_ms, "no fetch waited for a burst"

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import ConsumerRecord, RecordMetadata, TopicPartition
 
 from schemas import headers as h
 from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
@@ -420,6 +420,39 @@ async def test_a_request_sent_again_after_its_answer_gets_the_new_answer(
     assert produced == ["r1", "r1"]
     assert streamed(client) == ["r1"], "the second answer is an answer, not a repeat"
     assert client.duplicates_dropped == 0
+
+
+class _AckingPublisher:
+    """Acks every record at offset 0, as the broker would, without one."""
+
+    async def send_all(self, outgoing: list[Any]) -> list[RecordMetadata]:
+        return [
+            RecordMetadata(o.topic, 0, TopicPartition(o.topic, 0), 0, 0, 0, 0) for o in outgoing
+        ]
+
+
+@pytest.mark.parametrize(
+    ("tier", "follows_while_out"),
+    [
+        pytest.param("critical", False, id="critical-stops-the-rhythm"),
+        pytest.param("interactive", True, id="interactive-keeps-it"),
+        pytest.param("batch", True, id="batch-keeps-it"),
+    ],
+)
+async def test_the_reader_stops_following_a_rhythm_while_a_critical_result_is_due(
+    client: InferenceClient, tier: Any, follows_while_out: bool
+) -> None:
+    """A fetch parked until the next burst would hold a critical result for up to half
+    its wait; the reader goes back to the busy step until the result is in."""
+    client._publisher = _AckingPublisher()  # type: ignore[assignment]
+    request = client.build_request(
+        "m", {"in": np.ones((1, 2), np.float32)}, tier=tier, request_id="r1"
+    )
+    assert client._follows_rhythm()
+    await client.submit(request)
+    assert client._follows_rhythm() is follows_while_out
+    deliver(client, result("r1"))
+    assert client._follows_rhythm()
 
 
 # ---- telling a restarted broker from a log's last batch --------------------------------------

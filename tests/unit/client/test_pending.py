@@ -134,3 +134,38 @@ def test_answered_requests_do_not_pile_up_in_the_expiry_heap() -> None:
         pending.answered(f"r{i}")
     assert len(pending._expiry) <= 1024 + 2
     assert not pending.any_due()
+
+
+@pytest.mark.parametrize(
+    ("then", "urgent_due"),
+    [
+        pytest.param("nothing", True, id="urgent-while-its-result-is-due"),
+        pytest.param("answered", False, id="answered"),
+        pytest.param("not-sent", False, id="its-send-failed"),
+        pytest.param("lapsed", False, id="past-deadline-and-grace"),
+        pytest.param("sent-again-not-urgent", False, id="the-same-id-sent-again-not-urgent"),
+    ],
+)
+def test_an_urgent_request_is_due_until_answered_or_lapsed(then: str, urgent_due: bool) -> None:
+    clock = _Clock()
+    pending = _pending(clock)
+    pending.add("calm", deadline_in_s=None)
+    pending.add("urgent", deadline_in_s=1.0, urgent=True)
+    assert pending.any_urgent_due()
+    if then == "answered":
+        pending.answered("urgent")
+    elif then == "not-sent":
+        pending.not_sent("urgent")
+    elif then == "lapsed":
+        clock.now += 11.0
+    elif then == "sent-again-not-urgent":
+        pending.add("urgent", deadline_in_s=1.0)
+    assert pending.any_urgent_due() is urgent_due
+    assert pending.any_due()  # "calm" is still due in every case
+
+
+def test_requests_that_are_not_urgent_are_never_urgent_due() -> None:
+    pending = _pending(_Clock())
+    pending.add("a", deadline_in_s=5.0)
+    assert pending.any_due()
+    assert not pending.any_urgent_due()

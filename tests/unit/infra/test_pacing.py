@@ -7,11 +7,20 @@ from typing import Any
 
 import pytest
 
-from infra.pacing import FetchPacer, gather_min_bytes, held_wait_ms, lane_waits, step_wait_ms
+from infra.pacing import (
+    FetchPacer,
+    gather_min_bytes,
+    held_wait_ms,
+    lane_waits,
+    rhythm_next_gap,
+    rhythm_wait_ms,
+    step_wait_ms,
+)
 from infra.settings import KafkaSettings
 
 SETTINGS = KafkaSettings(
     fetch_target_records=0,  # the gap rule alone; the records rule has its own tests
+    fetch_rhythm_tolerance=0,  # and the rhythm rule too
     fetch_wait_busy_ms=5,
     fetch_wait_busy_max_ms=20,
     fetch_wait_quiet_share=0.25,
@@ -307,3 +316,118 @@ def test_lane_waits(batch_lane: bool, asleep_ms: int, idle_ms: int) -> None:
 def test_a_batch_lane_never_sleeps_lighter_than_the_rest() -> None:
     with pytest.raises(ValueError, match="FETCH_WAIT_ASLEEP_BATCH_MS"):
         KafkaSettings(fetch_wait_asleep_ms=500, fetch_wait_asleep_batch_ms=400)
+
+
+RHYTHM = SETTINGS.model_copy(update={"fetch_rhythm_tolerance": 0.3, "fetch_wait_busy_max_ms": 40})
+
+
+@pytest.mark.parametrize(
+    ("gaps_s", "expected"),
+    [
+        pytest.param([0.113] * 8, (0.113, 0.0), id="one-period"),
+        pytest.param([0.035, 0.190] * 4, (0.035, 0.0), id="two-workers-out-of-phase"),
+        pytest.param(
+            [0.035, 0.190] * 4 + [0.036], (0.190, 0.001 / 6), id="lag-2-after-a-short-gap"
+        ),
+        pytest.param([0.02, 0.05, 0.3] * 3, (0.02, 0.0), id="three-producers"),
+        pytest.param([0.1] * 6, None, id="too-few-gaps-to-check-a-lag"),
+        pytest.param(
+            [0.012, 0.160, 0.041, 0.095, 0.007, 0.220, 0.064, 0.031, 0.150, 0.088],
+            None,
+            id="poisson-like-no-rhythm",
+        ),
+        pytest.param([0.100, 0.120] * 4 + [0.100, 0.150], (0.1, 0.005), id="one-miss-in-six-holds"),
+        pytest.param([0.100, 0.120] * 3 + [0.160, 0.060, 0.140, 0.090], None, id="a-lost-rhythm"),
+        pytest.param([], None, id="no-gaps"),
+    ],
+)
+def test_rhythm_next_gap(gaps_s: list[float], expected: tuple[float, float] | None) -> None:
+    found = rhythm_next_gap(gaps_s, 0.15)
+    if expected is None:
+        assert found is None
+    else:
+        assert found == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_tolerance_of_0_finds_no_rhythm() -> None:
+    assert rhythm_next_gap([0.1] * 12, 0.0) is None
+
+
+@pytest.mark.parametrize(
+    ("since_s", "next_gap", "expected"),
+    [
+        pytest.param(0.0, (0.190, 0.0), 195, id="lands-just-past-the-burst"),
+        pytest.param(0.050, (0.190, 0.0), 145, id="less-what-has-passed"),
+        pytest.param(0.0, (0.150, 0.004), 159, id="the-error-later"),
+        pytest.param(0.160, (0.190, 0.0), None, id="due-within-the-busy-cap"),
+        pytest.param(0.0, (0.035, 0.0), None, id="a-short-gap-is-the-steps-job"),
+        pytest.param(0.0, (0.400, 0.0), 200, id="at-most-the-idle-wait"),
+        pytest.param(0.0, None, None, id="no-rhythm"),
+    ],
+)
+def test_rhythm_wait(
+    since_s: float, next_gap: tuple[float, float] | None, expected: int | None
+) -> None:
+    assert rhythm_wait_ms(since_s, next_gap, RHYTHM) == expected
+
+
+def test_a_rhythm_holds_the_fetch_until_the_next_burst_and_gathers_nothing() -> None:
+    clock, consumer = _Clock(), _Consumer()
+    pacer = FetchPacer(consumer, RHYTHM, clock=clock, gather=True, rhythm=True)
+    assert pacer.attach()
+    for gap in [0.035, 0.190] * 5:
+        clock.now += gap
+        pacer.observe(32, 32 * 400)
+    # the last gap was 190 ms: the next is due 35 ms on, within the cap (the step rule)
+    assert pacer.rhythm_ms() is None
+    clock.now += 0.035
+    pacer.observe(32, 32 * 400)
+    # now the 190 ms gap is due: one fetch waits past it, asking for any byte
+    assert consumer._fetcher._fetch_max_wait_ms == 195
+    assert consumer._fetcher._fetch_min_bytes == 1
+    clock.now += 0.100
+    assert consumer._fetcher._fetch_max_wait_ms == 95
+    clock.now += 0.080  # 10 ms before it is due: the step rule again
+    assert pacer.rhythm_ms() is None
+    assert consumer._fetcher._fetch_max_wait_ms == 40
+
+
+def test_an_idle_spell_forgets_the_rhythm() -> None:
+    clock, consumer = _Clock(), _Consumer()
+    pacer = FetchPacer(consumer, RHYTHM, clock=clock, rhythm=True)
+    assert pacer.attach()
+    for _ in range(10):
+        clock.now += 0.150
+        pacer.observe(32)
+    assert pacer.rhythm_ms() == 155
+    clock.now += 3.0
+    pacer.observe(1)
+    assert pacer.rhythm_ms() is None
+
+
+def test_a_reader_that_does_not_follow_rhythms_keeps_the_step() -> None:
+    """A worker's fetches are held by its engine clock: bursts in a rhythm leave them be."""
+    clock, consumer = _Clock(), _Consumer()
+    pacer = FetchPacer(consumer, RHYTHM, clock=clock)
+    assert pacer.attach()
+    for _ in range(10):
+        clock.now += 0.150
+        pacer.observe(32)
+    assert pacer.rhythm_ms() is None
+    assert consumer._fetcher._fetch_max_wait_ms == 35  # a quarter of the smoothed spacing
+
+
+def test_a_reader_follows_a_rhythm_only_while_its_callable_says_so() -> None:
+    """The client stops parking its fetches while a critical request's result is due."""
+    clock, consumer = _Clock(), _Consumer()
+    follow = [True]
+    pacer = FetchPacer(consumer, RHYTHM, clock=clock, rhythm=lambda: follow[0])
+    assert pacer.attach()
+    for _ in range(10):
+        clock.now += 0.150
+        pacer.observe(32)
+    assert pacer.rhythm_ms() is not None
+    assert pacer.current_wait_ms() > RHYTHM.fetch_wait_busy_max_ms
+    follow[0] = False
+    assert pacer.rhythm_ms() is None
+    assert pacer.current_wait_ms() <= RHYTHM.fetch_wait_busy_max_ms

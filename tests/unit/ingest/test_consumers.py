@@ -1,0 +1,58 @@
+"""Ingest's consumers: which topics each reads, how each paces its fetches, and when a
+fetch may park until the next burst of a rhythm."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from services.ingest.app import IngestService
+from services.ingest.settings import IngestSettings
+from services.models.demo import write_demo_models
+from services.runtime.consumer import ConsumerOptions
+
+
+async def test_critical_requests_have_a_consumer_of_their_own_that_never_paces(
+    tmp_path: Path,
+) -> None:
+    """Interactive and batch lanes gather and follow rhythms; critical asks each fetch for
+    1 byte at the busy step, so a critical record never waits for a parked fetch."""
+    write_demo_models(tmp_path)
+    ingest = IngestService("127.0.0.1:1", IngestSettings(models_dir=tmp_path))
+    lanes = {
+        tuple(topic for _, topic in consumer._group_topics): consumer.options
+        for consumer in ingest.consumers
+    }
+    assert lanes == {
+        ("inferbus.ingest.critical",): ConsumerOptions(),
+        ("inferbus.ingest.interactive", "inferbus.ingest"): ConsumerOptions(
+            gather=True, rhythm=True
+        ),
+        ("inferbus.ingest.batch",): ConsumerOptions(gather=True, rhythm=True, batch_lane=True),
+    }
+
+
+@pytest.mark.parametrize(
+    ("check_due_in_s", "checking", "may_park"),
+    [
+        pytest.param(4.0, False, True, id="check-far-off"),
+        pytest.param(0.3, False, True, id="check-due-after-the-longest-park"),
+        pytest.param(0.15, False, False, id="check-due-within-the-longest-park"),
+        pytest.param(-0.01, False, False, id="check-due-now"),
+        pytest.param(4.0, True, False, id="while-checking"),
+    ],
+)
+async def test_no_fetch_parks_across_a_position_check(
+    tmp_path: Path, check_due_in_s: float, checking: bool, may_park: bool
+) -> None:
+    """The check's broker requests are answered after the fetch in flight, while the poll
+    and what it fetched wait for them: a parked fetch there held whole bursts back."""
+    write_demo_models(tmp_path)
+    ingest = IngestService("127.0.0.1:1", IngestSettings(models_dir=tmp_path))
+    [interactive] = [c for c in ingest.consumers if c.options.rhythm and not c.options.batch_lane]
+    every_s = interactive.options.position_check_s
+    interactive._last_position_check = time.monotonic() + check_due_in_s - every_s
+    interactive._checking_positions = checking
+    assert interactive._may_park(0.2) is may_park
