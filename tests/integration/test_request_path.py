@@ -157,6 +157,34 @@ async def test_infer_returns_what_onnxruntime_computes(stack: Stack) -> None:
     assert text.outputs["embedding"].shape == [1, 256]
 
 
+async def test_critical_requests_are_answered_through_their_own_ingest_lane(
+    stack: Stack,
+) -> None:
+    """`inferbus.ingest.critical` is read by ingest's latency-first consumer; its requests
+    reach the critical tier and are answered, interleaved with interactive ones."""
+    rng = np.random.default_rng(5)
+    xs = [rng.random((1, 16), dtype=np.float32) for _ in range(6)]
+    async with InferenceClient(stack.bootstrap) as client:
+        results = await asyncio.gather(
+            *(
+                client.infer(
+                    client.build_request(
+                        "demo-mlp", {"x": x}, tier="critical" if i % 2 else "interactive"
+                    ),
+                    timeout_s=60,
+                )
+                for i, x in enumerate(xs)
+            )
+        )
+        assert not client._mine.any_urgent_due(), "an answered critical request still counts"
+    expected = mlp_session(stack).run(None, {"x": np.concatenate(xs)})[0]
+    for i, result in enumerate(results):
+        assert result.status == "ok", result.error
+        np.testing.assert_allclose(
+            result.outputs["y"].to_numpy()[0], expected[i], rtol=1e-5, atol=1e-6
+        )
+
+
 async def test_outside_producer_gets_200_correct_results(stack: Stack) -> None:
     rng = np.random.default_rng(11)
     inputs = {
