@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -392,13 +393,21 @@ def test_a_rhythm_holds_the_fetch_until_the_next_burst_and_gathers_nothing() -> 
     assert consumer._fetcher._fetch_max_wait_ms == 40
 
 
-def test_an_idle_spell_forgets_the_rhythm() -> None:
+def _after_bursts(
+    rhythm: bool | Callable[[], bool],
+) -> tuple[_Clock, _Consumer, FetchPacer]:
+    """A reader that has seen ten bursts of 32 records, 150 ms apart."""
     clock, consumer = _Clock(), _Consumer()
-    pacer = FetchPacer(consumer, RHYTHM, clock=clock, rhythm=True)
+    pacer = FetchPacer(consumer, RHYTHM, clock=clock, rhythm=rhythm)
     assert pacer.attach()
     for _ in range(10):
         clock.now += 0.150
         pacer.observe(32)
+    return clock, consumer, pacer
+
+
+def test_an_idle_spell_forgets_the_rhythm() -> None:
+    clock, _, pacer = _after_bursts(rhythm=True)
     assert pacer.rhythm_ms() == 155
     clock.now += 3.0
     pacer.observe(1)
@@ -407,25 +416,15 @@ def test_an_idle_spell_forgets_the_rhythm() -> None:
 
 def test_a_reader_that_does_not_follow_rhythms_keeps_the_step() -> None:
     """A worker's fetches are held by its engine clock: bursts in a rhythm leave them be."""
-    clock, consumer = _Clock(), _Consumer()
-    pacer = FetchPacer(consumer, RHYTHM, clock=clock)
-    assert pacer.attach()
-    for _ in range(10):
-        clock.now += 0.150
-        pacer.observe(32)
+    _, consumer, pacer = _after_bursts(rhythm=False)
     assert pacer.rhythm_ms() is None
     assert consumer._fetcher._fetch_max_wait_ms == 35  # a quarter of the smoothed spacing
 
 
 def test_a_reader_follows_a_rhythm_only_while_its_callable_says_so() -> None:
     """The client stops parking its fetches while a critical request's result is due."""
-    clock, consumer = _Clock(), _Consumer()
     follow = [True]
-    pacer = FetchPacer(consumer, RHYTHM, clock=clock, rhythm=lambda: follow[0])
-    assert pacer.attach()
-    for _ in range(10):
-        clock.now += 0.150
-        pacer.observe(32)
+    _, _, pacer = _after_bursts(rhythm=lambda: follow[0])
     assert pacer.rhythm_ms() is not None
     assert pacer.current_wait_ms() > RHYTHM.fetch_wait_busy_max_ms
     follow[0] = False
