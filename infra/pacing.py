@@ -186,8 +186,9 @@ class FetchPacer:
     ) -> None:
         self._settings = settings or kafka_settings()
         self._gather = gather
-        follows = rhythm
-        self._rhythm: Callable[[], bool] = follows if callable(follows) else lambda: bool(follows)
+        self._rhythm: Callable[[], bool] = (
+            rhythm if callable(rhythm) else (lambda: True) if rhythm else (lambda: False)
+        )
         self._clock = clock
         self._consumer = consumer
         self._expecting = expecting
