@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 log = logging.getLogger(__name__)
 
@@ -75,40 +75,48 @@ def usable_cores_from(affinity: int, quota_cores: float | None) -> int:
 def cgroup_quota_cores(
     root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
 ) -> float | None:
-    """This process's cgroup CPU quota in cores, or None when there is none or it cannot be
-    read (no cgroup file system: macOS, Windows, a bare chroot; a file that cannot be read
-    or holds no quota is said in the log)."""
+    """This process's cgroup CPU quota in cores: the tightest of its cgroup's and every
+    ancestor's (a pod's limit can sit on the pod's cgroup above the container's, a
+    systemd slice's above its service's). None when there is none or it cannot be read
+    (no cgroup file system: macOS, Windows, a bare chroot; a file that cannot be read or
+    holds no quota is said in the log). cgroup v2 is read when it has `cpu.max` files,
+    v1's `cpu` controller otherwise."""
     try:
         v2_path, v1_path = cgroup_paths(proc_self_cgroup.read_text())
     except OSError:
         return None
     try:
-        for candidate in _v2_files(root, v2_path):
-            if candidate.is_file():
-                return quota_cores_v2(candidate.read_text())
-        for directory in _v1_dirs(root, v1_path):
-            quota = directory / "cpu.cfs_quota_us"
-            if quota.is_file():
-                period = (directory / "cpu.cfs_period_us").read_text()
-                return quota_cores_v1(quota.read_text(), period)
+        v2 = [d / "cpu.max" for d in _ancestors(root, v2_path)]
+        found = [quota_cores_v2(f.read_text()) for f in v2 if f.is_file()]
+        if not found:
+            v1 = [
+                d
+                for base in (root / "cpu,cpuacct", root / "cpu")
+                for d in _ancestors(base, v1_path)
+                if (d / "cpu.cfs_quota_us").is_file()
+            ]
+            found = [
+                quota_cores_v1(
+                    (d / "cpu.cfs_quota_us").read_text(), (d / "cpu.cfs_period_us").read_text()
+                )
+                for d in v1
+            ]
     except (OSError, ValueError) as exc:  # unreadable or not a quota: size for the mask
         log.warning("event=cgroup_quota_unreadable error=%r sizing=affinity_mask", exc)
-    return None
+        return None
+    return tightest(found)
 
 
-def _v2_files(root: Path, path: str | None) -> list[Path]:
-    nested = [root / path.lstrip("/") / "cpu.max"] if path and path != "/" else []
-    return [*nested, root / "cpu.max"]
+def tightest(quotas: list[float | None]) -> float | None:
+    """The smallest of the quotas that limit (None: unlimited), or None when none does."""
+    limits = [q for q in quotas if q is not None]
+    return min(limits) if limits else None
 
 
-def _v1_dirs(root: Path, path: str | None) -> list[Path]:
-    dirs = []
-    for controller in ("cpu,cpuacct", "cpu"):
-        base = root / controller
-        if path and path != "/":
-            dirs.append(base / path.lstrip("/"))
-        dirs.append(base)
-    return dirs
+def _ancestors(root: Path, path: str | None) -> list[Path]:
+    """The directory of cgroup `path` under `root`, then each parent up to `root`."""
+    parts = PurePosixPath(path or "/").parts[1:]
+    return [root.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
 
 
 def affinity_cores() -> int:

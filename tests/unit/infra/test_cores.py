@@ -82,6 +82,35 @@ def _write(path: Path, text: str) -> None:
         ),
         pytest.param("0::/\n", {"cpu.max": "150000 100000\n"}, 1.5, id="v2-namespaced-root"),
         pytest.param(
+            "0::/kubepods/pod1/ctr\n",
+            {
+                "kubepods/pod1/cpu.max": "200000 100000\n",
+                "kubepods/pod1/ctr/cpu.max": "max 100000\n",
+            },
+            2.0,
+            id="v2-the-pods-limit-above-an-unlimited-container",
+        ),
+        pytest.param(
+            "0::/system.slice/inferbus.service\n",
+            {
+                "system.slice/cpu.max": "400000 100000\n",
+                "system.slice/inferbus.service/cpu.max": "250000 100000\n",
+            },
+            2.5,
+            id="v2-the-tightest-of-the-ancestors",
+        ),
+        pytest.param(
+            "4:cpu,cpuacct:/docker/abc\n",
+            {
+                "cpu,cpuacct/docker/cpu.cfs_quota_us": "150000\n",
+                "cpu,cpuacct/docker/cpu.cfs_period_us": "100000\n",
+                "cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "-1\n",
+                "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n",
+            },
+            1.5,
+            id="v1-a-parents-quota",
+        ),
+        pytest.param(
             "5:cpu,cpuacct:/docker/abc\n0::/\n",
             {
                 "cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "200000\n",
