@@ -405,8 +405,10 @@ class OwnedConsumer:
         self, timeout_ms: int, limit: int
     ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
         """Up to `limit` buffered data records, shared evenly among the partitions that have
-        some (`fair_shares`); when at most one has, what the fetcher gives, waiting up to
-        `timeout_ms` for it."""
+        some (`fair_shares`); the room a partition with fewer than its share leaves goes to
+        those that filled theirs, in the same turn order, so a poll is not smaller than its
+        room while records are buffered (an engine's batch under a backlog). When at most
+        one partition has records, what the fetcher gives, waiting up to `timeout_ms`."""
         buffered = self._buffered_data()
         if len(buffered) < 2:
             batches: dict[
@@ -414,8 +416,21 @@ class OwnedConsumer:
             ] = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=limit)
             return batches
         batches = {}
+        filled: list[TopicPartition] = []
         for tp, share in fair_shares(buffered, limit, self._turn):
-            batches.update(await self._consumer.getmany(tp, timeout_ms=0, max_records=share))
+            got = (await self._consumer.getmany(tp, timeout_ms=0, max_records=share)).get(tp)
+            if got:
+                batches[tp] = got
+                if len(got) == share:
+                    filled.append(tp)
+        room = limit - sum(len(records) for records in batches.values())
+        for tp in filled:
+            if room <= 0:
+                break
+            more = (await self._consumer.getmany(tp, timeout_ms=0, max_records=room)).get(tp)
+            if more:
+                batches[tp] = [*batches[tp], *more]
+                room -= len(more)
         self._turn += 1
         return batches
 

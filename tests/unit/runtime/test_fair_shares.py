@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -60,3 +61,44 @@ def test_a_fetcher_without_the_buffer_is_said_once_and_polls_take_as_before(
         assert consumer._buffered_data() == []
     said = [r for r in caplog.records if "fair_polls_unavailable" in r.getMessage()]
     assert len(said) == 1
+
+
+class _Buffered:
+    """An aiokafka consumer's buffer of fetched records, handed out as `getmany` does."""
+
+    def __init__(self, buffered: dict[TopicPartition, int]) -> None:
+        self.left = {tp: list(range(n)) for tp, n in buffered.items()}
+        self._fetcher = SimpleNamespace(_records=self.left)
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int, max_records: int
+    ) -> dict[TopicPartition, list[int]]:
+        out: dict[TopicPartition, list[int]] = {}
+        for tp in partitions or list(self.left):
+            taken, self.left[tp] = self.left[tp][:max_records], self.left[tp][max_records:]
+            if taken:
+                out[tp] = taken
+            max_records -= len(taken)
+        return out
+
+
+@pytest.mark.parametrize(
+    ("buffered", "limit", "taken"),
+    [
+        pytest.param({A: 10, B: 10, C: 10}, 9, {A: 3, B: 3, C: 3}, id="even-shares"),
+        pytest.param({A: 10, B: 1, C: 10}, 9, {A: 5, B: 1, C: 3}, id="a-short-partitions-room"),
+        pytest.param({A: 1, B: 1, C: 10}, 9, {A: 1, B: 1, C: 7}, id="two-short-ones"),
+        pytest.param({A: 2, B: 1, C: 1}, 9, {A: 2, B: 1, C: 1}, id="less-than-the-room"),
+    ],
+)
+async def test_a_poll_uses_the_room_a_short_partition_leaves(
+    buffered: dict[TopicPartition, int], limit: int, taken: dict[TopicPartition, int]
+) -> None:
+    """Under a backlog an engine's batch is the poll's room: a partition with fewer records
+    than its share must not leave the batch smaller."""
+    consumer = lone_worker("127.0.0.1:1", cast(Any, None), "m", client_id="unit").consumer
+    consumer._consumer = _Buffered(buffered)
+    batches = await consumer._take(0, limit)
+    assert {tp: len(records) for tp, records in batches.items()} == taken
+    for records in batches.values():
+        assert records == sorted(records), "a partition's records stay in offset order"
