@@ -20,7 +20,7 @@ from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.pacing import FetchPacer
 from infra.settings import kafka_settings
 from schemas.frames import is_frame, join_frame, split_frame
-from schemas.topics import INGEST, RESULTS
+from schemas.topics import RESULTS, Tier, ingest_topic
 from services.runtime.answers import Outgoing, Publisher
 
 
@@ -62,11 +62,17 @@ class EncoderEvents:
     its CPU on sending, not on encoding: each event is a template with an id slot."""
 
     def __init__(
-        self, model: str, seed: int = 1, variants: int = 16, encoding: str = "frame"
+        self,
+        model: str,
+        seed: int = 1,
+        variants: int = 16,
+        encoding: str = "frame",
+        tier: Tier = "interactive",
     ) -> None:
         self.model = model
         self.variants = variants
         self.encoding = encoding
+        self.tier: Tier = tier
         self._rng = np.random.default_rng(seed)
         self._templates: dict[int, list[bytes]] = {}
         self._next = 0
@@ -76,7 +82,12 @@ class EncoderEvents:
         if templates is None:
             templates = [
                 encoder_event(
-                    REQUEST_ID_SLOT.decode(), self.model, seq_len, self._rng, encoding=self.encoding
+                    REQUEST_ID_SLOT.decode(),
+                    self.model,
+                    seq_len,
+                    self._rng,
+                    encoding=self.encoding,
+                    tier=self.tier,
                 )
                 for _ in range(self.variants)
             ]
@@ -95,7 +106,13 @@ def _int64_tensor(array: np.ndarray[Any, Any], encoding: str) -> dict[str, Any]:
 
 
 def encoder_event(
-    request_id: str, model: str, seq_len: int, rng: np.random.Generator, *, encoding: str = "frame"
+    request_id: str,
+    model: str,
+    seq_len: int,
+    rng: np.random.Generator,
+    *,
+    encoding: str = "frame",
+    tier: Tier = "interactive",
 ) -> bytes:
     """A demo-encoder request of `seq_len` tokens, as any producer would write it.
 
@@ -108,7 +125,7 @@ def encoder_event(
         "schema_version": 1,
         "request_id": request_id,
         "model": model,
-        "tier": "interactive",
+        "tier": tier,
         "timeout_ms": 60_000,
     }
     if encoding == "frame":
@@ -153,9 +170,15 @@ def poisson_arrivals(count: int, rate_rps: float, *, seed: int) -> np.ndarray[An
 class LoadGenerator:
     """Produces events and matches results by request id."""
 
-    def __init__(self, bootstrap: str, make_event: Callable[[str, int], bytes]) -> None:
+    def __init__(
+        self, bootstrap: str, make_event: Callable[[str, int], bytes], *, tier: Tier | None = None
+    ) -> None:
+        """`tier`: send to that tier's ingest topic (None: the shared one, each event naming
+        its tier). A critical load's result reader does not follow rhythms, as the client
+        does not while a critical request is out."""
         self.bootstrap = bootstrap
         self.make_event = make_event
+        self._topic = ingest_topic(tier)
         self._producer = make_producer(bootstrap, client_id="inferbus-bench")
         self._publisher = Publisher(self._producer)
         self._sends: set[asyncio.Task[None]] = set()
@@ -166,7 +189,9 @@ class LoadGenerator:
         self._sent: dict[str, tuple[float, int]] = {}
         # Paced like every inferbus reader: the wait grows with the quiet between result
         # bursts, and it never idles while answers are due.
-        self._pacer = FetchPacer(self._consumer, expecting=lambda: bool(self._sent), rhythm=True)
+        self._pacer = FetchPacer(
+            self._consumer, expecting=lambda: bool(self._sent), rhythm=tier != "critical"
+        )
         self._report = LoadReport()
         self._done = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
@@ -251,7 +276,7 @@ class LoadGenerator:
             seq_len = lengths()
             self._sent[request_id] = (now if arrived_at is None else float(arrived_at[i]), seq_len)
             records.append(
-                Outgoing(INGEST, request_id.encode(), self.make_event(request_id, seq_len), [])
+                Outgoing(self._topic, request_id.encode(), self.make_event(request_id, seq_len), [])
             )
         self._report.sent += count
         task = asyncio.create_task(self._acked(records))

@@ -27,6 +27,7 @@ from infra.cores import usable_cores
 from infra.models.repository import ModelRepository, ModelVersion
 from infra.processes import ChildProcess, inferbus_command
 from infra.topics import ensure_topics, standard_topics
+from schemas.topics import Tier
 from services.bench.cpu import CpuMeter
 from services.bench.loadgen import EncoderEvents, LoadGenerator, LoadReport
 from services.bench.otlp_sink import OtlpSink
@@ -74,6 +75,9 @@ class ThroughputOptions:
     open_rate: float | None = None
     """The open-loop phase's rate, req/s; None: half the saturated rate. A fixed rate
     compares runs (and servers) at the same load, which half of a noisy peak does not."""
+    tier: Tier | None = None
+    """Send to this tier's ingest topic, served by workers of that tier; None: the shared
+    ingest topic, interactive requests (every run before stop 37)."""
 
 
 def sequence_batch(
@@ -212,6 +216,7 @@ class Deployment:
         *,
         ingest_instances: int = 1,
         workers: int = 1,
+        tier: Tier = "interactive",
         env: dict[str, str] | None = None,
     ) -> None:
         self.broker = EmbeddedBroker(port=0) if bootstrap is None else None
@@ -221,6 +226,7 @@ class Deployment:
         self.log_dir = log_dir
         self.ingest_instances = ingest_instances
         self.workers = workers
+        self.tier: Tier = tier
         self.env = env or {}
         self.children: list[ChildProcess] = []
 
@@ -251,9 +257,7 @@ class Deployment:
                 self.children.append(
                     ChildProcess(
                         f"worker-{model}-{i}",
-                        inferbus_command(
-                            "worker", "--model", model, "--tier", "interactive", *common
-                        ),
+                        inferbus_command("worker", "--model", model, "--tier", self.tier, *common),
                         env=env,
                         log_path=self.log_dir / f"worker-{model}-{i}.log",
                     )
@@ -379,11 +383,18 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             log_dir,
             ingest_instances=options.ingest_instances,
             workers=workers,
+            tier=options.tier or "interactive",
             env=_child_env(options, sink),
         )
         bootstrap = await deployment.start()
         rng = np.random.default_rng(1)
-        gen = LoadGenerator(bootstrap, EncoderEvents(options.model, encoding=options.encoding))
+        gen = LoadGenerator(
+            bootstrap,
+            EncoderEvents(
+                options.model, encoding=options.encoding, tier=options.tier or "interactive"
+            ),
+            tier=options.tier,
+        )
         try:
             await gen.start()
             progress("waiting for ingest and the worker to serve")
@@ -427,6 +438,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             "seq_len": options.seq_len,
             "long_share": options.long_share,
             "encoding": options.encoding,
+            "tier": options.tier or "interactive (shared ingest topic)",
             "ingest_instances": options.ingest_instances,
             "workers": workers,
             "workers_chosen": workers_why,

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from schemas.topics import TIERS
 from services.cli.common import run_service, setup_logging
 
 bench_app = typer.Typer(
@@ -67,6 +68,13 @@ def throughput(
     models: Annotated[
         Path | None, typer.Option(help="Model repository (default: fresh demo models).")
     ] = None,
+    tier: Annotated[
+        str | None,
+        typer.Option(
+            help="Send to this tier's ingest topic, served by workers of that tier (default: "
+            "the shared ingest topic, interactive requests)."
+        ),
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG plot here.")] = None,
     open_rate: Annotated[
@@ -89,6 +97,8 @@ def throughput(
         raise typer.BadParameter(f"--open-rate must be > 0 req/s, got {open_rate}")
     if encoding not in ("frame", "b64", "list"):
         raise typer.BadParameter(f"--encoding must be frame, b64 or list, got {encoding!r}")
+    if tier is not None and tier not in TIERS:
+        raise typer.BadParameter(f"--tier must be one of {', '.join(TIERS)}, got {tier!r}")
     setup_logging("WARNING")
     options = ThroughputOptions(
         model=model,
@@ -104,6 +114,7 @@ def throughput(
         encoding=encoding,
         trace_ratio=trace_ratio,
         open_rate=open_rate,
+        tier=tier,
     )
     report = asyncio.run(bench_throughput(options, _progress))
     _write(report, json_out)

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import pytest
 
+from schemas.topics import Tier
 from services.bench.throughput import ThroughputOptions, bench_throughput
 
 pytestmark = pytest.mark.integration
 
 
-async def test_a_small_null_engine_run_answers_everything_and_reports_its_costs() -> None:
+@pytest.mark.parametrize(
+    "tier", [pytest.param(None, id="shared-topic"), pytest.param("critical", id="critical-lane")]
+)
+async def test_a_small_null_engine_run_answers_everything_and_reports_its_costs(
+    tier: Tier | None,
+) -> None:
     said: list[str] = []
     options = ThroughputOptions(
-        engine="null", requests=400, window=64, raw_seconds=0.5, open_rate=50.0
+        engine="null", requests=400, window=64, raw_seconds=0.5, open_rate=50.0, tier=tier
     )
 
     report = await bench_throughput(options, said.append)
@@ -28,3 +34,4 @@ async def test_a_small_null_engine_run_answers_everything_and_reports_its_costs(
     cpu = saturation["cpu"]["cpu_ms_per_request"]
     assert {"broker", "loadgen", "ingest-0"} <= set(cpu)
     assert all(value >= 0 for value in cpu.values())
+    assert report["tier"] == (tier or "interactive (shared ingest topic)")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import numpy as np
+import orjson
 import pytest
 
-from services.bench.loadgen import LoadGenerator, LoadReport, poisson_arrivals
+from schemas.topics import Tier
+from services.bench.loadgen import EncoderEvents, LoadGenerator, LoadReport, poisson_arrivals
+from services.runtime.answers import Outgoing
 
 
 def test_arrivals_are_ascending_at_the_rate() -> None:
@@ -75,3 +79,32 @@ async def test_an_open_loop_lingers_and_counts_latency_from_each_arrival(
     assert len(stamps) == 400
     assert len(sends.calls) <= most_sends
     np.testing.assert_allclose(stamps, expected, atol=0.005)
+
+
+@pytest.mark.parametrize(
+    ("tier", "topic", "named", "follows"),
+    [
+        pytest.param(None, "inferbus.ingest", "interactive", True, id="shared-topic"),
+        pytest.param("interactive", "inferbus.ingest.interactive", "interactive", True, id="int"),
+        pytest.param("critical", "inferbus.ingest.critical", "critical", False, id="critical"),
+    ],
+)
+async def test_a_tiers_load_goes_to_its_ingest_topic_and_names_its_tier(
+    monkeypatch: pytest.MonkeyPatch, tier: Tier | None, topic: str, named: str, follows: bool
+) -> None:
+    """`bench throughput --tier critical` measures ingest's latency-first lane; its result
+    reader does not follow rhythms (the client does not with a critical request out)."""
+    events = EncoderEvents("demo-encoder", tier=tier or "interactive", encoding="b64")
+    gen = LoadGenerator("127.0.0.1:1", events, tier=tier)
+    sent: list[Outgoing] = []
+
+    async def acked(records: list[Outgoing]) -> None:
+        sent.extend(records)
+
+    monkeypatch.setattr(gen, "_acked", acked)
+    gen._send(1, lambda: 8)
+    await asyncio.gather(*gen._sends)
+    [record] = sent
+    assert record.topic == topic
+    assert orjson.loads(record.value)["tier"] == named
+    assert gen._pacer._rhythm() is follows
