@@ -117,12 +117,26 @@ def rhythm_wait_ms(
     return min(round(wait_s * 1000), settings.fetch_wait_idle_ms)
 
 
-def lane_waits(settings: KafkaSettings, *, batch_lane: bool) -> KafkaSettings:
-    """The fetch waits of one consumer: the process's, or for a batch lane the same with
-    the deeper asleep wait (`fetch_wait_asleep_batch_ms`)."""
-    if not batch_lane:
-        return settings
-    return settings.model_copy(update={"fetch_wait_asleep_ms": settings.fetch_wait_asleep_batch_ms})
+def lane_waits(
+    settings: KafkaSettings, *, batch_lane: bool = False, critical: bool = False
+) -> KafkaSettings:
+    """The fetch waits of one consumer: the process's; for a batch lane the same with the
+    deeper asleep wait (`fetch_wait_asleep_batch_ms`); for a critical lane latency first:
+    no gathering, and (unless `fetch_wait_critical_max_ms` is 0) the busy wait capped at
+    it with the records rule off."""
+    if critical:
+        latency_first: dict[str, object] = {"fetch_gather_share": 0.0}
+        if settings.fetch_wait_critical_max_ms > 0:
+            latency_first["fetch_target_records"] = 0
+            latency_first["fetch_wait_busy_max_ms"] = min(
+                settings.fetch_wait_busy_max_ms, settings.fetch_wait_critical_max_ms
+            )
+        return settings.model_copy(update=latency_first)
+    if batch_lane:
+        return settings.model_copy(
+            update={"fetch_wait_asleep_ms": settings.fetch_wait_asleep_batch_ms}
+        )
+    return settings
 
 
 def gather_min_bytes(expected_records: float, bytes_per_record: float, share: float) -> int:
@@ -170,8 +184,9 @@ class FetchPacer:
     awaiting answers never idles). `gather`: ask each fetch for the records its wait should
     bring (ingest). `rhythm`: follow bursts that come in a rhythm (`rhythm_wait_ms`; ingest's
     interactive lane and the readers of results, not a worker, whose engine clock already
-    holds its fetches), always or while the callable says so (a client stops following
-    while a critical request of its own is out).
+    holds its fetches), always or while the callable says so (a consumer's position check).
+    `critical`: while it says so (a client with a critical request's
+    result due), wait as a critical lane (`lane_waits`) and follow no rhythm.
     """
 
     def __init__(
@@ -183,8 +198,11 @@ class FetchPacer:
         expecting: Callable[[], bool] | None = None,
         gather: bool = False,
         rhythm: bool | Callable[[], bool] = False,
+        critical: Callable[[], bool] | None = None,
     ) -> None:
         self._settings = settings or kafka_settings()
+        self._critical_settings = lane_waits(self._settings, critical=True)
+        self._critical = critical
         self._gather = gather
         self._rhythm: Callable[[], bool] = (
             rhythm if callable(rhythm) else (lambda: True) if rhythm else (lambda: False)
@@ -206,12 +224,20 @@ class FetchPacer:
         """`rhythm_next_gap` of `_gaps`, found at each poll with records."""
 
     @property
+    def settings(self) -> KafkaSettings:
+        """The waits in force now: the consumer's, or a critical lane's while `critical`
+        says a critical request's records are due (`lane_waits`)."""
+        if self._critical is not None and self._critical():
+            return self._critical_settings
+        return self._settings
+
+    @property
     def wait_ms(self) -> int:
         """The traffic step now: busy (grown with the quiet), idle or asleep."""
         expecting = self._expecting is not None and self._expecting()
         quiet_s = self._clock() - self._last_records
         return step_wait_ms(
-            quiet_s, self._settings, expecting=expecting, gap_s=self._gap_s, rate_per_s=self.rate
+            quiet_s, self.settings, expecting=expecting, gap_s=self._gap_s, rate_per_s=self.rate
         )
 
     @property
@@ -222,7 +248,7 @@ class FetchPacer:
 
     @property
     def idle(self) -> bool:
-        return self.wait_ms > self._settings.fetch_wait_busy_max_ms
+        return self.wait_ms > self.settings.fetch_wait_busy_max_ms
 
     def attach(self) -> bool:
         """Have the started consumer's fetcher ask `current_wait_ms` for each fetch.
@@ -243,13 +269,13 @@ class FetchPacer:
     def rhythm_ms(self) -> int | None:
         """The wait that lands a fetch just past the next burst of a rhythm, if this reader
         follows one and there is one further off than the busy cap (`rhythm_wait_ms`)."""
-        if not self._rhythm():
+        if not self._rhythm() or (self._critical is not None and self._critical()):
             return None
-        return rhythm_wait_ms(self._clock() - self._last_records, self._next_gap, self._settings)
+        return rhythm_wait_ms(self._clock() - self._last_records, self._next_gap, self.settings)
 
     def current_wait_ms(self) -> int:
         """The wait for a fetch built now."""
-        settings = self._settings
+        settings = self.settings
         step = self.wait_ms
         rhythm = self.rhythm_ms()
         if rhythm is not None:
@@ -265,13 +291,13 @@ class FetchPacer:
     def current_min_bytes(self) -> int:
         """The least a fetch built now asks for: 1 byte, or with `gather`, while records
         flow and nothing holds the fetch, `gather_min_bytes` of what its wait should bring."""
-        share = self._settings.fetch_gather_share
+        share = self.settings.fetch_gather_share
         if not self._gather or share <= 0 or self._needed_at is not None:
             return 1
         if self.rhythm_ms() is not None:  # the wait is set to land past the next burst
             return 1
         wait_ms = self.wait_ms
-        if wait_ms > self._settings.fetch_wait_busy_max_ms:  # idle
+        if wait_ms > self.settings.fetch_wait_busy_max_ms:  # idle
             return 1
         return gather_min_bytes(self.rate * wait_ms / 1000, self._record_bytes, share)
 
@@ -283,14 +309,14 @@ class FetchPacer:
         if records:
             now = self._clock()
             gap = now - self._last_records
-            if gap >= self._settings.idle_after_s:
+            if gap >= self.settings.idle_after_s:
                 self._gap_s = self._batch = 0.0
                 self._gaps.clear()
             else:
                 self._gap_s += GAP_SMOOTHING * (gap - self._gap_s)
                 self._batch += GAP_SMOOTHING * (records - self._batch)
                 self._gaps.append(gap)
-            self._next_gap = rhythm_next_gap(self._gaps, self._settings.fetch_rhythm_tolerance)
+            self._next_gap = rhythm_next_gap(self._gaps, self.settings.fetch_rhythm_tolerance)
             if nbytes:
                 size = nbytes / records
                 self._record_bytes += GAP_SMOOTHING * (size - self._record_bytes)

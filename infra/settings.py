@@ -54,6 +54,13 @@ class KafkaSettings(BaseSettings):
     workers each answering a batch per engine run) let a fetch wait until just past the next
     burst when that is further off than `fetch_wait_busy_max_ms`: one answer a burst instead
     of one per busy wait (`infra.pacing.rhythm_wait_ms`, docs/kafka.md). 0 turns it off."""
+    fetch_wait_critical_max_ms: int = Field(default=20, ge=0)
+    """The longest wait while records flow on a critical lane (ingest's critical consumer,
+    critical-tier workers, a reader with a critical request's result due), where the
+    records rule (`fetch_target_records`) is off too: latency first, for more fetches while
+    critical records flow (MiniLM at 100 critical req/s: p50 -10 ms for ~0.4 of a core on
+    two cores; docs/kafka.md, "Priority classes get their own consumers"). 0 turns it off:
+    critical lanes then wait as the others do (they never gather nor follow rhythms)."""
     fetch_wait_busy_max_ms: int = Field(default=40, ge=0)
     """The longest wait while records flow (before `idle_after_s`), ms; never below the busy
     wait, never above the idle one. 40 rather than 20 costs a lone record up to 10 ms more a

@@ -17,7 +17,7 @@ from aiokafka import TopicPartition
 
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
-from infra.pacing import FetchPacer
+from infra.pacing import FetchPacer, lane_waits
 from infra.settings import kafka_settings
 from schemas.frames import is_frame, join_frame, split_frame
 from schemas.topics import RESULTS, Tier, ingest_topic
@@ -190,7 +190,10 @@ class LoadGenerator:
         # Paced like every inferbus reader: the wait grows with the quiet between result
         # bursts, and it never idles while answers are due.
         self._pacer = FetchPacer(
-            self._consumer, expecting=lambda: bool(self._sent), rhythm=tier != "critical"
+            self._consumer,
+            lane_waits(kafka_settings(), critical=tier == "critical"),
+            expecting=lambda: bool(self._sent),
+            rhythm=tier != "critical",
         )
         self._report = LoadReport()
         self._done = asyncio.Event()

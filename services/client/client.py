@@ -211,7 +211,10 @@ class InferenceClient:
             await start_with_retry(self._producer.start, what="client-producer")
             await start_with_retry(self._consumer.start, what="client-consumer")
             self._pacer = FetchPacer(
-                self._consumer, expecting=self._expecting, rhythm=self._follows_rhythm
+                self._consumer,
+                expecting=self._expecting,
+                rhythm=True,
+                critical=self._mine.any_urgent_due,
             )
             self._pacer.attach()
             partitions = await self._partitions(self.reply_to)
@@ -516,12 +519,6 @@ class InferenceClient:
         """Whether results of this client's requests are still to come (its reader then
         never idles: the first result after a quiet spell is not held by an idle wait)."""
         return self._mine.any_due() or bool(self._waiters)
-
-    def _follows_rhythm(self) -> bool:
-        """Whether the reader may park a fetch until the next burst of a rhythm: not while
-        a critical request's result is to come (it would wait for the parked fetch's first
-        check, up to half its wait; docs/kafka.md)."""
-        return not self._mine.any_urgent_due()
 
     def _broker_note(self, record: ConsumerRecord[bytes, bytes]) -> bool:
         """A new note that topics were made. Every one is taken as a possible restart: a

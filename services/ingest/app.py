@@ -120,8 +120,8 @@ class IngestService:
         )
         self.consumers = [
             self._consumer(HIGH_TOPICS, control=True),
-            # Latency first: each fetch asks for 1 byte at the busy step, never parked.
-            self._consumer(CRITICAL_TOPICS, control=False, options=ConsumerOptions()),
+            # Latency first: short busy waits, 1 byte asked, never parked.
+            self._consumer(CRITICAL_TOPICS, control=False, options=ConsumerOptions(critical=True)),
             self._consumer(
                 LOW_TOPICS,
                 control=False,

@@ -155,6 +155,9 @@ class ConsumerOptions:
     batch_lane: bool = False
     """Reads only the batch tier: asleep, it waits `fetch_wait_asleep_batch_ms` a fetch
     (fewer fetches for the broker to answer; batch requests can wait a second)."""
+    critical: bool = False
+    """Reads only the critical tier: latency first (`lane_waits`: a short busy cap, no
+    gathering, no rhythm), for more fetches while critical records flow."""
 
 
 class OwnedConsumer:
@@ -248,7 +251,9 @@ class OwnedConsumer:
             client_id=self.client_id,
             max_poll_records=self.options.max_poll_records,
         )
-        waits = lane_waits(kafka_settings(), batch_lane=self.options.batch_lane)
+        waits = lane_waits(
+            kafka_settings(), batch_lane=self.options.batch_lane, critical=self.options.critical
+        )
         self.pacer = FetchPacer(
             consumer,
             waits,

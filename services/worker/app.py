@@ -226,7 +226,7 @@ class Worker:
                 drain=self.pipeline.drain,
                 let_go=self.pipeline.let_go,
                 control=rank == 0,
-                options=ConsumerOptions(batch_lane=tier == "batch"),
+                options=ConsumerOptions(batch_lane=tier == "batch", critical=tier == "critical"),
             )
             self.consumers[tier] = consumer  # before start: a cancelled start still closes it
             await consumer.start()

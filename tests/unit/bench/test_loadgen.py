@@ -108,3 +108,5 @@ async def test_a_tiers_load_goes_to_its_ingest_topic_and_names_its_tier(
     assert record.topic == topic
     assert orjson.loads(record.value)["tier"] == named
     assert gen._pacer._rhythm() is follows
+    critical_max = gen._pacer.settings.fetch_wait_critical_max_ms
+    assert (gen._pacer.settings.fetch_wait_busy_max_ms <= critical_max) is not follows

@@ -439,20 +439,20 @@ class _AckingPublisher:
         pytest.param("batch", True, id="batch-keeps-it"),
     ],
 )
-async def test_the_reader_stops_following_a_rhythm_while_a_critical_result_is_due(
+async def test_the_reader_waits_as_a_critical_lane_while_a_critical_result_is_due(
     client: InferenceClient, tier: Any, follows_while_out: bool
 ) -> None:
-    """A fetch parked until the next burst would hold a critical result for up to half
-    its wait; the reader goes back to the busy step until the result is in."""
+    """A fetch parked until the next burst, or waiting for the records rule, would hold a
+    critical result; the reader's pacer asks `any_urgent_due` for every fetch it builds."""
     client._publisher = _AckingPublisher()  # type: ignore[assignment]
     request = client.build_request(
         "m", {"in": np.ones((1, 2), np.float32)}, tier=tier, request_id="r1"
     )
-    assert client._follows_rhythm()
+    assert not client._mine.any_urgent_due()
     await client.submit(request)
-    assert client._follows_rhythm() is follows_while_out
+    assert client._mine.any_urgent_due() is not follows_while_out
     deliver(client, result("r1"))
-    assert client._follows_rhythm()
+    assert not client._mine.any_urgent_due()
 
 
 # ---- telling a restarted broker from a log's last batch --------------------------------------

@@ -430,3 +430,53 @@ def test_a_reader_follows_a_rhythm_only_while_its_callable_says_so() -> None:
     follow[0] = False
     assert pacer.rhythm_ms() is None
     assert pacer.current_wait_ms() <= RHYTHM.fetch_wait_busy_max_ms
+
+
+@pytest.mark.parametrize(
+    ("batch_lane", "critical", "critical_max", "busy_max", "records", "gather", "asleep"),
+    [
+        pytest.param(False, False, 20, 40, 16, 1.0, 500, id="interactive"),
+        pytest.param(True, False, 20, 40, 16, 1.0, 2000, id="batch-sleeps-deeper"),
+        pytest.param(False, True, 20, 20, 0, 0.0, 500, id="critical-latency-first"),
+        pytest.param(False, True, 0, 40, 16, 0.0, 500, id="critical-cap-off-still-no-gather"),
+    ],
+)
+def test_lane_waits_of_each_kind(
+    batch_lane: bool,
+    critical: bool,
+    critical_max: int,
+    busy_max: int,
+    records: int,
+    gather: float,
+    asleep: int,
+) -> None:
+    base = KafkaSettings(
+        fetch_wait_busy_max_ms=40,
+        fetch_target_records=16,
+        fetch_gather_share=1.0,
+        fetch_wait_asleep_ms=500,
+        fetch_wait_asleep_batch_ms=2000,
+        fetch_wait_critical_max_ms=critical_max,
+    )
+    waits = lane_waits(base, batch_lane=batch_lane, critical=critical)
+    assert waits.fetch_wait_busy_max_ms == busy_max
+    assert waits.fetch_target_records == records
+    assert waits.fetch_gather_share == gather
+    assert waits.fetch_wait_asleep_ms == asleep
+
+
+def test_a_reader_waits_as_a_critical_lane_while_a_critical_result_is_due() -> None:
+    """The client's reader: the records rule lets a 40 ms wait gather results, and a rhythm
+    parks fetches; while a critical request's result is due, neither."""
+    due = [False]
+    clock, consumer = _Clock(), _Consumer()
+    settings = RHYTHM.model_copy(update={"fetch_target_records": 16})
+    pacer = FetchPacer(consumer, settings, clock=clock, rhythm=True, critical=lambda: due[0])
+    assert pacer.attach()
+    for _ in range(10):
+        clock.now += 0.150
+        pacer.observe(2)
+    assert pacer.current_wait_ms() > settings.fetch_wait_critical_max_ms
+    due[0] = True
+    assert pacer.rhythm_ms() is None
+    assert pacer.current_wait_ms() <= settings.fetch_wait_critical_max_ms

@@ -17,8 +17,8 @@ from services.runtime.consumer import ConsumerOptions
 async def test_critical_requests_have_a_consumer_of_their_own_that_never_paces(
     tmp_path: Path,
 ) -> None:
-    """Interactive and batch lanes gather and follow rhythms; critical asks each fetch for
-    1 byte at the busy step, so a critical record never waits for a parked fetch."""
+    """Interactive and batch lanes gather and follow rhythms; the critical lane waits
+    latency first (`lane_waits`), so a critical record never waits for a parked fetch."""
     write_demo_models(tmp_path)
     ingest = IngestService("127.0.0.1:1", IngestSettings(models_dir=tmp_path))
     lanes = {
@@ -26,7 +26,7 @@ async def test_critical_requests_have_a_consumer_of_their_own_that_never_paces(
         for consumer in ingest.consumers
     }
     assert lanes == {
-        ("inferbus.ingest.critical",): ConsumerOptions(),
+        ("inferbus.ingest.critical",): ConsumerOptions(critical=True),
         ("inferbus.ingest.interactive", "inferbus.ingest"): ConsumerOptions(
             gather=True, rhythm=True
         ),
