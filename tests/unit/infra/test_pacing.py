@@ -432,37 +432,27 @@ def test_a_reader_follows_a_rhythm_only_while_its_callable_says_so() -> None:
     assert pacer.current_wait_ms() <= RHYTHM.fetch_wait_busy_max_ms
 
 
+LANES = KafkaSettings(fetch_wait_asleep_ms=500, fetch_wait_asleep_batch_ms=2000)
+"""Defaults otherwise: busy cap 40 ms, records rule 16, gathering 1.0, critical cap 20."""
+
+
 @pytest.mark.parametrize(
-    ("batch_lane", "critical", "critical_max", "busy_max", "records", "gather", "asleep"),
+    ("lane", "critical_max", "expected"),
     [
-        pytest.param(False, False, 20, 40, 16, 1.0, 500, id="interactive"),
-        pytest.param(True, False, 20, 40, 16, 1.0, 2000, id="batch-sleeps-deeper"),
-        pytest.param(False, True, 20, 20, 0, 0.0, 500, id="critical-latency-first"),
-        pytest.param(False, True, 0, 40, 16, 0.0, 500, id="critical-cap-off-still-no-gather"),
+        pytest.param("interactive", 20, (40, 16, 1.0, 500), id="interactive"),
+        pytest.param("batch", 20, (40, 16, 1.0, 2000), id="batch-sleeps-deeper"),
+        pytest.param("critical", 20, (20, 0, 0.0, 500), id="critical-latency-first"),
+        pytest.param("critical", 0, (40, 16, 0.0, 500), id="critical-cap-off-no-gathering"),
     ],
 )
 def test_lane_waits_of_each_kind(
-    batch_lane: bool,
-    critical: bool,
-    critical_max: int,
-    busy_max: int,
-    records: int,
-    gather: float,
-    asleep: int,
+    lane: str, critical_max: int, expected: tuple[int, int, float, int]
 ) -> None:
-    base = KafkaSettings(
-        fetch_wait_busy_max_ms=40,
-        fetch_target_records=16,
-        fetch_gather_share=1.0,
-        fetch_wait_asleep_ms=500,
-        fetch_wait_asleep_batch_ms=2000,
-        fetch_wait_critical_max_ms=critical_max,
-    )
-    waits = lane_waits(base, batch_lane=batch_lane, critical=critical)
-    assert waits.fetch_wait_busy_max_ms == busy_max
-    assert waits.fetch_target_records == records
-    assert waits.fetch_gather_share == gather
-    assert waits.fetch_wait_asleep_ms == asleep
+    """(busy cap, records rule, gathering share, asleep wait) of each kind of lane."""
+    base = LANES.model_copy(update={"fetch_wait_critical_max_ms": critical_max})
+    w = lane_waits(base, batch_lane=lane == "batch", critical=lane == "critical")
+    got = (w.fetch_wait_busy_max_ms, w.fetch_target_records, w.fetch_gather_share)
+    assert (*got, w.fetch_wait_asleep_ms) == expected
 
 
 def test_a_reader_waits_as_a_critical_lane_while_a_critical_result_is_due() -> None:
