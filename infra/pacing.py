@@ -185,8 +185,8 @@ class FetchPacer:
     bring (ingest). `rhythm`: follow bursts that come in a rhythm (`rhythm_wait_ms`; ingest's
     interactive lane and the readers of results, not a worker, whose engine clock already
     holds its fetches), always or while the callable says so (a consumer's position check).
-    `critical`: while it says so (a client with a critical request's
-    result due), wait as a critical lane (`lane_waits`) and follow no rhythm.
+    `critical`: while it says so (a client with a critical request's result due), wait as a
+    critical lane (`lane_waits`) and follow no rhythm.
     """
 
     def __init__(

@@ -174,8 +174,8 @@ class LoadGenerator:
         self, bootstrap: str, make_event: Callable[[str, int], bytes], *, tier: Tier | None = None
     ) -> None:
         """`tier`: send to that tier's ingest topic (None: the shared one, each event naming
-        its tier). A critical load's result reader does not follow rhythms, as the client
-        does not while a critical request is out."""
+        its tier). A critical load's result reader waits as a critical lane and follows no
+        rhythm, as the client's does while a critical request is out."""
         self.bootstrap = bootstrap
         self.make_event = make_event
         self._topic = ingest_topic(tier)

@@ -8,8 +8,9 @@ on it is remembered as ours in a bounded memory, so a late answer (a `deadline_e
 from a worker that came back, say) is still delivered, and a request that is never
 answered does not keep the reader brisk or the memory growing.
 
-A third question, "is an urgent one due?", stops the reader from parking its fetches until
-the next burst of a rhythm (infra.pacing) while a critical request's result is to come.
+A third question, "is an urgent one due?", has the reader wait as a critical lane (short
+busy waits, no parking until the next burst of a rhythm; infra.pacing) while a critical
+request's result is to come.
 """
 
 from __future__ import annotations

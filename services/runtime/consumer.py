@@ -156,8 +156,9 @@ class ConsumerOptions:
     """Reads only the batch tier: asleep, it waits `fetch_wait_asleep_batch_ms` a fetch
     (fewer fetches for the broker to answer; batch requests can wait a second)."""
     critical: bool = False
-    """Reads only the critical tier: latency first (`lane_waits`: a short busy cap, no
-    gathering, no rhythm), for more fetches while critical records flow."""
+    """Reads only the critical tier: latency first (`lane_waits`: a short busy cap, the
+    records rule off, no gathering), for more fetches while critical records flow. Leave
+    `gather` and `rhythm` off with it."""
 
 
 class OwnedConsumer:
