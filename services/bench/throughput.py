@@ -34,6 +34,7 @@ from services.bench.otlp_sink import OtlpSink
 from services.bench.stats import (
     batch_histogram,
     percentiles,
+    saturation_window,
     statuses,
     steady_throughput,
     window_bound,
@@ -41,6 +42,7 @@ from services.bench.stats import (
 from services.models.demo import write_demo_models
 from services.worker.engines.factory import create_engine
 from services.worker.engines.shapes import warmup_batches
+from services.worker.settings import WorkerSettings
 
 Progress = Callable[[str], None]
 
@@ -52,7 +54,9 @@ class ThroughputOptions:
     model: str = "demo-encoder"
     seq_len: int = 32
     requests: int = 3000
-    window: int = 128
+    window: int | None = None
+    """Requests kept outstanding at saturation; None: `saturation_window` for the workers
+    and the model's batch size."""
     raw_seconds: float = 5.0
     bootstrap: str | None = None
     models_dir: Path | None = None
@@ -151,6 +155,17 @@ def default_workers(cores: int, intra_op_threads: int, provider: str) -> tuple[i
     workers = max(cores // intra_op_threads, 1)
     return workers, (
         f"{workers}: {cores} cores / {intra_op_threads} intra-op thread(s) a worker (CPU engine)"
+    )
+
+
+def default_window(workers: int, version: ModelVersion) -> int:
+    """The saturation window for `workers` serving `version` with the workers' settings
+    (`saturation_window`)."""
+    settings = WorkerSettings()
+    return saturation_window(
+        workers=workers,
+        batches_in_hand=settings.engine_queue_depth + settings.prefetch_batches,
+        max_batch_size=version.config.batching.max_batch_size,
     )
 
 
@@ -376,6 +391,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             )
         )
         progress(f"workers: {workers_why}")
+        window = options.window if options.window is not None else default_window(workers, version)
         deployment = Deployment(
             options.bootstrap,
             models_dir,
@@ -406,13 +422,14 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
                 progress(f"answered {done}")
 
             progress("warm-up: 300 requests")
-            await gen.closed_loop(300, options.window, lengths, tick)
-            progress(f"saturation: {options.requests} requests, window {options.window}")
+            await gen.closed_loop(300, window, lengths, tick)
+            progress(f"saturation: {options.requests} requests, window {window}")
             saturated = await _measured(
-                meter, lambda: gen.closed_loop(options.requests, options.window, lengths, tick)
+                meter, lambda: gen.closed_loop(options.requests, window, lengths, tick)
             )
+            saturated["window"] = window
             saturated["window_bound"] = window_bound(
-                window=options.window,
+                window=window,
                 roundtrip_p50_ms=saturated["client_roundtrip_ms"]["p50"],
                 served_rps=saturated["samples_per_s"],
                 cores_busy=saturated["cpu"]["machine_cores_busy"],

@@ -37,7 +37,15 @@ def throughput(
     model: Annotated[str, typer.Option(help="Model to serve.")] = "demo-encoder",
     seq: Annotated[int, typer.Option(help="Tokens per request.")] = 32,
     requests: Annotated[int, typer.Option(help="Requests in the saturation phase.")] = 3000,
-    window: Annotated[int, typer.Option(help="Requests kept outstanding at saturation.")] = 128,
+    window: Annotated[
+        int | None,
+        typer.Option(
+            help="Requests kept outstanding at saturation (default: enough to fill what every "
+            "worker takes in hand, workers x (engine_queue_depth + prefetch_batches) x "
+            "max_batch_size, at least 128).",
+            min=1,
+        ),
+    ] = None,
     engine: Annotated[
         str,
         typer.Option(

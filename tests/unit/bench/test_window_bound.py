@@ -1,11 +1,11 @@
 """A closed loop's rate is called window-bound only when the cores had room and Little's law
-explains the rate."""
+explains the rate; its default window fills what every worker takes in hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.bench.stats import window_bound
+from services.bench.stats import saturation_window, window_bound
 
 
 @pytest.mark.parametrize(
@@ -29,3 +29,20 @@ def test_window_bound(
     assert (note is not None) == bound
     if note is not None:
         assert f"{busy:.2f} of 2 cores busy" in note and "--window" in note
+
+
+@pytest.mark.parametrize(
+    ("workers", "in_hand", "batch", "window"),
+    [
+        pytest.param(2, 4, 32, 256, id="two-minilm-workers-fill-their-hands"),
+        pytest.param(1, 4, 32, 128, id="one-worker-at-the-floor"),
+        pytest.param(1, 3, 8, 128, id="small-batches-keep-the-floor"),
+        pytest.param(4, 4, 64, 1024, id="four-workers-of-64"),
+    ],
+)
+def test_saturation_window_fills_every_workers_hand(
+    workers: int, in_hand: int, batch: int, window: int
+) -> None:
+    assert (
+        saturation_window(workers=workers, batches_in_hand=in_hand, max_batch_size=batch) == window
+    )
