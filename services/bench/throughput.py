@@ -29,7 +29,7 @@ from infra.processes import ChildProcess, inferbus_command
 from infra.topics import ensure_topics, standard_topics
 from schemas.topics import Tier
 from services.bench.cpu import CpuMeter
-from services.bench.loadgen import EncoderEvents, LoadGenerator, LoadReport
+from services.bench.loadgen import Completed, EncoderEvents, LoadGenerator, LoadReport
 from services.bench.otlp_sink import OtlpSink
 from services.bench.stats import (
     batch_histogram,
@@ -188,6 +188,21 @@ def served_provider(engine: str, raw_provider: str) -> str:
     return raw_provider
 
 
+def by_worker(ok: list[Completed]) -> dict[str, dict[str, Any]]:
+    """Each worker's answers and their e2e percentiles: with partitions spread evenly, a
+    slower worker's partitions queue longer and its share of a backlog grows."""
+    workers: dict[str, list[Completed]] = {}
+    for c in ok:
+        workers.setdefault(c.worker_id or "?", []).append(c)
+    return {
+        worker: {
+            "answered": len(answers),
+            "e2e_ms": percentiles([c.e2e_ms for c in answers if c.e2e_ms is not None]),
+        }
+        for worker, answers in sorted(workers.items())
+    }
+
+
 def summarize(report: LoadReport) -> dict[str, Any]:
     """Throughput, latency percentiles and batch sizes of one phase."""
     ok = [c for c in report.completed if c.status == "ok"]
@@ -203,6 +218,7 @@ def summarize(report: LoadReport) -> dict[str, Any]:
         "client_roundtrip_ms": percentiles(client),
         "overhead_ms": percentiles(overhead),
         "batch_sizes": batch_histogram(ok),
+        "by_worker": by_worker(ok),
         "stage_p50_ms": {
             stage: percentiles(
                 [c.timings[stage] or 0.0 for c in ok if c.timings.get(stage) is not None]

@@ -164,14 +164,51 @@ LIST_AGAIN_S = 0.25
 """How soon the broker's topics are listed again while a named topic is not among them."""
 
 
+MIN_PART = 16
+"""The fewest records a call sends to one partition when it is split over several."""
+
+
+class RecordSpread:
+    """Where one call's records for a topic go: in parts of at least `MIN_PART` records,
+    each to one of the partitions handed the fewest so far (ties round robin from the last
+    one chosen), so every partition holds within a part of the others. Pure.
+
+    One batch a call to the next partition in turn left the partitions as uneven as the
+    calls: a closed loop sends its window at once, ingest routed 128-256 records in one
+    call to one partition, and the worker owning it held the backlog while the other idled
+    (two MiniLM workers answered 55 % and 45 % of the requests at 256 outstanding, 59 % and
+    41 % at 512; docs/benchmarks.md, "Stop 38").
+    """
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self._handed = [0] * partitions
+        self._last = -1
+
+    def plan(self, records: int) -> list[tuple[int, int]]:
+        """(partition, records) parts for a call of `records`, counted as handed: as many
+        parts as `MIN_PART` allows, at most one a partition, sizes within one record."""
+        parts = max(1, min(self.partitions, records // MIN_PART))
+        order = [(self._last + 1 + k) % self.partitions for k in range(self.partitions)]
+        chosen = sorted(order, key=self._handed.__getitem__)[:parts]
+        size, extra = divmod(records, parts)
+        out = [(partition, size + (1 if k < extra else 0)) for k, partition in enumerate(chosen)]
+        for partition, count in out:
+            self._handed[partition] += count
+        self._last = chosen[-1]
+        return out
+
+
 class Publisher:
     """Produces many records as a few record batches, then awaits every ack.
 
-    Records of one call bound for one topic go out as one batch to one partition (the
-    next one, round robin, each call): building a batch costs a few microseconds a
-    record where aiokafka's per-record `send` costs fifteen, and a worker that reads the
-    partition gets the records together. Records keep their keys. What fails is retried
-    alone, with backoff; what outlives every attempt is returned as its error.
+    Records of one call bound for one topic go out as record batches: one to one partition
+    for a small call, a large one split in parts of at least 16 over the partitions handed
+    the fewest so far (`RecordSpread`). Building a batch costs a few microseconds a record
+    where aiokafka's per-record `send` costs fifteen, and a worker that reads the
+    partition gets the records together. Records keep their keys. What
+    fails is retried alone, with backoff; what outlives every attempt is returned as its
+    error.
 
     Calls take turns per partition. aiokafka holds one unsent batch a partition, and every
     `send_batch` to it waits for that batch to go, then looks again. With hundreds of calls
@@ -209,7 +246,7 @@ class Publisher:
         as a timeout, as aiokafka's own wait would: callers in line do not wait one
         timeout each."""
         self._clock = clock
-        self._next_partition: dict[str, int] = {}
+        self._spreads: dict[str, RecordSpread] = {}
         self._turns: dict[tuple[str, int], asyncio.Lock] = {}
         """One lock a partition: whose batch goes to it next."""
 
@@ -427,33 +464,38 @@ class Publisher:
         members: list[int],
         outcomes: list[RecordMetadata | BaseException],
     ) -> list[tuple[int, Any, list[int]]]:
-        """Record batches for one topic, each to the next partition in turn; a record too
-        large for any batch gets its error in `outcomes` instead."""
+        """Record batches for one topic, in the parts `RecordSpread` plans (a part that
+        outgrows one batch goes as several to its partition); a record too large for any
+        batch gets its error in `outcomes` instead."""
         out: list[tuple[int, Any, list[int]]] = []
-        batch, taken = self.producer.create_batch(), list[int]()
-        for index in members:
-            record = records[index]
-            if _append(batch, record):
-                taken.append(index)
-                continue
-            if taken:
-                out.append((self._rotate(topic, partitions), batch, taken))
-                batch, taken = self.producer.create_batch(), list[int]()
+        pending = iter(members)
+        for partition, count in self._spread(topic, partitions).plan(len(members)):
+            batch, taken = self.producer.create_batch(), list[int]()
+            for _ in range(count):
+                index = next(pending)
+                record = records[index]
                 if _append(batch, record):
                     taken.append(index)
                     continue
-            outcomes[index] = MessageSizeTooLargeError(
-                f"a record of {len(record.value)} bytes does not fit a record batch "
-                "(INFERBUS_KAFKA_MAX_BATCH_BYTES)"
-            )
-        if taken:
-            out.append((self._rotate(topic, partitions), batch, taken))
+                if taken:
+                    out.append((partition, batch, taken))
+                    batch, taken = self.producer.create_batch(), list[int]()
+                    if _append(batch, record):
+                        taken.append(index)
+                        continue
+                outcomes[index] = MessageSizeTooLargeError(
+                    f"a record of {len(record.value)} bytes does not fit a record batch "
+                    "(INFERBUS_KAFKA_MAX_BATCH_BYTES)"
+                )
+            if taken:
+                out.append((partition, batch, taken))
         return out
 
-    def _rotate(self, topic: str, partitions: int) -> int:
-        partition = self._next_partition.get(topic, -1) + 1
-        self._next_partition[topic] = partition
-        return partition % partitions
+    def _spread(self, topic: str, partitions: int) -> RecordSpread:
+        spread = self._spreads.get(topic)
+        if spread is None or spread.partitions != partitions:
+            spread = self._spreads[topic] = RecordSpread(partitions)
+        return spread
 
 
 def dead_letter_of(

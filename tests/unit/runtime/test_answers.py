@@ -18,6 +18,7 @@ from services.runtime.answers import (
     MissingTopic,
     Outgoing,
     Publisher,
+    RecordSpread,
     UnknownTopic,
     encode_result,
     error_text,
@@ -241,14 +242,62 @@ async def test_a_failed_batch_is_retried_and_acks_keep_the_records_order() -> No
     assert [values for _, values in producer.sent] == [["v0", "v1", "v2"]], "sent once, together"
 
 
-async def test_records_go_in_batches_to_the_next_partition_in_turn() -> None:
+async def test_a_small_call_goes_to_one_partition_the_next_to_another() -> None:
     producer = FakeProducer(room=2)
     publisher = Publisher(producer)  # type: ignore[arg-type]
 
     await publisher.send_all([Outgoing("known", None, f"v{i}".encode(), []) for i in range(5)])
     await publisher.send_all([Outgoing("known", None, b"w", [])])
 
-    assert producer.sent == [(0, ["v0", "v1"]), (1, ["v2", "v3"]), (2, ["v4"]), (0, ["w"])]
+    assert producer.sent == [(0, ["v0", "v1"]), (0, ["v2", "v3"]), (0, ["v4"]), (1, ["w"])]
+
+
+async def test_a_large_call_is_split_over_the_partitions() -> None:
+    producer = FakeProducer()
+    publisher = Publisher(producer)  # type: ignore[arg-type]
+
+    await publisher.send_all([Outgoing("known", None, f"v{i}".encode(), []) for i in range(40)])
+
+    assert [(partition, len(values)) for partition, values in producer.sent] == [(0, 20), (1, 20)]
+    assert [v for _, values in producer.sent for v in values] == [f"v{i}" for i in range(40)]
+
+
+@pytest.mark.parametrize(
+    ("partitions", "calls", "plans"),
+    [
+        pytest.param(
+            3, [1, 1, 1, 1], [[(0, 1)], [(1, 1)], [(2, 1)], [(0, 1)]], id="small-calls-take-turns"
+        ),
+        pytest.param(3, [48], [[(0, 16), (1, 16), (2, 16)]], id="a-large-call-is-split"),
+        pytest.param(2, [100], [[(0, 50), (1, 50)]], id="at-most-one-part-a-partition"),
+        pytest.param(3, [35], [[(0, 18), (1, 17)]], id="parts-within-one-record"),
+        pytest.param(
+            3,
+            [20, 1, 1, 1],
+            [[(0, 20)], [(1, 1)], [(2, 1)], [(1, 1)]],
+            id="a-large-part-is-made-up-for",
+        ),
+        pytest.param(1, [3, 40], [[(0, 3)], [(0, 40)]], id="one-partition"),
+    ],
+)
+def test_record_spread_plans_parts_for_the_least_handed_partitions(
+    partitions: int, calls: list[int], plans: list[list[tuple[int, int]]]
+) -> None:
+    spread = RecordSpread(partitions)
+
+    assert [spread.plan(records) for records in calls] == plans
+
+
+def test_record_spread_keeps_partitions_within_one_part() -> None:
+    spread, handed = RecordSpread(12), [0] * 12
+    calls = [256, 3, 32, 128, 17, 32, 1, 200] * 50  # a closed loop's repeating calls
+
+    for records in calls:
+        for partition, count in spread.plan(records):
+            handed[partition] += count
+
+    assert sum(handed) == sum(calls)
+    assert max(handed) - min(handed) <= 32
 
 
 @pytest.mark.parametrize(
