@@ -168,6 +168,11 @@ MIN_PART = 16
 """The fewest records a call sends to one partition when it is split over several."""
 
 
+SPREADS_KEPT = 1024
+"""Topics whose spread a publisher remembers: a worker answers into every reply topic its
+clients name, and one forgotten starts even again."""
+
+
 class RecordSpread:
     """Where one call's records for a topic go: in parts of at least `MIN_PART` records,
     each to one of the partitions handed the fewest so far (ties round robin from the last
@@ -492,9 +497,12 @@ class Publisher:
         return out
 
     def _spread(self, topic: str, partitions: int) -> RecordSpread:
-        spread = self._spreads.get(topic)
+        spread = self._spreads.pop(topic, None)
         if spread is None or spread.partitions != partitions:
-            spread = self._spreads[topic] = RecordSpread(partitions)
+            spread = RecordSpread(partitions)
+            if len(self._spreads) >= SPREADS_KEPT:  # the least recently used one starts over
+                del self._spreads[next(iter(self._spreads))]
+        self._spreads[topic] = spread  # most recently used last
         return spread
 
 

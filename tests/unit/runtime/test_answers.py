@@ -415,3 +415,18 @@ async def test_a_record_too_large_for_any_batch_fails_alone() -> None:
 )
 def test_a_send_error_is_named_once(error: BaseException, text: str) -> None:
     assert error_text(error) == text
+
+
+async def test_a_publisher_remembers_the_spread_of_its_recent_topics_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("services.runtime.answers.SPREADS_KEPT", 2)
+    producer = FakeProducer(topics={"a", "b", "c"})
+    publisher = Publisher(producer)  # type: ignore[arg-type]
+
+    for topic in ("a", "b", "a", "c", "a", "b"):
+        await publisher.send_all([Outgoing(topic, None, b"v", [])])
+
+    # "a" kept its spread all along; "b", the least recently used when "c" came, starts
+    # over at partition 0 (remembered, it would have gone to 1)
+    assert [partition for partition, _ in producer.sent] == [0, 0, 1, 0, 2, 0]
