@@ -203,6 +203,21 @@ def by_worker(ok: list[Completed]) -> dict[str, dict[str, Any]]:
     }
 
 
+STAGES = ("ingest_ms", "queue_ms", "batch_wait_ms", "preprocess_ms", "infer_ms", "postprocess_ms")
+"""The stage timings a result reports, in the order a request passes them."""
+
+
+def stage_percentiles(ok: list[Completed]) -> dict[str, dict[str, float | None]]:
+    """p50 and p99 of each stage over the answers that report it."""
+    spread = {
+        stage: percentiles(
+            [c.timings[stage] or 0.0 for c in ok if c.timings.get(stage) is not None]
+        )
+        for stage in STAGES
+    }
+    return {f"stage_{q}_ms": {stage: spread[stage][q] for stage in STAGES} for q in ("p50", "p99")}
+
+
 def summarize(report: LoadReport) -> dict[str, Any]:
     """Throughput, latency percentiles and batch sizes of one phase."""
     ok = [c for c in report.completed if c.status == "ok"]
@@ -219,19 +234,7 @@ def summarize(report: LoadReport) -> dict[str, Any]:
         "overhead_ms": percentiles(overhead),
         "batch_sizes": batch_histogram(ok),
         "by_worker": by_worker(ok),
-        "stage_p50_ms": {
-            stage: percentiles(
-                [c.timings[stage] or 0.0 for c in ok if c.timings.get(stage) is not None]
-            )["p50"]
-            for stage in (
-                "ingest_ms",
-                "queue_ms",
-                "batch_wait_ms",
-                "preprocess_ms",
-                "infer_ms",
-                "postprocess_ms",
-            )
-        },
+        **stage_percentiles(ok),
     }
 
 
