@@ -76,6 +76,11 @@ from tracing.setup import init_tracing, sampling_ratio, shutdown_tracing, tracin
 from tracing.telemetry import TelemetryPublisher
 
 log = logging.getLogger(__name__)
+
+ROUTE_PARTS_OF = 64
+"""A poll's requests for one tier topic go in parts of at least this many over the
+partitions handed the fewest (`RecordSpread`): the workers sharing the topic get even
+shares of a large poll, for a record batch more a part (docs/kafka.md)."""
 Record: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
 CRITICAL_TOPICS = (ingest_topic("critical"),)
@@ -101,7 +106,11 @@ class IngestService:
         )
         self.counts: Counter[str] = Counter()
         self.producer = make_producer(bootstrap, client_id=self.instance_id)
-        self.publisher = Publisher(self.producer, patience_s=self.settings.publish_patience_s)
+        self.publisher = Publisher(
+            self.producer,
+            patience_s=self.settings.publish_patience_s,
+            split_parts_of=ROUTE_PARTS_OF,
+        )
         self.offsets = OffsetTracker()
         self.membership = Membership(
             self._send_and_wait,

@@ -164,36 +164,36 @@ LIST_AGAIN_S = 0.25
 """How soon the broker's topics are listed again while a named topic is not among them."""
 
 
-MIN_PART = 16
-"""The fewest records a call sends to one partition when it is split over several."""
-
-
 SPREADS_KEPT = 1024
 """Topics whose spread a publisher remembers: a worker answers into every reply topic its
 clients name, and one forgotten starts even again."""
 
 
 class RecordSpread:
-    """Where one call's records for a topic go: in parts of at least `MIN_PART` records,
-    each to one of the partitions handed the fewest so far (ties round robin from the last
-    one chosen), so every partition holds within a part of the others. Pure.
+    """Where one call's records for a topic go: each part to one of the partitions handed
+    the fewest so far (ties round robin from the last one chosen). Pure.
 
-    One batch a call to the next partition in turn left the partitions as uneven as the
-    calls: a closed loop sends its window at once, ingest routed 128-256 records in one
-    call to one partition, and the worker owning it held the backlog while the other idled
-    (two MiniLM workers answered 55 % and 45 % of the requests at 256 outstanding, 59 % and
-    41 % at 512; docs/benchmarks.md, "Stop 38").
+    A call is one part unless `min_part` is set; then it is split in as many parts of at
+    least `min_part` records as fit, at most one a partition, so every partition holds
+    within a part of the others. Every part is a record batch more for the broker and the
+    readers (split in parts of 16, the bus ceiling fell 15 %; of 64, 4 %), so only a
+    publisher whose topic several consumers share in partitions, and whose calls are large,
+    splits: ingest routing to the tier topics. One batch a call in turn had left the
+    partitions as uneven as the calls: ingest routes a poll's records in one call, at
+    saturation 128-256 of them, and the worker owning that partition held the backlog
+    while the other idled (docs/benchmarks.md, "Stop 38").
     """
 
-    def __init__(self, partitions: int) -> None:
+    def __init__(self, partitions: int, *, min_part: int | None = None) -> None:
         self.partitions = partitions
+        self.min_part = min_part
         self._handed = [0] * partitions
         self._last = -1
 
     def plan(self, records: int) -> list[tuple[int, int]]:
-        """(partition, records) parts for a call of `records`, counted as handed: as many
-        parts as `MIN_PART` allows, at most one a partition, sizes within one record."""
-        parts = max(1, min(self.partitions, records // MIN_PART))
+        """(partition, records) parts for a call of `records`, counted as handed; split
+        parts are within one record of each other in size."""
+        parts = 1 if not self.min_part else max(1, min(self.partitions, records // self.min_part))
         order = [(self._last + 1 + k) % self.partitions for k in range(self.partitions)]
         chosen = sorted(order, key=self._handed.__getitem__)[:parts]
         size, extra = divmod(records, parts)
@@ -207,11 +207,11 @@ class RecordSpread:
 class Publisher:
     """Produces many records as a few record batches, then awaits every ack.
 
-    Records of one call bound for one topic go out as record batches: one to one partition
-    for a small call, a large one split in parts of at least 16 over the partitions handed
-    the fewest so far (`RecordSpread`). Building a batch costs a few microseconds a record
-    where aiokafka's per-record `send` costs fifteen, and a worker that reads the
-    partition gets the records together. Records keep their keys. What
+    Records of one call bound for one topic go out as one record batch to the partition
+    handed the fewest so far, or with `split_parts_of` a large call in parts of at least
+    that many records over several (`RecordSpread`). Building a batch costs a few
+    microseconds a record where aiokafka's per-record `send` costs fifteen, and a worker
+    that reads the partition gets the records together. Records keep their keys. What
     fails is retried alone, with backoff; what outlives every attempt is returned as its
     error.
 
@@ -228,6 +228,7 @@ class Publisher:
         producer: AIOKafkaProducer,
         *,
         patience_s: float = 60.0,
+        split_parts_of: int | None = None,
         metadata_timeout_s: float = 1.0,
         missing_topic_memory_s: float = 30.0,
         append_timeout_s: float | None = None,
@@ -251,6 +252,8 @@ class Publisher:
         as a timeout, as aiokafka's own wait would: callers in line do not wait one
         timeout each."""
         self._clock = clock
+        self.split_parts_of = split_parts_of
+        """Split a call's records for a topic in parts of at least this many (None: never)."""
         self._spreads: dict[str, RecordSpread] = {}
         self._turns: dict[tuple[str, int], asyncio.Lock] = {}
         """One lock a partition: whose batch goes to it next."""
@@ -499,7 +502,7 @@ class Publisher:
     def _spread(self, topic: str, partitions: int) -> RecordSpread:
         spread = self._spreads.pop(topic, None)
         if spread is None or spread.partitions != partitions:
-            spread = RecordSpread(partitions)
+            spread = RecordSpread(partitions, min_part=self.split_parts_of)
             if len(self._spreads) >= SPREADS_KEPT:  # the least recently used one starts over
                 del self._spreads[next(iter(self._spreads))]
         self._spreads[topic] = spread  # most recently used last

@@ -1,5 +1,5 @@
-"""Ingest's consumers: which topics each reads, how each paces its fetches, and when a
-fetch may park until the next burst of a rhythm."""
+"""Ingest's consumers: which topics each reads, how each paces its fetches, when a fetch
+may park until the next burst of a rhythm; and how its routes spread over partitions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.ingest.app import IngestService
+from services.ingest.app import ROUTE_PARTS_OF, IngestService
 from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
 from services.runtime.consumer import ConsumerOptions
@@ -32,6 +32,17 @@ async def test_critical_requests_have_a_consumer_of_their_own_that_never_paces(
         ),
         ("inferbus.ingest.batch",): ConsumerOptions(gather=True, rhythm=True, batch_lane=True),
     }
+
+
+async def test_ingest_splits_a_large_poll_over_the_tier_topics_partitions(
+    tmp_path: Path,
+) -> None:
+    """The workers sharing a tier topic get even shares of a large poll; small polls (and
+    the workers' and clients' publishers, by default) go as one batch."""
+    write_demo_models(tmp_path)
+    ingest = IngestService("127.0.0.1:1", IngestSettings(models_dir=tmp_path))
+    assert ROUTE_PARTS_OF is not None
+    assert ingest.publisher.split_parts_of == ROUTE_PARTS_OF
 
 
 @pytest.mark.parametrize(

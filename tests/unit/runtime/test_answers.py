@@ -252,9 +252,9 @@ async def test_a_small_call_goes_to_one_partition_the_next_to_another() -> None:
     assert producer.sent == [(0, ["v0", "v1"]), (0, ["v2", "v3"]), (0, ["v4"]), (1, ["w"])]
 
 
-async def test_a_large_call_is_split_over_the_partitions() -> None:
+async def test_a_large_call_is_split_over_the_partitions_when_asked() -> None:
     producer = FakeProducer()
-    publisher = Publisher(producer)  # type: ignore[arg-type]
+    publisher = Publisher(producer, split_parts_of=16)  # type: ignore[arg-type]
 
     await publisher.send_all([Outgoing("known", None, f"v{i}".encode(), []) for i in range(40)])
 
@@ -262,34 +262,52 @@ async def test_a_large_call_is_split_over_the_partitions() -> None:
     assert [v for _, values in producer.sent for v in values] == [f"v{i}" for i in range(40)]
 
 
+async def test_a_large_call_stays_one_batch_by_default() -> None:
+    producer = FakeProducer()
+    publisher = Publisher(producer)  # type: ignore[arg-type]
+
+    await publisher.send_all([Outgoing("known", None, f"v{i}".encode(), []) for i in range(40)])
+    await publisher.send_all([Outgoing("known", None, b"w", [])])
+
+    assert [(partition, len(values)) for partition, values in producer.sent] == [(0, 40), (1, 1)]
+
+
 @pytest.mark.parametrize(
-    ("partitions", "calls", "plans"),
+    ("partitions", "min_part", "calls", "plans"),
     [
         pytest.param(
-            3, [1, 1, 1, 1], [[(0, 1)], [(1, 1)], [(2, 1)], [(0, 1)]], id="small-calls-take-turns"
+            3,
+            16,
+            [1, 1, 1, 1],
+            [[(0, 1)], [(1, 1)], [(2, 1)], [(0, 1)]],
+            id="small-calls-take-turns",
         ),
-        pytest.param(3, [48], [[(0, 16), (1, 16), (2, 16)]], id="a-large-call-is-split"),
-        pytest.param(2, [100], [[(0, 50), (1, 50)]], id="at-most-one-part-a-partition"),
-        pytest.param(3, [35], [[(0, 18), (1, 17)]], id="parts-within-one-record"),
+        pytest.param(3, 16, [48], [[(0, 16), (1, 16), (2, 16)]], id="a-large-call-is-split"),
+        pytest.param(2, 16, [100], [[(0, 50), (1, 50)]], id="at-most-one-part-a-partition"),
+        pytest.param(3, 16, [35], [[(0, 18), (1, 17)]], id="parts-within-one-record"),
         pytest.param(
             3,
+            16,
             [20, 1, 1, 1],
             [[(0, 20)], [(1, 1)], [(2, 1)], [(1, 1)]],
             id="a-large-part-is-made-up-for",
         ),
-        pytest.param(1, [3, 40], [[(0, 3)], [(0, 40)]], id="one-partition"),
+        pytest.param(1, 16, [3, 40], [[(0, 3)], [(0, 40)]], id="one-partition"),
+        pytest.param(
+            3, None, [40, 1, 1, 1], [[(0, 40)], [(1, 1)], [(2, 1)], [(1, 1)]], id="never-split"
+        ),
     ],
 )
 def test_record_spread_plans_parts_for_the_least_handed_partitions(
-    partitions: int, calls: list[int], plans: list[list[tuple[int, int]]]
+    partitions: int, min_part: int | None, calls: list[int], plans: list[list[tuple[int, int]]]
 ) -> None:
-    spread = RecordSpread(partitions)
+    spread = RecordSpread(partitions, min_part=min_part)
 
     assert [spread.plan(records) for records in calls] == plans
 
 
 def test_record_spread_keeps_partitions_within_one_part() -> None:
-    spread, handed = RecordSpread(12), [0] * 12
+    spread, handed = RecordSpread(12, min_part=16), [0] * 12
     calls = [256, 3, 32, 128, 17, 32, 1, 200] * 50  # a closed loop's repeating calls
 
     for records in calls:
