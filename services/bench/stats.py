@@ -45,8 +45,9 @@ MIN_WINDOW = 128
 def saturation_window(*, workers: int, batches_in_hand: int, max_batch_size: int) -> int:
     """Requests a closed loop keeps outstanding by default: enough to fill all every
     worker takes in hand (`batches_in_hand` full batches: the engine's running and queued
-    ones and its prefetched queue), at least `MIN_WINDOW`. Some of them always ride the
-    hops (ingest, the results, the client), and the engine's next batch still waits for it.
+    ones and its prefetched queue), at least `MIN_WINDOW`. Some of them are always riding
+    the hops (ingest, the results, the client); the rest keep the engine's next batch in
+    hand.
 
     Fewer leave an engine waiting for the bus between batches: two MiniLM workers on 2
     cores, each taking 4 batches of 32 in hand, read 0.79-0.82 of raw ONNX Runtime with

@@ -81,6 +81,7 @@ ROUTE_PARTS_OF = 64
 """A poll's requests for one tier topic go in parts of at least this many over the
 partitions handed the fewest (`RecordSpread`): the workers sharing the topic get even
 shares of a large poll, for a record batch more a part (docs/kafka.md)."""
+
 Record: TypeAlias = "ConsumerRecord[bytes, bytes]"
 
 CRITICAL_TOPICS = (ingest_topic("critical"),)
