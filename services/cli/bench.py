@@ -132,6 +132,7 @@ def throughput(
     sat, half = report["saturation"], report["half_load"]
     cpu = ", ".join(f"{k} {v:.3f}" for k, v in sat["cpu"]["cpu_ms_per_request"].items())
     raw_rate, e2e = report["raw_engine"]["samples_per_s"], sat["samples_per_s"]
+    shares = " / ".join(str(w["answered"]) for w in sat["by_worker"].values())
     if engine == "null":
         headline = f"bus ceiling (null engine) {e2e:.0f} req/s"
     elif engine == "sim":
@@ -150,7 +151,8 @@ def throughput(
         "p50 e2e-engine "
         f"{half['overhead_ms']['p50']:.1f} ms, p99 e2e {half['e2e_ms']['p99']:.0f} ms\n"
         f"CPU ms per request at saturation: {cpu} | cores busy "
-        f"{sat['cpu']['machine_cores_busy']:.2f}"
+        f"{sat['cpu']['machine_cores_busy']:.2f}\n"
+        f"at saturation, {sat['window']} outstanding, answered by each worker: {shares}"
     )
     if sat.get("window_bound"):
         typer.echo(f"note: {sat['window_bound']}")
