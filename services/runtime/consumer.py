@@ -157,8 +157,15 @@ class ConsumerOptions:
     (fewer fetches for the broker to answer; batch requests can wait a second)."""
     critical: bool = False
     """Reads only the critical tier: latency first (`lane_waits`: a short busy cap, the
-    records rule off, no gathering), for more fetches while critical records flow. Leave
-    `gather` and `rhythm` off with it."""
+    records rule off, no gathering), for more fetches while critical records flow. Not
+    with `gather`, `rhythm` or `batch_lane`: a critical lane never waits for company."""
+
+    def __post_init__(self) -> None:
+        if self.critical and (self.gather or self.rhythm or self.batch_lane):
+            raise ValueError(
+                "a critical lane waits latency first: it cannot also gather, follow a "
+                "rhythm or be a batch lane"
+            )
 
 
 class OwnedConsumer:

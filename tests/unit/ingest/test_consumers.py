@@ -67,3 +67,16 @@ async def test_no_fetch_parks_across_a_position_check(
     interactive._last_position_check = time.monotonic() + check_due_in_s - every_s
     interactive._checking_positions = checking
     assert interactive._may_park(0.2) is may_park
+
+
+@pytest.mark.parametrize(
+    "paced",
+    [
+        pytest.param({"gather": True}, id="gathering"),
+        pytest.param({"rhythm": True}, id="following-a-rhythm"),
+        pytest.param({"batch_lane": True}, id="batch-lane"),
+    ],
+)
+def test_a_critical_lane_cannot_also_wait_for_company(paced: dict[str, bool]) -> None:
+    with pytest.raises(ValueError, match="critical lane"):
+        ConsumerOptions(critical=True, **paced)
