@@ -203,6 +203,11 @@ class RecordSpread:
         self._last = chosen[-1]
         return out
 
+    def give_back(self, partition: int, records: int) -> None:
+        """`records` planned for `partition` did not land there (their batch failed): they
+        no longer count, so their retry is counted once, wherever it goes."""
+        self._handed[partition] = max(self._handed[partition] - records, 0)
+
 
 class Publisher:
     """Produces many records as a few record batches, then awaits every ack.
@@ -433,6 +438,9 @@ class Publisher:
                 failed.extend(taken)
                 for index in taken:
                     outcomes[index] = result
+                spread = self._spreads.get(topic)
+                if spread is not None:
+                    spread.give_back(partition, len(taken))
                 continue
             for position, index in enumerate(taken):
                 outcomes[index] = RecordMetadata(

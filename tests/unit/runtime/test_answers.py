@@ -242,6 +242,31 @@ async def test_a_failed_batch_is_retried_and_acks_keep_the_records_order() -> No
     assert [values for _, values in producer.sent] == [["v0", "v1", "v2"]], "sent once, together"
 
 
+async def test_a_retried_batch_counts_once_in_the_spread() -> None:
+    """Regression: a failed batch's records counted against its partition and again where
+    their retry went, so later calls avoided a partition that had received nothing."""
+    producer = FakeProducer(fail=1)
+    publisher = Publisher(producer, patience_s=5)  # type: ignore[arg-type]
+
+    five = [Outgoing("known", None, f"a{i}".encode(), []) for i in range(5)]
+    await asyncio.wait_for(publisher.send_all(five), 5)
+    for value in (b"b", b"c"):
+        await publisher.send_all([Outgoing("known", None, value, [])])
+
+    assert producer.sent[0] == (1, ["a0", "a1", "a2", "a3", "a4"]), "retried on the next one"
+    assert producer.sent[1:] == [(2, ["b"]), (0, ["c"])], "partition 0 received nothing"
+
+
+def test_record_spread_forgets_what_was_given_back() -> None:
+    spread = RecordSpread(3)
+    [(first, count)] = spread.plan(5)
+    spread.give_back(first, count)
+
+    assert spread.plan(1) == [(1, 1)]
+    assert spread.plan(1) == [(2, 1)]
+    assert spread.plan(1) == [(0, 1)], "partition 0 holds nothing: its failed five are gone"
+
+
 async def test_a_small_call_goes_to_one_partition_the_next_to_another() -> None:
     producer = FakeProducer(room=2)
     publisher = Publisher(producer)  # type: ignore[arg-type]
