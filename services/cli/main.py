@@ -89,7 +89,9 @@ def topics_create(
 ServiceModels = Annotated[
     Path | None,
     typer.Option(
-        "--models", help="Model repository folder (else the service's *_MODELS_DIR, or models)."
+        "--models",
+        help="Model repository folder (else the service's *_MODELS_DIR, then INFERBUS_MODELS_DIR, "
+        "then models).",
     ),
 ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.ingest.limits import TenantLimit, TenantLimiter
@@ -13,10 +13,16 @@ from services.ingest.limits import TenantLimit, TenantLimiter
 class IngestSettings(BaseSettings):
     """How ingest validates, bounds and routes request events."""
 
-    model_config = SettingsConfigDict(env_prefix="INFERBUS_INGEST_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="INFERBUS_INGEST_", extra="ignore", populate_by_name=True
+    )
 
-    models_dir: Path = Path("models")
-    """The model repository ingest checks requests against."""
+    models_dir: Path = Field(
+        default=Path("models"),
+        validation_alias=AliasChoices("INFERBUS_INGEST_MODELS_DIR", "INFERBUS_MODELS_DIR"),
+    )
+    """The model repository ingest checks requests against: `INFERBUS_INGEST_MODELS_DIR`,
+    else the deployment's shared `INFERBUS_MODELS_DIR` (what every other command reads)."""
     max_event_bytes: int = Field(default=1_048_576, gt=0)
     """Largest request event accepted, bytes; larger ones get `invalid_input`."""
     max_tensor_bytes: int = Field(default=4_194_304, gt=0)

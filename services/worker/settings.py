@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.topics import Lane, Tier
@@ -17,7 +17,9 @@ def _default_tiers() -> list[Tier]:
 class WorkerSettings(BaseSettings):
     """One worker process: one engine session, one consumer per served tier."""
 
-    model_config = SettingsConfigDict(env_prefix="INFERBUS_WORKER_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="INFERBUS_WORKER_", extra="ignore", populate_by_name=True
+    )
 
     model: str = "demo-mlp"
     """Model to serve."""
@@ -30,8 +32,12 @@ class WorkerSettings(BaseSettings):
     model_version: str | None = None
     """Pin a version (over the lane's); default: the lane's version, or without a rollout
     block the latest complete one, hot-reloaded when a newer appears."""
-    models_dir: Path = Path("models")
-    """The model repository."""
+    models_dir: Path = Field(
+        default=Path("models"),
+        validation_alias=AliasChoices("INFERBUS_WORKER_MODELS_DIR", "INFERBUS_MODELS_DIR"),
+    )
+    """The model repository: `INFERBUS_WORKER_MODELS_DIR`, else the deployment's shared
+    `INFERBUS_MODELS_DIR` (what every other command reads)."""
     instance_id: str | None = None
     """Stable id in the registry and telemetry; default: worker-<model>-<host>-<pid>."""
     max_in_hand: int = Field(default=256, gt=0)

@@ -52,3 +52,35 @@ def test_ingest_models_dir_from_env_unless_given(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("INFERBUS_INGEST_MODELS_DIR", "/srv/models")
     assert ingest_settings(None).models_dir == Path("/srv/models")
     assert ingest_settings(Path("here")).models_dir == Path("here")
+
+
+@pytest.mark.parametrize(
+    ("env", "flag", "expected"),
+    [
+        pytest.param({}, None, "models", id="default"),
+        pytest.param({"INFERBUS_MODELS_DIR": "/models"}, None, "/models", id="the-shared-one"),
+        pytest.param(
+            {"INFERBUS_MODELS_DIR": "/models", "{own}": "/own"}, None, "/own", id="its-own-first"
+        ),
+        pytest.param(
+            {"INFERBUS_MODELS_DIR": "/models", "{own}": "/own"}, "here", "here", id="flag"
+        ),
+    ],
+)
+@pytest.mark.parametrize("service", ["WORKER", "INGEST"])
+def test_a_service_reads_the_deployments_models_dir(
+    monkeypatch: pytest.MonkeyPatch,
+    service: str,
+    env: dict[str, str],
+    flag: str | None,
+    expected: str,
+) -> None:
+    """Regression: compose, k8s and the Dockerfile set INFERBUS_MODELS_DIR=/models, and
+    ingest and the workers ignored it (they served ./models)."""
+    for name, value in env.items():
+        monkeypatch.setenv(name.format(own=f"INFERBUS_{service}_MODELS_DIR"), value)
+    given = None if flag is None else Path(flag)
+    settings = (
+        worker_settings(None, None, given, None) if service == "WORKER" else ingest_settings(given)
+    )
+    assert settings.models_dir == Path(expected)
