@@ -48,7 +48,10 @@ def _tiers(value: str) -> list[Tier]:
 
 @app.command()
 def broker(
-    port: Annotated[int, typer.Option(help="Preferred port; a free one if taken.")] = 9092,
+    port: Annotated[
+        int | None,
+        typer.Option(help="Preferred port (else INFERBUS_BROKER_PORT, 9092); a free one if taken."),
+    ] = None,
     log_level: LogLevel = "INFO",
 ) -> None:
     """Run the embedded Tansu broker in the foreground until Ctrl-C."""
@@ -222,7 +225,10 @@ def up(
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     scaler: Annotated[bool, typer.Option(help="Run the scaler with the local actuator.")] = True,
     tiers: Annotated[str | None, typer.Option(help="Only these tiers (comma-separated).")] = None,
-    port: Annotated[int, typer.Option(help="Embedded broker's preferred port.")] = 9092,
+    port: Annotated[
+        int | None,
+        typer.Option(help="Embedded broker's preferred port (else INFERBUS_BROKER_PORT, 9092)."),
+    ] = None,
     log_dir: Annotated[Path, typer.Option(help="Where child processes write their logs.")] = Path(
         ".inferbus/logs"
     ),

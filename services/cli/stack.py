@@ -60,7 +60,7 @@ class StackOptions:
     duration_s: float | None
     with_scaler: bool
     tiers: list[Tier] | None
-    broker_port: int
+    broker_port: int | None
     log_dir: Path
     status_every_s: float = 5.0
     policy: str = "slo"

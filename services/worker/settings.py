@@ -60,7 +60,7 @@ class WorkerSettings(BaseSettings):
     heartbeat_interval_s: float = Field(default=2.0, gt=0)
     """Telemetry heartbeat period, seconds."""
     reload_check_s: float = Field(default=2.0, gt=0)
-    """How often the repository is checked for a newer version, seconds (0 = never)."""
+    """How often the repository is checked for a newer version, seconds."""
     publish_patience_s: float = Field(default=60.0, gt=0)
     """How long results are retried while the broker is away or re-creating a topic,
     seconds; what still fails then goes to the DLQ as undeliverable."""
