@@ -11,7 +11,13 @@ from typing import Any
 
 import orjson
 from aiokafka.admin import NewTopic
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    for_code,
+)
 
 from infra.kafka import make_admin
 from infra.models.repository import ModelRepository
@@ -83,8 +89,33 @@ def repository_topics(repository: ModelRepository, **options: Any) -> list[Topic
     return standard_topics(repository.names(), canaries=canary_models(repository), **options)
 
 
+def created_topics(answer: Any) -> list[str]:
+    """The topics a CreateTopics answer says were made; one that already exists (made by
+    someone else meanwhile) is not. Any other refusal raises the broker's error, named.
+
+    aiokafka's admin `create_topics` returns the answer without looking at it: a topic
+    refused (no CREATE permission, an invalid setting) would otherwise pass for created.
+    """
+    created: list[str] = []
+    for topic, code, *rest in answer.topic_errors:
+        if code == 0:
+            created.append(topic)
+            continue
+        error = for_code(code)
+        if error is TopicAlreadyExistsError:
+            continue
+        message = rest[0] if rest and rest[0] else error.description
+        raise error(f"topic {topic!r} not created: {message}")
+    return created
+
+
+def _new_topic(spec: TopicSpec) -> NewTopic:
+    return NewTopic(spec.name, spec.partitions, 1, topic_configs=spec.configs)
+
+
 async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
-    """Create the missing topics; returns the names created. Safe to call again."""
+    """Create the missing topics; returns the names created. Safe to call again; a topic
+    the broker refuses raises its error (`created_topics`)."""
     admin = make_admin(bootstrap, client_id="inferbus-topics")
     await admin.start()
     try:
@@ -92,14 +123,10 @@ async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]
         missing = [spec for spec in specs if spec.name not in existing]
         created: list[str] = []
         for spec in missing:
-            try:
-                await admin.create_topics(
-                    [NewTopic(spec.name, spec.partitions, 1, topic_configs=spec.configs)]
-                )
-            except TopicAlreadyExistsError:
+            made = created_topics(await admin.create_topics([_new_topic(spec)]))
+            if not made:
                 log.info("event=topic_exists topic=%s", spec.name)
-                continue
-            created.append(spec.name)
+            created.extend(made)
         if created:
             log.info("event=topics_created count=%d topics=%s", len(created), ",".join(created))
         return created
@@ -149,6 +176,8 @@ def recreated_topics(note: bytes | None) -> frozenset[str] | None:
 
 AWAY_RETRY_S = 0.2
 """How often the keeper asks for a broker that is away."""
+REFUSED = (TopicAuthorizationFailedError, ClusterAuthorizationFailedError)
+"""A broker that answers but will not let this principal create topics."""
 
 
 class TopicKeeper:
@@ -178,6 +207,8 @@ class TopicKeeper:
         self._task: asyncio.Task[None] | None = None
         self._admin: Any = None
         self._away = False
+        self._refused = False
+        """The last round's creation was refused (said once until a round succeeds)."""
 
     def start(self) -> None:
         if self._task is None:
@@ -198,6 +229,16 @@ class TopicKeeper:
             await asyncio.sleep(AWAY_RETRY_S if self._away else self.every_s)
             try:
                 created = await self.round()
+            except REFUSED as exc:  # the broker answers: ask again at the usual pace
+                if not self._refused:
+                    log.error(
+                        "event=topic_keeper_refused error=%r (this principal may not create "
+                        "topics: create them with `inferbus topics create` as an admin, and "
+                        "set INFERBUS_INGEST_KEEP_TOPICS=false; docs/security.md)",
+                        exc,
+                    )
+                self._refused = True
+                continue
             except Exception as exc:  # the keeper must outlive any broker trouble: said once
                 if not self._away:
                     log.warning("event=topic_keeper_failed error=%r (retrying)", exc)
@@ -206,7 +247,7 @@ class TopicKeeper:
                 continue
             if self._away:
                 log.info("event=topic_keeper_broker_back recreated=%d", len(created))
-            self._away = False
+            self._away = self._refused = False
 
     async def round(self) -> list[str]:
         """One check: create what is missing; returns the names created."""
@@ -218,20 +259,10 @@ class TopicKeeper:
         missing = [spec for spec in specs if spec.name not in existing]
         created: list[str] = []
         if missing:
-            # One request for all: they come back together.
-            new = [NewTopic(s.name, s.partitions, 1, topic_configs=s.configs) for s in missing]
-            try:
-                await self._admin.create_topics(new)
-                created = [spec.name for spec in missing]
-            except TopicAlreadyExistsError:
-                for spec in missing:  # someone else made some: the rest one by one
-                    try:
-                        await self._admin.create_topics(
-                            [NewTopic(spec.name, spec.partitions, 1, topic_configs=spec.configs)]
-                        )
-                    except TopicAlreadyExistsError:
-                        continue
-                    created.append(spec.name)
+            # One request for all; one that someone else made meanwhile is not counted.
+            created = created_topics(
+                await self._admin.create_topics([_new_topic(spec) for spec in missing])
+            )
         if created:
             self.recreated += len(created)
             log.warning(
