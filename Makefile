@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: up test unit integration lint typecheck check clean venv
+.PHONY: up test unit integration lint typecheck check settings-doc clean venv
 
 venv: $(STAMP)
 
@@ -35,6 +35,9 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 check: lint typecheck test
+
+settings-doc: $(STAMP)
+	$(BIN)/python -m infra.settings_reference > docs/settings.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
