@@ -204,9 +204,12 @@ class RecordSpread:
         return out
 
     def give_back(self, partition: int, records: int) -> None:
-        """`records` planned for `partition` did not land there (their batch failed): they
-        no longer count, so their retry is counted once, wherever it goes."""
-        self._handed[partition] = max(self._handed[partition] - records, 0)
+        """`records` planned for `partition` did not land there (their batch failed, or a
+        record fits no batch): they no longer count, so a retry is counted once, wherever it
+        goes. A partition this spread does not have (the topic came back with fewer while
+        the batch was out, and the spread started over) has nothing to give back."""
+        if 0 <= partition < self.partitions:
+            self._handed[partition] = max(self._handed[partition] - records, 0)
 
 
 class Publisher:
@@ -485,7 +488,8 @@ class Publisher:
         batch gets its error in `outcomes` instead."""
         out: list[tuple[int, Any, list[int]]] = []
         pending = iter(members)
-        for partition, count in self._spread(topic, partitions).plan(len(members)):
+        spread = self._spread(topic, partitions)
+        for partition, count in spread.plan(len(members)):
             batch, taken = self.producer.create_batch(), list[int]()
             for _ in range(count):
                 index = next(pending)
@@ -503,6 +507,7 @@ class Publisher:
                     f"a record of {len(record.value)} bytes does not fit a record batch "
                     "(INFERBUS_KAFKA_MAX_BATCH_BYTES)"
                 )
+                spread.give_back(partition, 1)
             if taken:
                 out.append((partition, batch, taken))
         return out

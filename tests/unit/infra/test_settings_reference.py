@@ -8,14 +8,18 @@ import pytest
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from infra.settings_reference import SECTIONS, attribute_docstrings, default_text, env_names
+from infra.settings_reference import (
+    SECTIONS,
+    attribute_docstrings,
+    default_text,
+    env_names,
+    render,
+)
 
 REFERENCE = Path(__file__).resolve().parents[3] / "docs" / "settings.md"
 
 
 def test_the_committed_reference_is_current() -> None:
-    from infra.settings_reference import render
-
     assert REFERENCE.read_text() == render(), "run `make settings-doc`"
 
 

@@ -257,6 +257,14 @@ async def test_a_retried_batch_counts_once_in_the_spread() -> None:
     assert producer.sent[1:] == [(2, ["b"]), (0, ["c"])], "partition 0 received nothing"
 
 
+def test_a_partition_the_spread_does_not_have_gives_nothing_back() -> None:
+    """A batch planned on a 12-partition topic fails after the topic came back with 3 (and
+    the publisher's spread started over): its give-back must not break the new spread."""
+    spread = RecordSpread(3)
+    spread.give_back(10, 5)
+    assert [spread.plan(1) for _ in range(3)] == [[(0, 1)], [(1, 1)], [(2, 1)]]
+
+
 def test_record_spread_forgets_what_was_given_back() -> None:
     spread = RecordSpread(3)
     [(first, count)] = spread.plan(5)
@@ -442,6 +450,18 @@ async def test_a_record_too_large_for_any_batch_fails_alone() -> None:
     )
 
     assert isinstance(ack, MessageSizeTooLargeError), "permanent: not retried for 30 s"
+
+
+async def test_records_too_large_for_any_batch_do_not_count_in_the_spread() -> None:
+    producer = FakeProducer(room=0)
+    publisher = Publisher(producer)  # type: ignore[arg-type]
+    await publisher.send_all([Outgoing("known", None, b"x", []) for _ in range(5)])
+    producer.room = 100
+
+    for value in (b"a", b"b", b"c"):
+        await publisher.send_all([Outgoing("known", None, value, [])])
+
+    assert producer.sent == [(1, ["a"]), (2, ["b"]), (0, ["c"])], "partition 0 got nothing"
 
 
 @pytest.mark.parametrize(
