@@ -224,6 +224,8 @@ class OwnedConsumer:
         self.stall_watch = StallWatch(f"poll client={client_id}")
         """Names the awaits of a poll that has not come back within 10 s."""
         self._watching: asyncio.Task[None] | None = None
+        self._restore: dict[str, frozenset[int]] | None = None
+        """The partitions a failed rebuild is to take back (None: no rebuild pending)."""
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -367,6 +369,8 @@ class OwnedConsumer:
         self, timeout_ms: int, max_records: int | None
     ) -> list[ConsumerRecord[bytes, bytes]]:
         limit = self.options.max_poll_records
+        if self._restore is not None:  # the last rebuild failed: try again before anything
+            await self._rebuild()
         fenced = self.membership.lease_lapsed()
         if fenced:
             await self._fence()
@@ -392,6 +396,23 @@ class OwnedConsumer:
                 records.extend(batch)
         assert self.pacer is not None
         self.pacer.observe(len(records), record_bytes(records))
+        try:
+            await self._tend_ownership_and_logs()
+        except Exception as exc:  # the records are taken: they go out, whatever failed here
+            log.error(
+                "event=consumer_housekeeping_failed client=%s error=%r (tried again later)",
+                self.client_id,
+                exc,
+            )
+        return records
+
+    async def _tend_ownership_and_logs(self) -> None:
+        """A poll's housekeeping, after its records are taken: hand partitions over when
+        members changed, check positions against the logs' ends, read again the logs a
+        broker restarted. It runs after the take, so what it costs does not delay records;
+        what fails in it is said and done again at its next turn, never costing the records
+        already taken (the position has moved past them: dropped, they would be lost and
+        committed past)."""
         now = time.monotonic()
         news = self.membership.version != self._seen_version
         if news or now - self._last_rebalance >= self.options.rebalance_every_s:
@@ -410,9 +431,8 @@ class OwnedConsumer:
                 self._checking_positions = False
         if self.membership.broker_restarts != self._seen_restarts:
             restarted = self.membership.restarted_since(self._seen_restarts)
-            self._seen_restarts = self.membership.broker_restarts
             await self._read_again(restarted)
-        return records
+            self._seen_restarts = self.membership.broker_restarts
 
     async def _take(
         self, timeout_ms: int, limit: int
@@ -483,6 +503,8 @@ class OwnedConsumer:
         """Between polls (the caller is not fetching data): read the registry and the
         decisions fetched meanwhile, give up partitions if the lease lapsed, and follow
         what is known of the group's membership."""
+        if self._restore is not None:  # no consumer to read with: the next poll rebuilds it
+            return
         try:
             await self._read_control()
         except KafkaError as exc:  # the next poll rebuilds a broken consumer
@@ -618,20 +640,27 @@ class OwnedConsumer:
             read_from_start(self._consumer, *tps)
 
     async def _rebuild(self) -> None:
-        old = self._consumer
+        """A fresh consumer in place of a broken one, holding the same partitions from their
+        committed offsets. One that cannot start (the broker still away) raises, and the
+        next poll tries again with the partitions it was to hold: a consumer left unstarted
+        would fail every poll with an error no rebuild follows, its partitions held by an
+        instance that does not read them."""
         with contextlib.suppress(Exception):  # it is broken: only its closing is at stake
-            await old.stop()
+            await self._consumer.stop()
+        if self._restore is None:
+            self._restore = {g.group: frozenset(g.owned - g.releasing) for g in self._groups}
+            for group in self._groups:
+                group.owned -= self._restore[group.group]
         consumer = await self._open_consumer()
         data = [TopicPartition(g.topic, p) for g in self._groups for p in range(g.partitions)]
         consumer.assign(data + list(self._control))
         consumer.pause(*data)
         if self._control:
             await self._seek_recent(list(self._control))
-        owned = {g.group: frozenset(g.owned - g.releasing) for g in self._groups}
+        restore, self._restore = self._restore, None
         for group in self._groups:
-            group.owned -= owned[group.group]
-            if owned[group.group]:
-                await self._acquire(group, owned[group.group])
+            if restore.get(group.group):
+                await self._acquire(group, restore[group.group])
 
     def hold(self, topics: set[str]) -> None:
         """Stop reading these topics' owned partitions until released (backpressure)."""

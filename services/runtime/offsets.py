@@ -102,10 +102,13 @@ class OffsetTracker:
         return out
 
     def mark_committed(self, offsets: dict[tuple[str, int], int]) -> None:
-        """Record a successful commit."""
+        """Record a successful commit. A partition forgotten while its commit was out (let
+        go, or its log restarted) is not brought back: its old log's offset would hold back
+        every commit of the new log until the new one passed it."""
         for key, offset in offsets.items():
-            state = self._partitions.get(key) or self._fresh(key)
-            state.committed = max(state.committed or 0, offset)
+            state = self._partitions.get(key)
+            if state is not None:
+                state.committed = max(state.committed or 0, offset)
 
     def forget(self, topic: str, partition: int) -> None:
         """The partition was revoked; another consumer owns it now."""

@@ -196,3 +196,17 @@ def test_commits_stop_at_an_abandoned_record(
         offsets.abandoned(T, 0, offset)
     assert offsets.committable() == committable
     assert offsets.in_flight(T, 0) == len(set(polled) - set(answered) - set(abandoned))
+
+
+def test_a_commit_that_returns_after_its_partition_was_forgotten_does_not_bring_it_back() -> None:
+    tracker = OffsetTracker()
+    tracker.polled("t", 0, 500)
+    tracker.answered("t", 0, 500)
+    commit = tracker.committable()
+    tracker.forget("t", 0)  # the broker restarted without its logs while the commit was out
+    tracker.mark_committed(commit)
+
+    epoch = tracker.polled("t", 0, 0)
+    tracker.answered("t", 0, 0, epoch)
+
+    assert tracker.committable() == {("t", 0): 1}
