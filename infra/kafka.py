@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError
 
+from infra import lenient_fetch
 from infra.security import KafkaSecurity, KafkaSecuritySettings, broker_security, resolve
 from infra.security_probe import explain_refusal
 from infra.settings import kafka_settings
@@ -136,7 +137,9 @@ def make_consumer(
     security: KafkaSecuritySettings | None = None,
     **overrides: Any,
 ) -> AIOKafkaConsumer:
-    """A consumer with explicit commits only (`enable_auto_commit=False`)."""
+    """A consumer with explicit commits only (`enable_auto_commit=False`), reading records
+    aiokafka's reader refuses too (`infra.lenient_fetch`)."""
+    lenient_fetch.install()
     settings = kafka_settings()
     secure = resolve(security)
     options: dict[str, Any] = {

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 from aiokafka import ConsumerRecord
 
+from infra.lenient_fetch import unreadable_reason
 from infra.models.config import ModelConfig
 from infra.models.inputs import index_errors, validate_inputs
 from schemas import headers as h
-from schemas.errors import InferbusError, InvalidInput
+from schemas.errors import InferbusError, InvalidInput, Unparseable
 from schemas.parse import ParsedRequest, RejectedEvent, parse_request
 from schemas.tensors import Arrays, Tensor
 from schemas.topics import Tier
@@ -91,6 +92,8 @@ def decode_record(
     """
     started = time.perf_counter()
     polled_ns = time.time_ns()
+    if record.value is None and (lost := unreadable_reason(record.headers)) is not None:
+        raise Unparseable(lost)
     try:
         parsed: ParsedRequest | None = parse_request(record.value)
         where = None

@@ -19,6 +19,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import pytest_asyncio
+from aiokafka.producer import message_accumulator
+from aiokafka.producer import producer as aiokafka_producer
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy as PyBatchBuilder
 
 from infra.kafka import make_producer
 from infra.models.repository import ModelVersion
@@ -388,6 +391,46 @@ async def test_bad_events_get_named_results_or_land_in_the_dlq(stack: Stack) -> 
         assert h.header(record.headers, h.ERROR_CODE) == "unparseable"
         assert h.header(record.headers, h.SOURCE_TOPIC) == INGEST
         assert h.header(record.headers, h.ERROR_MESSAGE)
+
+
+class _RawHeaderName(str):
+    """A header name whose bytes are not UTF-8, as Go and C clients can write one."""
+
+    raw: bytes
+
+    def __new__(cls, raw: bytes) -> _RawHeaderName:
+        name = super().__new__(cls, "x")
+        name.raw = raw
+        return name
+
+    def encode(self, *_: Any, **__: Any) -> bytes:
+        return self.raw
+
+
+async def test_a_header_name_that_is_not_utf8_does_not_stop_its_partition(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: aiokafka's reader raised on the header name at every poll, so the
+    partition stopped for good and nothing after the record was answered."""
+    # aiokafka's Python record builder writes the name's bytes as they are.
+    for module in (message_accumulator, aiokafka_producer):
+        monkeypatch.setattr(module, "DefaultRecordBatchBuilder", PyBatchBuilder)
+    rids = [f"hdr-{i}-{uuid.uuid4().hex}" for i in range(3)]
+    x = np.full((1, 16), 0.25, dtype=np.float32)
+    results = await reply_consumer(stack.bootstrap, RESULTS)
+    producer = make_producer(stack.bootstrap)
+    await producer.start()
+    try:
+        for i, rid in enumerate(rids):
+            headers = [(_RawHeaderName(b"\xff\xfebad-name"), b"v")] if i == 1 else []
+            await producer.send_and_wait(
+                INGEST, raw_event(rid, x), key=rid.encode(), partition=0, headers=headers
+            )
+        answered = await collect(results, rids, key=by_request_id, timeout_s=60)
+    finally:
+        await producer.stop()
+        await results.stop()
+    assert [answered[rid][1]["status"] for rid in rids] == ["ok", "ok", "ok"]
 
 
 async def test_worker_answers_records_that_skipped_ingest(stack: Stack) -> None:

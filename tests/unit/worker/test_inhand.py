@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from aiokafka.structs import ConsumerRecord
 
+from infra.lenient_fetch import UNREADABLE_HEADER
 from schemas import headers as h
 from schemas.errors import InvalidInput, Unparseable
 from schemas.topics import RESULTS
@@ -172,6 +173,13 @@ def test_expired(deadline_ms: int, expired: bool) -> None:
 def test_records_with_no_request_id_raise_unparseable(value: bytes | None) -> None:
     with pytest.raises(Unparseable):
         decode(value)
+
+
+def test_an_unreadable_mark_is_dead_lettered_with_what_was_lost() -> None:
+    lost = b"records 40-42 of inferbus.req.demo-mlp.interactive[3] cannot be read: checksum"
+
+    with pytest.raises(Unparseable, match=r"records 40-42 of .* cannot be read"):
+        decode(None, headers=[(UNREADABLE_HEADER, lost)])
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,171 @@
+"""Records aiokafka's reader refuses are read anyway (`infra.lenient_fetch`)."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from aiokafka.consumer import fetcher as aiokafka_fetcher
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import TopicPartition
+
+from infra import lenient_fetch
+from infra.lenient_fetch import read_batches, unreadable_reason
+
+TP = TopicPartition("inferbus.ingest.interactive", 0)
+BAD_KEY = b"\xff\xfebad-key"
+
+
+class _RawName(str):
+    """A header name whose bytes are not UTF-8, as Go and C clients can write one."""
+
+    raw: bytes
+
+    def __new__(cls, raw: bytes) -> _RawName:
+        name = super().__new__(cls, "x")
+        name.raw = raw
+        return name
+
+    def encode(self, *_: Any, **__: Any) -> bytes:
+        return self.raw
+
+
+def batch(
+    records: list[tuple[bytes, Headers]],
+    *,
+    base_offset: int = 0,
+    compression: int = 0,
+) -> bytes:
+    """One v2 batch of `(value, headers)` records, the first at `base_offset`."""
+    builder = _DefaultRecordBatchBuilderPy(
+        magic=2,
+        compression_type=compression,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for delta, (value, headers) in enumerate(records):
+        builder.append(delta, timestamp=1_000 + delta, key=b"k", value=value, headers=headers)
+    data = bytearray(builder.build())
+    data[0:8] = struct.pack(">q", base_offset)
+    return bytes(data)
+
+
+Headers = list[tuple[str, bytes]]
+POISONED: list[tuple[bytes, Headers]] = [
+    (b"before", []),
+    (b"poison", [(_RawName(BAD_KEY), b"v")]),
+    (b"after", [("traceparent", b"00-x")]),
+]
+
+
+ALL = [b"before", b"poison", b"after"]
+READ_BAD_KEY = [("\ufffd\ufffdbad-key", b"v")]
+TRACE = [("traceparent", b"00-x")]
+
+
+@pytest.mark.parametrize(
+    ("data", "values", "headers_of_second"),
+    [
+        pytest.param(batch(POISONED), ALL, READ_BAD_KEY, id="bad-header-key"),
+        pytest.param(batch(POISONED, compression=1), ALL, READ_BAD_KEY, id="gzip"),
+        pytest.param(
+            batch(POISONED[:1]) + batch(POISONED[2:], base_offset=1),
+            [b"before", b"after"],
+            TRACE,
+            id="two-batches",
+        ),
+        pytest.param(
+            batch(POISONED) + batch(POISONED[2:], base_offset=3)[:40],
+            ALL,
+            READ_BAD_KEY,
+            id="a-partial-batch-at-the-end",
+        ),
+    ],
+)
+def test_read_batches(
+    data: bytes, values: list[bytes], headers_of_second: list[tuple[str, bytes]]
+) -> None:
+    records = [record for read in read_batches(data) for record in read.records]
+
+    assert [record.value for record in records] == values
+    assert [record.offset for record in records] == list(range(len(values)))
+    assert records[1].headers == headers_of_second
+    assert records[0].timestamp == 1_000
+    assert all(read.unreadable_from is None for read in read_batches(data))
+
+
+def test_a_record_whose_structure_is_broken_leaves_the_rest_of_its_batch_unread() -> None:
+    data = bytearray(batch(POISONED))
+    first_record = 61  # after the batch header
+    data[first_record] = 0x7E  # the first record's length: 63 bytes, past its fields
+
+    (read,) = read_batches(bytes(data), check_crcs=False)
+
+    assert read.records == []
+    assert (read.unreadable_from, read.next_offset) == (0, 3)
+    assert "ValueError" in read.error
+
+
+def records_of(data: bytes, *, lenient: bool, check_crcs: bool = True) -> list[Any]:
+    kind = lenient_fetch._LenientPartitionRecords if lenient else aiokafka_fetcher.PartitionRecords
+    records = lenient_fetch._KeptBytes(data) if lenient else MemoryRecords(data)
+    return list(kind(TP, records, [], 0, None, None, check_crcs, aiokafka_fetcher.READ_UNCOMMITTED))
+
+
+def test_aiokafka_alone_refuses_a_header_key_that_is_not_utf8() -> None:
+    with pytest.raises(UnicodeDecodeError):
+        records_of(batch(POISONED), lenient=False)
+
+
+def test_every_record_around_a_bad_header_key_is_handed_out_once() -> None:
+    data = batch(POISONED) + batch([(b"next", [])], base_offset=3)
+
+    records = records_of(data, lenient=True)
+
+    assert [(r.offset, r.value) for r in records] == [
+        (0, b"before"),
+        (1, b"poison"),
+        (2, b"after"),
+        (3, b"next"),
+    ]
+    assert records[1].topic == TP.topic
+    assert all(unreadable_reason(r.headers) is None for r in records)
+
+
+def test_a_broken_record_comes_out_as_one_unreadable_mark_past_which_reading_goes_on() -> None:
+    broken = bytearray(batch(POISONED))
+    broken[61] = 0x7E
+    data = bytes(broken) + batch([(b"next", [])], base_offset=3)
+
+    records = records_of(data, lenient=True, check_crcs=False)
+
+    assert [(r.offset, r.value) for r in records] == [(2, None), (3, b"next")]
+    reason = unreadable_reason(records[0].headers)
+    assert reason is not None
+    assert reason.startswith(f"records 0-2 of {TP.topic}[0] cannot be read: ValueError")
+
+
+def test_install_gives_aiokafkas_fetcher_the_lenient_reader() -> None:
+    lenient_fetch.install()
+    lenient_fetch.install()
+
+    assert aiokafka_fetcher.PartitionRecords is lenient_fetch._LenientPartitionRecords
+    assert aiokafka_fetcher.MemoryRecords is lenient_fetch._KeptBytes
+
+
+def test_a_batch_whose_checksum_fails_comes_out_as_one_unreadable_mark() -> None:
+    """aiokafka raises for it at every fetch, as for a bad header key."""
+    corrupt = bytearray(batch(POISONED))
+    corrupt[-3] ^= 0xFF  # a byte of the last record's header value
+    data = bytes(corrupt) + batch([(b"next", [])], base_offset=3)
+
+    records = records_of(data, lenient=True)
+
+    assert [(r.offset, r.value) for r in records] == [(2, None), (3, b"next")]
+    reason = unreadable_reason(records[0].headers)
+    assert reason is not None and "checksum" in reason
