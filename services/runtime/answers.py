@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -142,6 +144,12 @@ class MissingTopic(UnknownTopic):
     retriable = False
 
 
+class StalePartition(UnknownTopic):
+    """A batch's partition is no longer among its topic's partitions when it is handed over:
+    the topic came back with fewer while the batch waited its turn. Retried, planned on the
+    producer's fresh metadata."""
+
+
 def retriable(error: BaseException) -> bool:
     """Whether trying again later can succeed (aiokafka marks its errors so).
 
@@ -162,6 +170,12 @@ def error_text(error: BaseException) -> str:
 
 LIST_AGAIN_S = 0.25
 """How soon the broker's topics are listed again while a named topic is not among them."""
+
+
+MISSING_TOPICS_KEPT = 4096
+"""Missing topics a publisher remembers at most: `reply_to` may name any
+`inferbus.results.<x>`, and a flood of distinct names must not grow the memory without
+bound (one forgotten is only listed again)."""
 
 
 SPREADS_KEPT = 1024
@@ -212,6 +226,56 @@ class RecordSpread:
             self._handed[partition] = max(self._handed[partition] - records, 0)
 
 
+class MissingTopics:
+    """Topics the broker said it does not have, each remembered for `memory_s` on `clock`,
+    at most `kept` of them. Kept in the order found, so the expired leave from the front
+    at every `add`, and past `kept` the oldest go first."""
+
+    def __init__(
+        self, memory_s: float, clock: Callable[[], float], *, kept: int = MISSING_TOPICS_KEPT
+    ) -> None:
+        self.memory_s = memory_s
+        self.kept = kept
+        self._clock = clock
+        self._found_at: OrderedDict[str, float] = OrderedDict()
+        """Topic -> when it was found missing, on `clock`; the oldest first."""
+
+    def __len__(self) -> int:
+        return len(self._found_at)
+
+    def __contains__(self, topic: object) -> bool:
+        """Whether `topic` is remembered, expired or not."""
+        return topic in self._found_at
+
+    def recent(self, topic: str) -> bool:
+        """Whether `topic` was found missing less than `memory_s` ago; one found longer ago
+        is forgotten."""
+        found_at = self._found_at.get(topic)
+        if found_at is None:
+            return False
+        if self._clock() - found_at < self.memory_s:
+            return True
+        del self._found_at[topic]
+        return False
+
+    def add(self, topic: str) -> None:
+        """Remember `topic` as missing from now; forget the expired and the oldest past
+        `kept`."""
+        now = self._clock()
+        self._found_at.pop(topic, None)  # found again: it moves to the end
+        self._found_at[topic] = now
+        self._forget_expired(now)
+        while len(self._found_at) > self.kept:
+            self._found_at.popitem(last=False)
+
+    def _forget_expired(self, now: float) -> None:
+        while self._found_at:
+            oldest, found_at = next(iter(self._found_at.items()))
+            if now - found_at < self.memory_s:
+                return
+            del self._found_at[oldest]
+
+
 class Publisher:
     """Produces many records as a few record batches, then awaits every ack.
 
@@ -247,10 +311,9 @@ class Publisher:
         self.metadata_timeout_s = metadata_timeout_s
         """How long a topic the producer has no metadata for is asked after (enough for a
         Kafka that creates topics on first use)."""
-        self.missing_topic_memory_s = missing_topic_memory_s
-        """A topic found missing fails at once for this long instead of being asked again."""
-        self._missing: dict[str, float] = {}
-        """Topics found missing (not made by inferbus) -> when, on `clock`."""
+        self._missing = MissingTopics(missing_topic_memory_s, clock, kept=MISSING_TOPICS_KEPT)
+        """Topics found missing (not made by inferbus): one fails at once for
+        `missing_topic_memory_s` instead of being asked again."""
         self.append_timeout_s = (
             kafka_settings().request_timeout_ms / 1000
             if append_timeout_s is None
@@ -272,13 +335,10 @@ class Publisher:
         otherwise wait its whole request timeout for every record)."""
         answers: dict[str, int | BaseException] = {}
         for topic in topics:
-            found_at = self._missing.get(topic)
-            if found_at is not None and self._clock() - found_at < self.missing_topic_memory_s:
+            if self._missing.recent(topic):
                 answers[topic] = MissingTopic(
                     f"topic {topic!r} does not exist (looked up recently)"
                 )
-            else:
-                self._missing.pop(topic, None)
         asked = [topic for topic in topics if topic not in answers]
         if asked:
             listed = await self._broker_lists(asked)
@@ -295,7 +355,7 @@ class Publisher:
         if topic not in listed:
             if is_made_by_inferbus(topic):  # made again after a restart: retried
                 return UnknownTopic(f"topic {topic!r} is not known to the broker (yet)")
-            self._missing[topic] = self._clock()
+            self._missing.add(topic)
             return MissingTopic(
                 f"topic {topic!r} does not exist: create it before naming it in reply_to"
             )
@@ -360,6 +420,13 @@ class Publisher:
             raise KafkaTimeoutError(
                 f"no room for a batch to {topic}[{partition}] within {self.append_timeout_s:g} s"
             ) from None
+        except AssertionError as exc:
+            # aiokafka's send_batch asserts the partition is among the topic's partitions in
+            # its metadata, which may have refreshed while this batch waited its turn.
+            raise StalePartition(
+                f"partition {partition} of {topic!r} is not in the producer's metadata "
+                f"any more (the topic came back with fewer): {error_text(exc)}"
+            ) from exc
 
     async def send_all(self, records: Sequence[Outgoing]) -> list[RecordMetadata | BaseException]:
         """Per record, in order: its ack, or the error that ended its tries.
@@ -538,33 +605,71 @@ async def deliver_until_taken(publisher: Publisher, records: Sequence[Outgoing])
     Used where there is no other place left to put a record: when even this fails the
     broker is down (or lost the topic, which the services re-create), and nothing else
     moves either. Logs once per attempt with backoff up to 5 s: a bounded rate of lines.
+
+    A record the broker refuses as too large goes once more without its value
+    (`without_value`): a DLQ copy is the producer's bytes plus the error headers, and may be
+    refused where the original was taken. Only a stub refused too is dropped, said loudly.
     """
+    too_large = await _deliver_all_but_too_large(publisher, records)
+    if len(too_large) > 1:  # a broker refuses a batch whole: each tries alone first
+        too_large = await _deliver_each_alone(publisher, [record for record, _ in too_large])
+    stubs = [without_value(record, error) for record, error in too_large]
+    for stub, error in await _deliver_each_alone(publisher, stubs):
+        log.error(
+            "event=record_too_large_dropped topic=%s key=%r bytes=%s error=%r",
+            stub.topic,
+            stub.key,
+            h.header(stub.headers, h.VALUE_BYTES),
+            error_text(error),
+        )
+
+
+async def _deliver_all_but_too_large(
+    publisher: Publisher, records: Sequence[Outgoing]
+) -> list[tuple[Outgoing, MessageSizeTooLargeError]]:
+    """Produce `records`, retrying until the broker takes every one it does not refuse as
+    too large; those are returned with their error (trying again cannot help them)."""
+    too_large: list[tuple[Outgoing, MessageSizeTooLargeError]] = []
     pending = list(records)
     attempt = 0
     while pending:
         results = await publisher.send_all(pending)
-        left = [
-            r for r, result in zip(pending, results, strict=True) if isinstance(result, Exception)
-        ]
-        too_large = [
-            r
-            for r, result in zip(pending, results, strict=True)
-            if isinstance(result, MessageSizeTooLargeError)
-        ]
-        for record in too_large:
-            # Cannot happen for records ingest admitted (they fit a batch by construction);
-            # said loudly rather than retried forever.
-            log.error(
-                "event=record_too_large_dropped topic=%s key=%r bytes=%d",
-                record.topic,
-                record.key,
-                len(record.value),
-            )
-        pending = [r for r in left if r not in too_large]
+        left: list[Outgoing] = []
+        for record, result in zip(pending, results, strict=True):
+            if isinstance(result, MessageSizeTooLargeError):
+                too_large.append((record, result))
+            elif isinstance(result, Exception):
+                left.append(record)
+        pending = left
         if pending:
             attempt += 1
             log.error("event=dlq_unreachable left=%d attempt=%d", len(pending), attempt)
             await asyncio.sleep(min(0.5 * attempt, 5.0))
+    return too_large
+
+
+async def _deliver_each_alone(
+    publisher: Publisher, records: Sequence[Outgoing]
+) -> list[tuple[Outgoing, MessageSizeTooLargeError]]:
+    """`_deliver_all_but_too_large`, each record in a call (a record batch) of its own: one
+    refused as too large does not take the others with it."""
+    refused = await asyncio.gather(
+        *(_deliver_all_but_too_large(publisher, [record]) for record in records)
+    )
+    return [pair for one in refused for pair in one]
+
+
+def without_value(record: Outgoing, error: BaseException) -> Outgoing:
+    """`record` with an empty value, its key and headers kept, and headers that say why the
+    value was dropped, how large it was and its sha256 (to match it with the producer's)."""
+    dropped = h.encode(
+        [
+            (h.VALUE_DROPPED, error_text(error)[:1000]),
+            (h.VALUE_BYTES, len(record.value)),
+            (h.VALUE_SHA256, hashlib.sha256(record.value).hexdigest()),
+        ]
+    )
+    return Outgoing(record.topic, record.key, b"", [*record.headers, *dropped])
 
 
 def _append(batch: Any, record: Outgoing) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -12,14 +14,19 @@ import pytest
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError
 from aiokafka.structs import RecordMetadata
 
+from schemas import headers as h
 from schemas.frames import is_frame
 from schemas.result import InferenceResult
+from schemas.topics import DLQ
 from services.runtime.answers import (
     MissingTopic,
+    MissingTopics,
     Outgoing,
     Publisher,
     RecordSpread,
+    StalePartition,
     UnknownTopic,
+    deliver_until_taken,
     encode_result,
     error_text,
 )
@@ -73,11 +80,14 @@ class FakeBatch:
     def __init__(self, room: int) -> None:
         self.room = room
         self.values: list[bytes] = []
+        self.records: list[Outgoing] = []
+        """What was appended, the topic left blank."""
 
     def append(self, *, key: bytes | None, value: bytes, timestamp: None, headers: Any) -> object:
         if len(self.values) >= self.room:
             return None
         self.values.append(value)
+        self.records.append(Outgoing("", key, value, list(headers)))
         return object()
 
 
@@ -493,3 +503,209 @@ async def test_a_publisher_remembers_the_spread_of_its_recent_topics_only(
     # "a" kept its spread all along; "b", the least recently used when "c" came, starts
     # over at partition 0 (remembered, it would have gone to 1)
     assert [partition for partition, _ in producer.sent] == [0, 0, 1, 0, 2, 0]
+
+
+class ShrunkTopicProducer(FakeProducer):
+    """aiokafka's check of a batch's partition against its metadata fails for the first
+    `refusals` batches (None: every one), as after the topic came back with fewer."""
+
+    def __init__(self, refusals: int | None) -> None:
+        super().__init__()
+        self.refusals = refusals
+
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
+        if self.refusals is None or self.refusals > 0:
+            if self.refusals is not None:
+                self.refusals -= 1
+            raise AssertionError("Unrecognized partition")
+        return await super().send_batch(batch, topic, partition=partition)
+
+
+async def test_a_batch_refused_for_a_partition_the_topic_lost_is_retried() -> None:
+    """Regression: aiokafka's AssertionError("Unrecognized partition") came out of send_all."""
+    producer = ShrunkTopicProducer(refusals=1)
+    publisher = Publisher(producer, patience_s=5)  # type: ignore[arg-type]
+
+    records = [Outgoing("known", None, f"v{i}".encode(), []) for i in range(3)]
+    acks = await asyncio.wait_for(publisher.send_all(records), 5)
+
+    assert [(a.topic, a.offset) for a in acks] == [("known", 0), ("known", 1), ("known", 2)]
+    assert [values for _, values in producer.sent] == [["v0", "v1", "v2"]]
+
+
+async def test_a_partition_refused_every_time_fails_each_record_instead_of_the_call() -> None:
+    producer = ShrunkTopicProducer(refusals=None)
+    publisher = Publisher(producer, patience_s=0)  # type: ignore[arg-type]
+
+    records = [Outgoing("known", None, f"v{i}".encode(), []) for i in range(3)]
+    acks = await asyncio.wait_for(publisher.send_all(records), 5)
+
+    assert all(isinstance(ack, StalePartition) for ack in acks)
+    assert all(isinstance(ack, UnknownTopic) and ack.retriable for ack in acks)
+    assert "AssertionError: Unrecognized partition" in str(acks[0])
+
+
+class ShrinkingProducer(FakeProducer):
+    """A topic of 12 partitions that comes back with 4 once its first batch is handed over;
+    `send_batch` checks the partition as aiokafka 0.14 does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.partitions = 12
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        return set(range(self.partitions)) if topic in self.topics else None
+
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
+        assert partition in self.partitions_for_topic(topic), "Unrecognized partition"  # type: ignore[operator]
+        future = await super().send_batch(batch, topic, partition=partition)
+        self.partitions = 4
+        return future
+
+
+async def test_parts_planned_on_partitions_the_topic_lost_go_to_those_it_has() -> None:
+    producer = ShrinkingProducer()
+    publisher = Publisher(producer, patience_s=5, split_parts_of=1)  # type: ignore[arg-type]
+
+    records = [Outgoing("known", None, f"v{i}".encode(), []) for i in range(8)]
+    acks = await asyncio.wait_for(publisher.send_all(records), 5)
+
+    assert not any(isinstance(ack, BaseException) for ack in acks)
+    assert sorted(v for _, values in producer.sent for v in values) == [f"v{i}" for i in range(8)]
+    assert all(partition < 4 for partition, _ in producer.sent[4:]), "retried on the four"
+
+
+@pytest.mark.parametrize(
+    ("ages_s", "kept", "remembered"),
+    [
+        pytest.param([0, 0, 0, 0, 0], 3, ["t2", "t3", "t4"], id="past-the-cap-the-oldest-go"),
+        pytest.param([0, 20, 15], 10, ["t1", "t2"], id="an-expired-one-goes-at-the-next-add"),
+        pytest.param([0, 10, 10], 10, ["t0", "t1", "t2"], id="a-recent-one-stays"),
+    ],
+)
+def test_missing_topics_are_remembered_for_a_while_and_at_most_a_cap(
+    ages_s: list[float], kept: int, remembered: list[str]
+) -> None:
+    """`ages_s`: the fake clock's steps before each `add` of t0, t1, ... (memory 30 s)."""
+    now = [0.0]
+    missing = MissingTopics(30.0, lambda: now[0], kept=kept)
+
+    for n, step in enumerate(ages_s):
+        now[0] += step
+        missing.add(f"t{n}")
+
+    assert len(missing) == len(remembered)
+    assert [f"t{n}" for n in range(len(ages_s)) if f"t{n}" in missing] == remembered
+
+
+def test_a_missing_topic_asked_after_its_memory_is_forgotten() -> None:
+    now = [0.0]
+    missing = MissingTopics(30.0, lambda: now[0])
+    missing.add("gone")
+
+    now[0] = 29.9
+    assert missing.recent("gone")
+    now[0] = 30.0
+    assert not missing.recent("gone")
+    assert "gone" not in missing and len(missing) == 0
+
+
+async def test_a_flood_of_distinct_missing_reply_topics_is_remembered_up_to_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: one entry per distinct missing name, never pruned (10k names, 10k
+    entries); `inferbus.results.<anything>` is a legal reply_to."""
+    monkeypatch.setattr("services.runtime.answers.MISSING_TOPICS_KEPT", 5)
+    publisher = Publisher(FakeProducer(), patience_s=0, metadata_timeout_s=0.05)  # type: ignore[arg-type]
+
+    flood = [Outgoing(f"inferbus.results.x-{i}", None, b"v", []) for i in range(50)]
+    acks = await asyncio.wait_for(publisher.send_all(flood), 5)
+
+    assert all(isinstance(ack, MissingTopic) for ack in acks)
+    assert len(publisher._missing) == 5
+    assert "inferbus.results.x-49" in publisher._missing, "the newest kept, the oldest gone"
+
+
+class SizeLimitedBroker(FakeProducer):
+    """Refuses a batch holding a record over `limit_bytes` (value and headers counted), as
+    a broker's message.max.bytes does: the ack fails with MessageSizeTooLargeError."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(topics=(DLQ,))
+        self.limit_bytes = limit_bytes
+        self.taken: list[Outgoing] = []
+
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if any(_size(record) > self.limit_bytes for record in batch.records):
+            future.set_exception(MessageSizeTooLargeError())
+            return future
+        self.taken.extend(batch.records)
+        return await super().send_batch(batch, topic, partition=partition)
+
+
+def _size(record: Outgoing) -> int:
+    return len(record.value) + sum(len(k) + len(v) for k, v in record.headers)
+
+
+def _dead_letter(value: bytes) -> Outgoing:
+    headers = h.dead_letter("no reply topic", topic="requests", partition=2, offset=7)
+    return Outgoing(DLQ, b"request-1", value, headers)
+
+
+async def test_a_dlq_copy_too_large_for_the_broker_goes_as_a_stub_without_its_value() -> None:
+    """Regression: the broker refused a DLQ copy (the producer's bytes plus the error
+    headers) it had taken as the original; the copy was dropped and the request lost."""
+    producer = SizeLimitedBroker(limit_bytes=1000)
+    original = _dead_letter(b"x" * 950)
+
+    await asyncio.wait_for(deliver_until_taken(Publisher(producer), [original]), 5)  # type: ignore[arg-type]
+
+    [stub] = producer.taken
+    assert (stub.key, stub.value) == (b"request-1", b"")
+    assert stub.headers[: len(original.headers)] == original.headers, "its headers kept"
+    assert h.header(stub.headers, h.VALUE_BYTES) == "950"
+    assert h.header(stub.headers, h.VALUE_SHA256) == hashlib.sha256(original.value).hexdigest()
+    dropped = h.header(stub.headers, h.VALUE_DROPPED)
+    assert dropped is not None and dropped.startswith("MessageSizeTooLargeError")
+
+
+async def test_a_stub_refused_too_is_dropped_and_said_while_the_others_go(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The broker refuses the batch of both whole: the small one goes alone, value and all."""
+    producer = SizeLimitedBroker(limit_bytes=150)
+    small = Outgoing(DLQ, b"request-2", b"small", [])
+
+    with caplog.at_level(logging.ERROR, logger="services.runtime.answers"):
+        await asyncio.wait_for(
+            deliver_until_taken(Publisher(producer), [_dead_letter(b"x" * 950), small]),  # type: ignore[arg-type]
+            5,
+        )
+
+    assert [(record.key, record.value) for record in producer.taken] == [(b"request-2", b"small")]
+    lines = [r.getMessage() for r in caplog.records]
+    [line] = [text for text in lines if "record_too_large_dropped" in text]
+    assert "key=b'request-1'" in line and "bytes=950" in line
+
+
+async def test_copies_refused_in_one_batch_each_go_alone_before_they_lose_their_value() -> None:
+    """A broker refuses a record batch whole: the records that fit alone keep their value."""
+    producer = SizeLimitedBroker(limit_bytes=1000)
+    large = [_dead_letter(b"x" * 950), _dead_letter(b"y" * 990)]
+    fits = _dead_letter(b"z" * 100)
+
+    await asyncio.wait_for(deliver_until_taken(Publisher(producer), [*large, fits]), 5)  # type: ignore[arg-type]
+
+    stubs = {h.header(r.headers, h.VALUE_BYTES): r for r in producer.taken if not r.value}
+    assert [r.value for r in producer.taken if r.value] == [fits.value], "went alone, whole"
+    assert sorted(stubs) == ["950", "990"]
+    assert (
+        h.header(stubs["990"].headers, h.VALUE_SHA256) == hashlib.sha256(large[1].value).hexdigest()
+    )
