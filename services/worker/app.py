@@ -242,6 +242,8 @@ class Worker:
                 name="reload",
             )
         )
+        for task in self._tasks:
+            task.add_done_callback(_said_if_failed)
         self._telemetry = TelemetryPublisher(
             self._send_telemetry,
             instance_id=self.instance_id,
@@ -332,9 +334,10 @@ class Worker:
             await pipeline.drain_all(self.settings.drain_timeout_s)
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            # Waited, never re-raised: one that had failed (said when it did) must not cut
+            # the rest of the stop short.
+            await asyncio.wait(self._tasks)
         if pipeline is not None:
             await pipeline.settle()
         for consumer in self.consumers.values():
@@ -348,6 +351,12 @@ class Worker:
         await self.host.close()
         log.info("event=worker_stopped instance=%s counts=%s", self.instance_id, self.counts)
         self.stopped.set()
+
+
+def _said_if_failed(task: asyncio.Task[None]) -> None:
+    """A background loop that ended with an error says so when it does, not at the stop."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("event=task_failed task=%s error=%r", task.get_name(), exc, exc_info=exc)
 
 
 async def run_worker(bootstrap: str, settings: WorkerSettings | None = None) -> None:

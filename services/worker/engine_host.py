@@ -151,12 +151,16 @@ class EngineHost:
 
     async def reload_loop(self, every_s: float, on_switched: Callable[[], Awaitable[None]]) -> None:
         """Switch when the target changes (a newer complete version, or the rollout names
-        another); a version that fails to load is refused once, the old one keeps serving."""
+        another); a version that fails to load is refused once, the old one keeps serving.
+        A switch `on_switched` failed to tell (the broker away) is told again each round."""
         if self.pinned_version is not None or every_s <= 0:
             return
         refused: set[str] = set()
+        untold = False
         while True:
             await asyncio.sleep(every_s)
+            if untold:
+                untold = not await self._tell(on_switched)
             newest = self.target()
             if newest is None:
                 versions = self.repository.versions(self.model)
@@ -176,7 +180,21 @@ class EngineHost:
                     exc,
                 )
                 continue
+            untold = not await self._tell(on_switched)
+
+    async def _tell(self, on_switched: Callable[[], Awaitable[None]]) -> bool:
+        """Run `on_switched`; False (said) when it raised, so the loop tries again."""
+        try:
             await on_switched()
+        except Exception as exc:  # the new version serves; only the telling is retried
+            log.error(
+                "event=switch_untold model=%s version=%s error=%r (retried next round)",
+                self.model,
+                self.version.version if self.version else None,
+                exc,
+            )
+            return False
+        return True
 
     async def switch_to(self, version_name: str) -> None:
         """Load and warm `version_name` beside the running one, then swap between batches."""

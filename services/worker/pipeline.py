@@ -4,7 +4,9 @@ A poll's records are decoded into the batcher; the engine loop hands the next du
 to the engine thread while polling goes on; a batch's results are encoded in the form
 each request came in, produced without awaiting each send, and their offsets committed
 once every ack is in. Every record is answered exactly once: a result, a named error,
-or (no request id to answer) a DLQ record.
+or (no request id to answer) a DLQ record. An answer path that raises answers what it
+still owed `internal_error`; failing even that, those records are let go uncommitted
+(redelivered), never left in hand.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -58,8 +60,15 @@ log = logging.getLogger(__name__)
 
 
 class WorkerDefect(InferbusError):
-    """Decoding a record raised where it should have answered: a bug in the worker. The
-    record goes to the DLQ with its bytes and code `internal_error`."""
+    """The worker raised where it should have answered: a bug in the worker. A record whose
+    decoding raised goes to the DLQ with its bytes; a request whose answering raised is
+    answered `internal_error`."""
+
+
+_Key = tuple[str, int, int, int]
+"""A record in hand: its topic, partition, offset, and its partition's epoch at poll."""
+_Dead = tuple[ConsumerRecord[bytes, bytes], InferbusError, int]
+"""A record bound for the DLQ: the record, why, and its partition's epoch at poll."""
 
 
 EXPIRY_SWEEP_S = 0.25
@@ -121,7 +130,8 @@ class Pipeline:
         self.offsets = offsets
         self.groups = groups
         self.counts: Counter[str] = Counter()
-        self.in_hand = 0
+        self._owed: set[_Key] = set()
+        """Records taken and not yet answered or let go: the worker's books."""
         self.wakeup = asyncio.Event()
         self.answered = asyncio.Event()
         """Set whenever records were answered (drains and backpressure wait on it)."""
@@ -131,6 +141,18 @@ class Pipeline:
         self._tasks: set[asyncio.Task[None]] = set()
         self._consumers: list[OwnedConsumer] = []
         self._engine_clock = EngineClock()
+
+    @property
+    def in_hand(self) -> int:
+        """Records taken and not yet answered or let go."""
+        return len(self._owed)
+
+    def took(self, topic: str, partition: int, offset: int) -> int:
+        """A record taken in hand: owed an answer until answered or let go. Returns its
+        partition's epoch to answer it with."""
+        epoch = self.offsets.polled(topic, partition, offset)
+        self._owed.add((topic, partition, offset, epoch))
+        return epoch
 
     # ---- poll and decode ---------------------------------------------------------------
 
@@ -182,21 +204,20 @@ class Pipeline:
             else:
                 self.batcher.add(item, tier=tier, samples=item.samples, length=item.length, now=now)
         if dead:
-            self._spawn(self._dead_letter(dead))
+            self._spawn(self._dead_letter(dead), records=dead)
         if failed:
-            self._spawn(self.answer_errors(failed))
+            self._spawn(self.answer_errors(failed), items=[item for item, _ in failed])
 
     def _decode_all(
         self, records: Sequence[ConsumerRecord[bytes, bytes]], tier: Tier, config: ModelConfig
-    ) -> tuple[list[InHand], list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]]]:
+    ) -> tuple[list[InHand], list[_Dead]]:
         """Each record in hand (counted, its offset tracked) and decoded, or dead-lettered:
         no request id to answer, or a defect in decoding (said, with its bytes kept)."""
         tokenize, tracing = self.host.tokenize, tracing_enabled()
         decoded: list[InHand] = []
-        dead: list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]] = []
+        dead: list[_Dead] = []
         for record in records:
-            epoch = self.offsets.polled(record.topic, record.partition, record.offset)
-            self.in_hand += 1
+            epoch = self.took(record.topic, record.partition, record.offset)
             try:
                 item = self._decode(record, tier, config, tokenize, tracing=tracing)
             except Unparseable as exc:
@@ -314,7 +335,7 @@ class Pipeline:
             self._engine_batches += 1
             samples = sum(item.samples for item in live)
             self._hold_fetches(self._engine_clock.handed(samples, batch.pad_length))
-            self._spawn(self._run_and_answer(batch, live), slot_taken=True)
+            self._spawn(self._run_and_answer(batch, live), items=live, slot_taken=True)
 
     def _hold_fetches(self, needed_at: float | None) -> None:
         """Records fetched before the engine can take them only cost fetches: each
@@ -326,7 +347,8 @@ class Pipeline:
         """Requests whose deadline passed before they ran: answered now, not when a batch
         would have reached them."""
         if expired:
-            self._spawn(self.answer_errors([(item, EXPIRED_IN_QUEUE) for item in expired]))
+            failures: list[tuple[InHand, InferbusError]] = [(i, EXPIRED_IN_QUEUE) for i in expired]
+            self._spawn(self.answer_errors(failures), items=expired)
 
     async def _run_and_answer(self, batch: Batch[InHand], live: list[InHand]) -> None:
         batch_id = uuid.uuid4().hex[:16]
@@ -492,20 +514,19 @@ class Pipeline:
         publish_ms = (time.perf_counter() - started) * 1000
         for answer in answers:
             answer.timings["publish_ms"] = publish_ms
-        failed = [
-            (answer, ack)
-            for answer, ack in zip(answers, acks, strict=True)
-            if isinstance(ack, BaseException)
-        ]
+        failed = []
+        taken = []
+        for answer, ack in zip(answers, acks, strict=True):
+            if isinstance(ack, BaseException):
+                failed.append((answer, ack))
+            else:
+                taken.append(_key(answer.item))
+        # What the broker took is off the books before anything else can raise.
+        self._settled(taken)
         if failed:
             await self._undeliverable(failed)
+            self._settled(_key(answer.item) for answer, _ in failed)
         self._account_answers(answers, acks)
-        for answer in answers:
-            item = answer.item
-            self.offsets.answered(item.topic, item.partition, item.offset, item.epoch)
-        self.in_hand -= len(answers)
-        self.answered.set()
-        self._request_commits()
 
     async def _undeliverable(self, failed: list[tuple[_Answer, BaseException]]) -> None:
         """Results that outlived every attempt go to the DLQ, which is retried until it takes
@@ -573,9 +594,7 @@ class Pipeline:
         for tier, values in stages.items():
             record_stages(self.settings.model, tier, {k: np.asarray(v) for k, v in values.items()})
 
-    async def _dead_letter(
-        self, records: list[tuple[ConsumerRecord[bytes, bytes], InferbusError, int]]
-    ) -> None:
+    async def _dead_letter(self, records: list[_Dead]) -> None:
         outgoing = [
             dead_letter_of(
                 record,
@@ -585,18 +604,34 @@ class Pipeline:
             for record, error, _ in records
         ]
         await deliver_until_taken(self.publisher, outgoing)
-        for record, error, epoch in records:
+        self._settled(map(_dead_key, records))
+        self.counts["dead_lettered"] += len(records)
+        for record, error, _ in records:
             log.info(
                 "event=dead_lettered topic=%s offset=%d reason=%r",
                 record.topic,
                 record.offset,
                 error.message[:200],
             )
-            self.offsets.answered(record.topic, record.partition, record.offset, epoch)
-        self.counts["dead_lettered"] += len(records)
-        self.in_hand -= len(records)
+
+    def _settled(self, keys: Iterable[_Key]) -> None:
+        """Records answered (their results or DLQ records acked): off the books, and
+        committable. A record no longer owed is skipped, so none is counted twice."""
+        for key in keys:
+            if key in self._owed:
+                self._owed.discard(key)
+                self.offsets.answered(*key)
         self.answered.set()
         self._request_commits()
+
+    def _abandoned(self, keys: Iterable[_Key]) -> None:
+        """Records let go unanswered: off the books, and commits stop short of them, so the
+        partition's next reader gets them."""
+        for key in keys:
+            if key in self._owed:
+                self._owed.discard(key)
+                self.offsets.abandoned(*key)
+        self.answered.set()
 
     def _request_commits(self) -> None:
         for consumer in self._consumers:
@@ -604,12 +639,22 @@ class Pipeline:
 
     # ---- tasks, drains and load --------------------------------------------------------
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], *, slot_taken: bool = False) -> None:
+    def _spawn(
+        self,
+        coro: Coroutine[Any, Any, None],
+        *,
+        items: Sequence[InHand] = (),
+        records: Sequence[_Dead] = (),
+        slot_taken: bool = False,
+    ) -> None:
+        """Run an answer task that owes `items` their answers and `records` their DLQ
+        records; what it leaves owed when it raises is rescued, never stranded."""
+
         async def guarded() -> None:
             try:
                 await coro
-            except Exception as exc:  # its records stay unanswered: logged, redelivered later
-                log.error("event=answer_task_failed error=%r", exc)
+            except Exception as exc:
+                await self._rescue(exc, items, records)
             finally:
                 if slot_taken:
                     self._slots.release()
@@ -617,6 +662,32 @@ class Pipeline:
         task = asyncio.create_task(guarded())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _rescue(
+        self, exc: Exception, items: Sequence[InHand], records: Sequence[_Dead]
+    ) -> None:
+        """An answer task raised (a worker defect): the requests it still owed are answered
+        `internal_error`; failing even that, they and its DLQ records are let go
+        uncommitted, so they are redelivered instead of lost or held in hand for good."""
+        left = [item for item in items if _key(item) in self._owed]
+        owed = [_key(item) for item in left]
+        owed += [key for key in map(_dead_key, records) if key in self._owed]
+        log.error("event=answer_task_failed requests=%d error=%r", len(owed), exc, exc_info=exc)
+        if left:
+            failure = WorkerDefect(
+                f"the worker failed answering this request: {type(exc).__name__}"
+            )
+            try:
+                await self.answer_errors([(item, failure) for item in left])
+            except Exception as again:
+                log.error("event=error_answer_failed requests=%d error=%r", len(left), again)
+        unanswered = [key for key in owed if key in self._owed]
+        if unanswered:
+            log.error(
+                "event=answers_abandoned requests=%d (left uncommitted: redelivered)",
+                len(unanswered),
+            )
+            self._abandoned(unanswered)
 
     def let_go(self, topic: str, partitions: frozenset[int]) -> int:
         """Drop the queued records of these partitions (not yet in the engine): they go to
@@ -626,12 +697,10 @@ class Pipeline:
             lambda item: item.topic == topic and item.partition in partitions
         )
         for item in dropped:
-            self.offsets.abandoned(item.topic, item.partition, item.offset, item.epoch)
             if item.spans is not None:
                 item.spans.handed_over()
         if dropped:
-            self.in_hand -= len(dropped)
-            self.answered.set()
+            self._abandoned(map(_key, dropped))
         return len(dropped)
 
     async def drain(self, topic: str, partitions: frozenset[int]) -> None:
@@ -672,6 +741,15 @@ class Pipeline:
             samples_per_s=counters.samples / counters.busy_s if counters.busy_s > 0 else 0.0,
             window_s=elapsed,
         )
+
+
+def _key(item: InHand) -> _Key:
+    return (item.topic, item.partition, item.offset, item.epoch)
+
+
+def _dead_key(dead: _Dead) -> _Key:
+    record, _, epoch = dead
+    return (record.topic, record.partition, record.offset, epoch)
 
 
 def _now_iso() -> str:

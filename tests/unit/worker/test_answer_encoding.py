@@ -76,7 +76,7 @@ async def test_a_result_too_large_for_the_broker_reaches_the_dlq() -> None:
     pipeline, _, _, offsets = stalled_pipeline(BusyHost())
     pipeline.publisher = broker  # type: ignore[assignment]
     item = waiting(7, 30.0)
-    offsets.polled(item.topic, item.partition, item.offset)
+    item.epoch = pipeline.took(item.topic, item.partition, item.offset)
     ran = SimpleNamespace(
         outcomes=[outcome({"y": np.ones((1, 2_000), np.float32)})],  # ~27 kB as a list
         engine=SimpleNamespace(info=SimpleNamespace(provider="CPU", simulated=False)),

@@ -86,8 +86,7 @@ async def test_an_expired_request_in_a_full_batcher_is_answered_within_a_sweep()
     pipeline, batcher, capture, offsets = stalled_pipeline(BusyHost())
     items = [waiting(0, 0.2), waiting(1, 0.2), waiting(2, 30.0)]
     for item in items:
-        offsets.polled(TOPIC, 0, item.offset)
-        pipeline.in_hand += 1
+        item.epoch = pipeline.took(TOPIC, 0, item.offset)
         batcher.add(item, tier="batch", samples=1, length=None, now=time.monotonic())
     loop = asyncio.create_task(pipeline.engine_loop())
     try:
