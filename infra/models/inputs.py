@@ -237,6 +237,9 @@ def _all_fit(requests: Sequence[Arrays], config: ModelConfig, limits: Mapping[st
         if low == 0:
             if not _all_below(values, high):
                 return False
+            mask = tokenizer.attention_mask if tokenizer is not None else None
+            if name == mask and not _every_sample_reads_a_token(parts, values):
+                return False
         elif values.size and (
             int(values.min()) < low or (high is not None and int(values.max()) >= high)
         ):
@@ -283,15 +286,23 @@ def _check_token_ids(arrays: Arrays, config: ModelConfig, limits: Mapping[str, i
     of them, none negative (ONNX's Gather reads -5 as the fifth id from the end: a wrong
     answer, not an error) and each within the vocabulary; the attention mask and token
     types, where sent, of the ids' shape (a shorter mask was answered `ok`, a longer one
-    failed in the engine), the mask of 0s and 1s and no token type negative."""
+    failed in the engine), the mask of 0s and 1s and no token type negative. A sample of
+    no tokens (no ids, or a mask of 0s) is refused as blank text is: the model would pool
+    nothing and answer zeros."""
     tokenizer = config.tokenizer
     assert tokenizer is not None
     name = tokenizer.input_ids
     ids = arrays.get(name)
-    if ids is None or ids.ndim < 2 or ids.size == 0 or ids.dtype.kind not in "iu":
+    if ids is None or ids.ndim < 2 or ids.dtype.kind not in "iu":
         return
-    for companion in (tokenizer.attention_mask, tokenizer.token_type_ids):
-        values = arrays.get(companion) if companion is not None else None
+    if ids.size == 0:
+        raise _fail(
+            f"input {name!r} holds no tokens (shape {list(ids.shape)}); each sample needs "
+            "at least one",
+            input=name,
+        )
+    for companion in filter(None, (tokenizer.attention_mask, tokenizer.token_type_ids)):
+        values = arrays.get(companion)
         if values is None:
             continue
         if values.shape != ids.shape:
@@ -302,15 +313,16 @@ def _check_token_ids(arrays: Arrays, config: ModelConfig, limits: Mapping[str, i
             )
         if values.dtype.kind not in "iu":
             continue
-        if _all_below(values, 2 if companion == tokenizer.attention_mask else None):
-            continue
-        lowest, highest = int(values.min()), int(values.max())
-        if companion == tokenizer.attention_mask and (lowest < 0 or highest > 1):
-            raise _fail(f"input {companion!r} may hold only 0 and 1", input=companion)
-        if lowest < 0:
+        is_mask = companion == tokenizer.attention_mask
+        if not _all_below(values, 2 if is_mask else None):
+            lowest, highest = int(values.min()), int(values.max())
+            if is_mask and (lowest < 0 or highest > 1):
+                raise _fail(f"input {companion!r} may hold only 0 and 1", input=companion)
             raise _fail(
                 f"input {companion!r} holds {lowest}; it is never negative", input=companion
             )
+        if is_mask:
+            _check_mask_reads_a_token(values, companion)
     if ids.shape[1] > tokenizer.max_length:
         raise _fail(
             f"input {name!r} holds {ids.shape[1]} tokens; model {config.name!r} takes at "
@@ -329,6 +341,27 @@ def _check_token_ids(arrays: Arrays, config: ModelConfig, limits: Mapping[str, i
             f"of {vocab_size} (ids 0-{vocab_size - 1})",
             input=name,
         )
+
+
+def _check_mask_reads_a_token(mask: np.ndarray[Any, Any], name: str) -> None:
+    """Raise InvalidInput for a sample whose attention mask is all 0s (values 0 and 1)."""
+    read = mask.reshape(mask.shape[0], -1).any(axis=1)
+    if not read.all():
+        sample = int(np.argmin(read))
+        raise _fail(
+            f"input {name!r} is all 0s in sample {sample}: no token to read; each sample "
+            "needs at least one 1",
+            input=name,
+        )
+
+
+def _every_sample_reads_a_token(masks: Sequence[np.ndarray[Any, Any]], values: Any) -> bool:
+    """Whether each sample of `masks` (0s and 1s, none empty; `values` all of them
+    concatenated, flat) holds a 1: one reduction over the poll, not one a request."""
+    lengths = np.repeat([m.size // m.shape[0] for m in masks], [m.shape[0] for m in masks])
+    starts = np.zeros(len(lengths), dtype=np.intp)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return bool(np.maximum.reduceat(values, starts).min() >= 1)
 
 
 def _all_below(values: np.ndarray[Any, Any], bound: int | None) -> bool:

@@ -19,15 +19,22 @@ from tracing.setup import init_tracing, shutdown_tracing
 
 
 def parse_inputs(
-    payload: Any, dtypes: Mapping[str, str] | None, *, unknown_model: str = ""
+    payload: Any,
+    dtypes: Mapping[str, str] | None,
+    *,
+    unknown_model: str = "",
+    takes_text: bool = False,
 ) -> dict[str, Tensor | TextInput]:
     """`{"x": [[...]]}` (dtype from the model), wire tensors, or `{"text": "..."}` /
     `{"text": ["a", "b"]}` (text for a model with a tokenizer; one sample a string).
 
     `dtypes`: the model's inputs, None when the model is not in the local repository
-    (`unknown_model` then says which and what is there)."""
-    if not isinstance(payload, dict) or not payload:
+    (`unknown_model` then says which and what is there). `takes_text`: the model has a
+    tokenizer, so a value under a name it has no tensor for was meant as text."""
+    if not isinstance(payload, dict):
         raise InvalidInput('--json: inputs must be a JSON object such as {"x": [[0.1, 0.2]]}')
+    if not payload:
+        raise InvalidInput('--json: the inputs are empty; give at least one, e.g. {"x": [[0.1]]}')
     out: dict[str, Tensor | TextInput] = {}
     for name, value in payload.items():
         if isinstance(value, dict) and "dtype" in value:
@@ -46,6 +53,12 @@ def parse_inputs(
                     "--models DIR"
                 )
             dtype = dtypes.get(name)
+            if dtype is None and takes_text:
+                raise InvalidInput(
+                    f"input {name!r}: text must be a string or a list of strings, not "
+                    f"{type(value).__name__} {_json_text(value)} (or send the model's tensors: "
+                    f"{', '.join(sorted(dtypes))})"
+                )
             if dtype is None:
                 raise InvalidInput(
                     f"input {name!r}: the model has no such input; it takes "
@@ -108,14 +121,19 @@ async def infer_once(
     """One request through the bus."""
     repository = ModelRepository(models_dir)
     dtypes: dict[str, str] | None
+    takes_text = False
     try:
         config = repository.config(model)
         dtypes = {spec.name: spec.dtype for spec in config.inputs}
+        takes_text = config.tokenizer is not None
     except ModelNotFound:
         dtypes = None
     known = ", ".join(repository.names()) or "no models"
     inputs = parse_inputs(
-        payload, dtypes, unknown_model=f"model {model!r} is not in {models_dir} ({known})"
+        payload,
+        dtypes,
+        unknown_model=f"model {model!r} is not in {models_dir} ({known})",
+        takes_text=takes_text,
     )
     client = InferenceClient(bootstrap)
     init_tracing("inferbus-client", instance_id=client.client_id)

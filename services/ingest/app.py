@@ -30,10 +30,11 @@ from aiokafka import ConsumerRecord
 from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
+from infra.lenient_fetch import unreadable_reason
 from infra.models.repository import ModelRepository
 from infra.topics import BROKER_EVENT_KEY, TopicKeeper, repository_topics
 from schemas import headers as h
-from schemas.errors import EngineError
+from schemas.errors import EngineError, Unparseable
 from schemas.result import error_result
 from schemas.topics import (
     DLQ,
@@ -47,8 +48,10 @@ from schemas.topics import (
 from services.ingest.catalog import CachedModelCatalog, QueueDepths
 from services.ingest.handlers import (
     Answer,
+    DeadLetter,
     Outcome,
     Route,
+    arrival,
     dead_letter_headers,
     failed_event,
     handle_event,
@@ -333,16 +336,20 @@ class IngestService:
             try:
                 trace = read_traceparent(record.headers) or new_trace(ratio)
                 span = IngestSpans.start(record, trace) if tracing and trace.sampled else None
-                outcome = handle_event(
-                    record.value,
-                    produced_at=datetime.fromtimestamp(record.timestamp / 1000, UTC),
-                    catalog=self.catalog,
-                    settings=self.settings,
-                    now=now,
-                    limiter=self.limiter,
-                    sent_to_tier=TIER_OF_INGEST_TOPIC.get(record.topic),
-                    router=self.router,
-                )
+                lost = unreadable_reason(record.headers) if record.value is None else None
+                if lost is not None:  # records the fetch could not read (infra.lenient_fetch)
+                    outcome: Outcome = DeadLetter(b"", Unparseable(lost))
+                else:
+                    outcome = handle_event(
+                        record.value,
+                        produced_at=arrival(record.timestamp, now),
+                        catalog=self.catalog,
+                        settings=self.settings,
+                        now=now,
+                        limiter=self.limiter,
+                        sent_to_tier=TIER_OF_INGEST_TOPIC.get(record.topic),
+                        router=self.router,
+                    )
             except Exception as exc:  # answered internal_error (or dead-lettered), not lost
                 log.error(
                     "event=handling_failed topic=%s partition=%d offset=%d error=%r",
@@ -449,7 +456,8 @@ class IngestService:
         acks: list[RecordMetadata | BaseException],
         failed: list[int],
     ) -> None:
-        """A routed request gets `internal_error`; what still cannot be sent goes to the DLQ.
+        """A routed request gets `internal_error`; what still cannot be sent goes to the DLQ:
+        an error answer as the result itself, a request as its own bytes.
 
         The DLQ is retried until it takes the record: when even that fails the broker is
         down, and nothing else could be sent either.
@@ -488,6 +496,9 @@ class IngestService:
                     acks[index] = ack
                     continue
                 reason = f"{reason}; and the error result to {request.reply_to}: {ack!r}"
+            if isinstance(outcome, Answer):
+                second.append(_dead_answer(record, outgoing[index], reason))
+                continue
             second.append(dead_letter_of(record, reason, code="undeliverable"))
         await deliver_until_taken(self.publisher, second)
         self.counts["dead_lettered"] += len(second)
@@ -532,6 +543,20 @@ def _ingest_ms(route: Route) -> float:
         if key == h.INGEST_MS:
             return float(value)
     return float("nan")
+
+
+def _dead_answer(record: Record, answer: Outgoing, reason: str) -> Outgoing:
+    """The DLQ record of an error answer the broker would not take: the result itself, keyed
+    by request id, as the worker dead-letters one; the source headers name the request's
+    record (the request alone would lose why it was refused)."""
+    headers = h.dead_letter(
+        reason,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        code="undeliverable",
+    )
+    return Outgoing(DLQ, answer.key, answer.value, headers)
 
 
 def _encode_answer(answer: Answer) -> bytes:

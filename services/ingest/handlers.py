@@ -99,6 +99,20 @@ def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
+def arrival(record_ms: int, now: datetime) -> datetime:
+    """When an event counts as arrived: its Kafka record's timestamp (the producer's
+    CreateTime unless the topic keeps LogAppendTime), but never after ingest's clock.
+
+    A future timestamp would push a `timeout_ms` deadline out and hide how far behind
+    ingest is; a past one is kept, since a record that waited in the topic did wait and
+    ingest cannot tell a back-dated one (README: producers that forward an event's own
+    time set `created_at`). A record without a timestamp (-1) arrived now.
+    """
+    if record_ms < 0 or record_ms >= now.timestamp() * 1000:
+        return now
+    return datetime.fromtimestamp(record_ms / 1000, UTC)
+
+
 def answer(where: Salvage, error: InferbusError, ingest_ms: float) -> Answer:
     """The error result for an event, sent where its salvaged fields say."""
     result = error_result(

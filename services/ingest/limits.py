@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -50,7 +51,19 @@ class _Bucket:
 
 
 class TenantLimiter:
-    """Token buckets keyed by tenant; `admit` takes one token or says which limit refused."""
+    """Token buckets keyed by tenant; `admit` takes one token or says which limit refused.
+
+    Tenants with their own limit (`overrides`, a fixed list) keep their buckets for good.
+    The others share a table of at most `max_buckets`, least recently used first out, so a
+    producer inventing tenant names costs one eviction a request, never a scan, and no
+    memory past the cap. The trade-off: a tenant evicted before its bucket refilled comes
+    back to a full one, a burst more than its limit. That takes `max_buckets` other tenants
+    between two of its requests (a busy tenant is never the least recently used), and
+    cycling that many names already buys a fresh bucket per new name: a per-tenant limit
+    cannot stop a producer who chooses its tenant names. Refusing new tenants instead
+    would let that producer lock every other tenant out. `evicted_unrefilled` counts the
+    evictions that cost a limit anything.
+    """
 
     def __init__(
         self,
@@ -59,10 +72,19 @@ class TenantLimiter:
         *,
         max_buckets: int = 10_000,
     ) -> None:
+        if max_buckets < 1:
+            raise ValueError(f"max_buckets must be at least 1, not {max_buckets}")
         self.default = default
         self.overrides = dict(overrides or {})
         self.max_buckets = max_buckets
-        self._buckets: dict[str, _Bucket] = {}
+        self._named: dict[str, _Bucket] = {}
+        """Buckets of the tenants in `overrides`: never evicted."""
+        self._others: OrderedDict[str, _Bucket] = OrderedDict()
+        """Buckets of the tenants under the default limit, least recently used first."""
+        self.evictions = 0
+        """Buckets dropped to make room for a new tenant."""
+        self.evicted_unrefilled = 0
+        """Of those, the ones not yet full again: each a burst its tenant may get twice."""
 
     @property
     def active(self) -> bool:
@@ -79,11 +101,7 @@ class TenantLimiter:
         limit = self.limit_for(tenant)
         if limit is None:
             return None
-        bucket = self._buckets.get(name)
-        if bucket is None:
-            if len(self._buckets) >= self.max_buckets:
-                self._forget_full(now)
-            bucket = self._buckets[name] = _Bucket(limit.capacity, now)
+        bucket = self._bucket(name, limit, now)
         # A clock that steps back refills nothing rather than draining the bucket.
         elapsed_s = max((now - bucket.at).total_seconds(), 0.0)
         bucket.tokens = min(limit.capacity, bucket.tokens + elapsed_s * limit.rate_rps)
@@ -93,18 +111,30 @@ class TenantLimiter:
         bucket.tokens -= 1.0
         return Verdict(True, name, limit)
 
-    def _forget_full(self, now: datetime) -> None:
-        """Drop buckets that have refilled by now: a full bucket is the same as none, so
-        producers inventing tenant names cannot grow the table without bound."""
-        for name, bucket in list(self._buckets.items()):
-            limit = self.limit_for(None if name == NO_TENANT else name)
-            if limit is None:
-                del self._buckets[name]
-                continue
-            elapsed_s = max((now - bucket.at).total_seconds(), 0.0)
-            if bucket.tokens + elapsed_s * limit.rate_rps >= limit.capacity:
-                del self._buckets[name]
+    def _bucket(self, name: str, limit: TenantLimit, now: datetime) -> _Bucket:
+        """The tenant's bucket, a full one when it has none (at most one eviction)."""
+        if name in self.overrides:
+            bucket = self._named.get(name)
+            if bucket is None:
+                bucket = self._named[name] = _Bucket(limit.capacity, now)
+            return bucket
+        bucket = self._others.get(name)
+        if bucket is not None:
+            self._others.move_to_end(name)
+            return bucket
+        if len(self._others) >= self.max_buckets:
+            self._evict_oldest(limit, now)
+        bucket = self._others[name] = _Bucket(limit.capacity, now)
+        return bucket
+
+    def _evict_oldest(self, limit: TenantLimit, now: datetime) -> None:
+        """Drop the least recently used default-limit bucket (`limit` is the default)."""
+        _, oldest = self._others.popitem(last=False)
+        self.evictions += 1
+        elapsed_s = max((now - oldest.at).total_seconds(), 0.0)
+        if oldest.tokens + elapsed_s * limit.rate_rps < limit.capacity:
+            self.evicted_unrefilled += 1
 
     def __len__(self) -> int:
         """Buckets held now."""
-        return len(self._buckets)
+        return len(self._named) + len(self._others)

@@ -13,7 +13,8 @@ import pytest
 from schemas.errors import InvalidInput
 from schemas.result import InferenceResult
 from schemas.tensors import Tensor, TextInput
-from services.cli.infer import parse_inputs, printable, read_inputs
+from services.cli.infer import infer_once, parse_inputs, printable, read_inputs
+from services.models.demo import write_demo_models
 from services.runtime.answers import encode_result
 
 OUTPUTS = {
@@ -47,7 +48,7 @@ def test_an_error_result_prints_as_it_is() -> None:
     ("payload", "dtypes", "message"),
     [
         pytest.param([1, 2], {"x": "float32"}, "must be a JSON object", id="not-an-object"),
-        pytest.param({}, {"x": "float32"}, "must be a JSON object", id="empty"),
+        pytest.param({}, {"x": "float32"}, "the inputs are empty; give at least one", id="empty"),
         pytest.param(
             {"z": [[1.0]]}, {"x": "float32"}, "no such input; it takes x", id="wrong-input-name"
         ),
@@ -66,6 +67,46 @@ def test_inputs_that_cannot_be_sent_say_why(
 ) -> None:
     with pytest.raises(InvalidInput, match=message):
         parse_inputs(payload, dtypes, unknown_model="model 'nosuch' is not in models (demo-mlp)")
+
+
+ENCODER_DTYPES = {"input_ids": "int64", "attention_mask": "int64"}
+NOT_TEXT = "text must be a string or a list of strings, not"
+TENSORS = r"\(or send the model's tensors: attention_mask, input_ids\)$"
+
+
+@pytest.mark.parametrize(
+    ("payload", "takes_text", "message"),
+    [
+        pytest.param({"text": 5}, True, f"^input 'text': {NOT_TEXT} int 5 {TENSORS}", id="number"),
+        pytest.param({"text": None}, True, f"{NOT_TEXT} NoneType null", id="null"),
+        pytest.param({"text": []}, True, rf"{NOT_TEXT} list \[\]", id="empty-list"),
+        pytest.param({"q": ["a", 5]}, True, rf"'q': {NOT_TEXT} list \[", id="mixed-list"),
+        # A model without a tokenizer takes no text: the name is what is wrong.
+        pytest.param({"text": 5}, False, "'text': the model has no such input", id="no-tokenizer"),
+    ],
+)
+def test_text_that_cannot_be_sent_says_what_text_is(
+    payload: object, takes_text: bool, message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        parse_inputs(payload, ENCODER_DTYPES, takes_text=takes_text)
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        pytest.param("demo-encoder", "'text': text must be a string", id="encoder-takes-text"),
+        pytest.param("demo-mlp", "'text': the model has no such input; it takes x", id="mlp"),
+    ],
+)
+async def test_infer_knows_which_local_models_take_text(
+    tmp_path: Path, model: str, message: str
+) -> None:
+    write_demo_models(tmp_path)
+    with pytest.raises(InvalidInput, match=message):  # refused before any broker is asked
+        await infer_once(
+            "127.0.0.1:1", tmp_path, model, {"text": 5}, tier="interactive", timeout_s=1
+        )
 
 
 def test_plain_lists_take_the_model_dtype() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infra.models.config import TensorSpec, TierSlo
-from infra.models.inputs import _all_below, tensor_nbytes, validate_inputs
+from infra.models.inputs import _all_below, index_errors, tensor_nbytes, validate_inputs
 from schemas.errors import InvalidInput
 from schemas.request import InferenceRequest
 from schemas.tensors import Tensor
@@ -114,6 +114,10 @@ def encoder_ids(ids: list[list[int]]) -> dict[str, Any]:
         pytest.param([[5, -5]], None, "token id -5; ids are never negative", id="negative"),
         pytest.param([[5, 99_999]], 1000, "token id 99999;.*vocabulary of 1000", id="beyond-vocab"),
         pytest.param([[7] * 513], None, "holds 513 tokens;.*at most 512", id="longer-than-max"),
+        pytest.param([[]], None, r"'input_ids' holds no tokens \(shape \[1, 0\]\)", id="no-tokens"),
+        pytest.param(
+            [[], []], 1000, r"holds no tokens \(shape \[2, 0\]\); each sample", id="no-tokens-2"
+        ),
     ],
 )
 def test_token_ids_sent_as_tensors_obey_the_tokenizer(
@@ -164,6 +168,11 @@ def test_a_request_with_bad_values_and_too_many_samples_hears_of_its_values(
         pytest.param([[1, 1], [1, 1]], r"disagree on the batch dimension", id="more-rows"),
         pytest.param([[1, 1, 2, 0, 0]], "may hold only 0 and 1", id="a-two"),
         pytest.param([[1, 1, -1, 0, 0]], "may hold only 0 and 1", id="negative"),
+        pytest.param(
+            [[0, 0, 0, 0, 0]],
+            r"'attention_mask' is all 0s in sample 0: no token to read",
+            id="all-zeros",
+        ),
     ],
 )
 def test_an_attention_mask_must_fit_its_token_ids(mask: list[list[int]], message: str) -> None:
@@ -181,6 +190,55 @@ def test_an_attention_mask_must_fit_its_token_ids(mask: list[list[int]], message
             max_samples=4,
             index_limits=vocabulary(1000),
         )
+
+
+def refusal(inputs: dict[str, Any], *, deferred: bool) -> str:
+    """What demo-encoder's request is refused with: at ingest (`deferred` False) or by the
+    worker, whose value checks wait for the poll (`index_errors`, among good requests)."""
+    config = encoder_config()
+    try:
+        arrays, _, _ = validate_inputs(
+            request("demo-encoder", inputs),
+            config,
+            max_tensor_bytes=1 << 20,
+            max_samples=4,
+            index_limits=vocabulary(1000),
+            check_indices=not deferred,
+        )
+    except InvalidInput as exc:
+        return exc.message
+    good = {"input_ids": np.array([[5]]), "attention_mask": np.array([[1]])}
+    first, error, last = index_errors([good, arrays, good], config, vocabulary(1000))
+    assert first is None and last is None and error is not None
+    return error.message
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["ingest", "worker-poll"])
+@pytest.mark.parametrize(
+    ("ids", "mask", "message"),
+    [
+        pytest.param(
+            [[5, 6], [7, 8]],
+            [[1, 0], [0, 0]],
+            "input 'attention_mask' is all 0s in sample 1: no token to read; each sample "
+            "needs at least one 1",
+            id="a-sample-masked-out",
+        ),
+        pytest.param(
+            [[], []],
+            [[], []],
+            "input 'input_ids' holds no tokens (shape [2, 0]); each sample needs at least one",
+            id="no-tokens",
+        ),
+    ],
+)
+def test_a_sample_of_no_tokens_is_refused_as_blank_text_is(
+    ids: list[list[int]], mask: list[list[int]], message: str, deferred: bool
+) -> None:
+    """Answered `ok` with zeros before; ingest and the worker's poll check say the same."""
+    inputs = encoder_ids(ids)
+    inputs["attention_mask"]["data"] = mask
+    assert refusal(inputs, deferred=deferred) == message
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,8 @@ from aiokafka.errors import KafkaTimeoutError
 from aiokafka.structs import ConsumerRecord, RecordMetadata
 
 from schemas import headers as h
+from schemas.frames import is_frame, join_frame
+from schemas.result import InferenceResult
 from schemas.topics import DLQ, INGEST, RESULTS
 from services.ingest.app import IngestService
 from services.ingest.settings import IngestSettings
@@ -80,6 +82,62 @@ async def test_when_the_answer_fails_too_the_original_goes_to_the_dlq(tmp_path: 
     assert dead.value == value, "the producer's original bytes"
     assert h.header(dead.headers, h.ERROR_CODE) == "undeliverable"
     assert "team-replies" in (h.header(dead.headers, h.ERROR_MESSAGE) or "")
+
+
+F64 = {"dtype": "float64", "shape": [1, 16], "data": [[0.5] * 16]}
+
+
+@pytest.mark.parametrize(
+    ("changes", "framed", "status", "message"),
+    [
+        pytest.param(
+            {"inputs": {"x": F64}},
+            False,
+            "invalid_input",
+            "input 'x' must be float32, got float64",
+            id="invalid-input",
+        ),
+        pytest.param(
+            {"model": "nomodel"},
+            False,
+            "model_not_found",
+            "model 'nomodel' is not in the repository",
+            id="model-not-found",
+        ),
+        pytest.param(
+            {"inputs": {"x": F64}},
+            True,
+            "invalid_input",
+            "input 'x' must be float32, got float64",
+            id="invalid-input-framed",
+        ),
+    ],
+)
+async def test_an_error_answer_that_cannot_be_sent_goes_to_the_dlq_as_the_result(
+    tmp_path: Path, changes: dict[str, Any], framed: bool, status: str, message: str
+) -> None:
+    # As the worker's undeliverable results: the DLQ reader gets the answer and its reason,
+    # keyed by request id; the source headers name the request's record.
+    publisher = FailingPublisher(("team-replies",))
+    ingest = service(tmp_path, publisher)
+    value = json.dumps({**EVENT, **changes, "reply_to": "team-replies"}).encode()
+    await ingest.handle([record(join_frame(value) if framed else value)])
+
+    [dead] = publisher.sent
+    assert dead.topic == DLQ
+    assert dead.key == b"r-undeliverable"
+    assert is_frame(dead.value) == framed, "the answer as it would have gone"
+    result = InferenceResult.from_wire(dead.value)
+    assert (result.request_id, result.status) == ("r-undeliverable", status)
+    assert result.error is not None and message in result.error.message
+    assert h.header(dead.headers, h.ERROR_CODE) == "undeliverable"
+    assert "team-replies" in (h.header(dead.headers, h.ERROR_MESSAGE) or "")
+    where = [
+        h.header(dead.headers, n) for n in (h.SOURCE_TOPIC, h.SOURCE_PARTITION, h.SOURCE_OFFSET)
+    ]
+    assert where == [INGEST, "0", "7"]
+    assert ingest.offsets.in_flight(INGEST, 0) == 0
+    assert ingest.counts["dead_lettered"] == 1
 
 
 async def test_a_dlq_that_cannot_be_written_is_retried_until_it_takes_the_record(

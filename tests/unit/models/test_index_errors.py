@@ -87,13 +87,21 @@ def test_a_poll_gets_the_messages_each_request_gets_alone(
         pytest.param({"input_ids": [[5, 50]]}, "token id 50;.*vocabulary of 50", id="past-vocab"),
         pytest.param({"attention_mask": [[1, 2]]}, "may hold only 0 and 1", id="mask-two"),
         pytest.param({"attention_mask": [[1]]}, "must match 'input_ids'", id="mask-shape"),
+        pytest.param(
+            {"attention_mask": [[0, 0]]}, "all 0s in sample 0: no token to read", id="mask-zeros"
+        ),
+        pytest.param(
+            {"input_ids": [[]], "attention_mask": [[]]},
+            r"'input_ids' holds no tokens \(shape \[1, 0\]\)",
+            id="no-tokens",
+        ),
     ],
 )
 def test_one_bad_request_in_a_poll_is_named_and_the_rest_pass(
     bad: dict[str, list[list[int]]], message: str
 ) -> None:
     good = {"input_ids": np.array([[5, 6]]), "attention_mask": np.array([[1, 1]])}
-    poisoned = {**good, **{name: np.array(values) for name, values in bad.items()}}
+    poisoned = {**good, **{name: np.array(values, dtype=np.int64) for name, values in bad.items()}}
 
     errors = index_errors([good, poisoned, good], ENCODER, LIMITS["demo-encoder"])
 
