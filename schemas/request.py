@@ -36,6 +36,7 @@ class InferenceRequest(BaseModel):
     deadline: datetime | None = Field(default=None, description="Absolute, ISO 8601 with zone.")
     timeout_ms: int | None = Field(
         default=None,
+        strict=True,
         gt=0,
         le=MAX_TIMEOUT_MS,
         description="Relative to `created_at` (else to receipt); at most 2^31-1 (24.8 days).",
@@ -57,6 +58,16 @@ class InferenceRequest(BaseModel):
                 f"reply_to {value!r} is one of inferbus's own topics; results go to "
                 f"{RESULTS}, {RESULTS}.<anything> or a topic of your own"
             )
+        return value
+
+    @field_validator("deadline", "created_at", mode="before")
+    @classmethod
+    def _a_time_not_a_number(cls, value: object) -> object:
+        """As the JSON Schema says (a date-time string): lax mode read a number as a time,
+        0 as the epoch and 1733440000000 as epoch ms. (`timeout_ms` is strict for the same
+        reason: "5000" and 5000.0 were taken.)"""
+        if isinstance(value, int | float):
+            raise ValueError("must be an ISO 8601 date-time string, not a number")
         return value
 
     @field_validator("deadline", "created_at")

@@ -36,8 +36,12 @@ class RawSlice(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    offset: int = Field(ge=0, description="Start within the payload (after the envelope).")
-    nbytes: int = Field(ge=0, description="Length in bytes: product(shape) x itemsize.")
+    offset: int = Field(
+        ge=0, strict=True, description="Start within the payload (after the envelope)."
+    )
+    nbytes: int = Field(
+        ge=0, strict=True, description="Length in bytes: product(shape) x itemsize."
+    )
 
 
 class Tensor(BaseModel):
@@ -46,7 +50,7 @@ class Tensor(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     dtype: DType
-    shape: list[int] = Field(
+    shape: list[Annotated[int, Field(strict=True)]] = Field(
         min_length=1, fail_fast=True, description="Leading dimension is the batch."
     )
     data: Any = Field(default=None, description="Nested list matching `shape`.")
