@@ -46,6 +46,10 @@ RESEND_FLOOR_S = 1.0
 """...and never sooner than this."""
 RESTART_CHECK_S = 1.0
 """How often the restart watch looks while it resends (otherwise every 2 s)."""
+READER_RETRY_S = 0.1
+"""The result reader's wait after a second failure in a row; it doubles with each more..."""
+READER_RETRY_MAX_S = 5.0
+"""...up to this (after a first failure it tries again at once)."""
 
 log = logging.getLogger(__name__)
 InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str]
@@ -165,6 +169,9 @@ class InferenceClient:
         self._consumer: AIOKafkaConsumer | None = None
         self._pacer: FetchPacer | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._positions: dict[TopicPartition, int] = {}
+        """Per assigned partition, the offset after the last record the reader took: where
+        a rebuilt consumer reads on."""
         self._waiters: dict[str, asyncio.Future[InferenceResult]] = {}
         self._mine = PendingRequests()
         self._seen = _SeenIds()
@@ -210,13 +217,7 @@ class InferenceClient:
         try:
             await start_with_retry(self._producer.start, what="client-producer")
             await start_with_retry(self._consumer.start, what="client-consumer")
-            self._pacer = FetchPacer(
-                self._consumer,
-                expecting=self._expecting,
-                rhythm=True,
-                critical=self._mine.any_urgent_due,
-            )
-            self._pacer.attach()
+            self._pace(self._consumer)
             partitions = await self._partitions(self.reply_to)
             # The registry's log too, from its end: it carries the note that the broker
             # lost its logs (and, one record per batch, its end offset tells a restart).
@@ -231,6 +232,7 @@ class InferenceClient:
             self._consumer.assign(partitions)
             for tp in partitions:
                 self._consumer.seek(tp, ends[tp])
+            self._positions = {tp: ends[tp] for tp in partitions}
         except BaseException:
             # A failed start leaves nothing open behind the caller's error.
             await self._consumer.stop()
@@ -239,6 +241,13 @@ class InferenceClient:
         self._reader = asyncio.create_task(self._read(), name="client-results")
         self._publisher = Publisher(self._producer, patience_s=self.patience_s)
         self._watcher = asyncio.create_task(self._watch_restarts(), name="client-restarts")
+
+    def _pace(self, consumer: AIOKafkaConsumer) -> None:
+        """Have the started result consumer's fetches paced by what this client awaits."""
+        self._pacer = FetchPacer(
+            consumer, expecting=self._expecting, rhythm=True, critical=self._mine.any_urgent_due
+        )
+        self._pacer.attach()
 
     async def _partitions(self, topic: str) -> list[TopicPartition]:
         assert self._consumer is not None
@@ -253,22 +262,25 @@ class InferenceClient:
         )
 
     async def stop(self) -> None:
-        """Disconnect; pending `infer()` calls fail with CancelledError."""
+        """Disconnect; pending `infer()` calls fail with CancelledError. The consumer and
+        producer are closed whatever a background task ended with (that is logged)."""
         reader, self._reader = self._reader, None
-        for task in (reader, self._watcher, *self._background):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._watcher = None
-        for future in self._waiters.values():
-            future.cancel()
-        self._waiters.clear()
+        watcher, self._watcher = self._watcher, None
+        async with contextlib.AsyncExitStack() as closing:
+            # Run last to first, each whatever the one before raised.
+            if self._producer is not None:
+                closing.push_async_callback(self._producer.stop)
+            closing.push_async_callback(self._log_ends.close)
+            closing.push_async_callback(self._stop_consumer)  # the one the reader ended with
+            for task in (reader, watcher, *self._background):
+                await _end_task(task)
+            for future in self._waiters.values():
+                future.cancel()
+            self._waiters.clear()
+
+    async def _stop_consumer(self) -> None:
         if self._consumer is not None:
             await self._consumer.stop()
-        await self._log_ends.close()
-        if self._producer is not None:
-            await self._producer.stop()
 
     def build_request(
         self,
@@ -376,6 +388,7 @@ class InferenceClient:
         self._restarts = RestartDetector()
         self._restarted_at = time.monotonic()
         read_from_start(consumer, *consumer.assignment())
+        self._positions = dict.fromkeys(self._positions, 0)
         self._resubmit_pending()
 
     def _resubmit_pending(self, *, every_one: bool = True) -> None:
@@ -413,6 +426,14 @@ class InferenceClient:
             await self._produce(wire)
         except KafkaError as exc:  # the waiting infer() reports the timeout with its id
             log.warning("event=resubmit_failed request_id=%s error=%r", wire.request_id, exc)
+        except Exception as exc:
+            # Not the broker being away (an aiokafka AssertionError, say): its caller gets
+            # it now; were it raised here, nobody would await this task to see it.
+            waiter = self._waiters.get(wire.request_id)
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(exc)
+            else:
+                log.exception("event=resubmit_failed request_id=%s error=%r", wire.request_id, exc)
 
     async def _watch_restarts(self, every_s: float = 2.0) -> None:
         """While results are awaited, ask whether the broker lost its logs: the registry's
@@ -423,12 +444,20 @@ class InferenceClient:
             await asyncio.sleep(min(every_s, RESTART_CHECK_S) if watching else every_s)
             if not self._pending or self._consumer is None:
                 continue
-            if watching:
-                # A restarted broker can still lose records written in its first seconds
-                # (Tansu acks some it cannot serve): what waits too long is sent again.
-                self._resubmit_pending(every_one=False)
-            if await self._registry_overrun() or await self._ingest_logs_restarted():
-                await self._broker_restarted()
+            try:
+                await self._watch_once(watching=watching)
+            except KafkaError as exc:  # a consumer being rebuilt, a broker away
+                log.warning("event=restart_watch_failed error=%r (again next round)", exc)
+            except Exception as exc:
+                log.exception("event=restart_watch_failed error=%r (again next round)", exc)
+
+    async def _watch_once(self, *, watching: bool) -> None:
+        if watching:
+            # A restarted broker can still lose records written in its first seconds
+            # (Tansu acks some it cannot serve): what waits too long is sent again.
+            self._resubmit_pending(every_one=False)
+        if await self._registry_overrun() or await self._ingest_logs_restarted():
+            await self._broker_restarted()
 
     async def _ingest_logs_restarted(self) -> bool:
         """Whether an ingest partition we wrote to now ends before an offset acked there
@@ -475,6 +504,8 @@ class InferenceClient:
                 f"no result for request {request.request_id} within {timeout_s:g} s"
             ) from None
         finally:
+            if future.done() and not future.cancelled():
+                future.exception()  # a reader's error given to it is seen, even if unraised
             self._waiters.pop(request.request_id, None)
             self._pending.pop(request.request_id, None)
             self._sent_at.pop(request.request_id, None)
@@ -492,22 +523,82 @@ class InferenceClient:
             yield self._stream.popleft()
 
     async def _read(self) -> None:
+        """Read results until stopped. A KafkaError is aiokafka's fetcher dying (it does not
+        come back by itself): a fresh consumer reads on where this one stopped. Any other
+        error fails every waiting `infer` with it (an error now, not a timeout later), and
+        reading goes on."""
+        gaps = GapGuard()
+        broken = False
+        failures = 0
+        while True:
+            try:
+                if broken:
+                    await self._rebuild_consumer()
+                    broken = False
+                await self._read_once(gaps)
+            except KafkaError as exc:
+                broken = True
+                log.warning(
+                    "event=client_consumer_broken client=%s error=%r (rebuilding)",
+                    self.client_id,
+                    exc,
+                )
+            except Exception as exc:
+                log.exception(
+                    "event=client_reader_failed client=%s error=%r (waiting requests fail)",
+                    self.client_id,
+                    exc,
+                )
+                self._fail_waiters(exc)
+            else:
+                failures = 0
+                continue
+            failures += 1
+            await asyncio.sleep(reader_retry_s(failures))
+
+    async def _rebuild_consumer(self) -> None:
+        """A fresh consumer in place of the broken one, at the positions the reader reached:
+        results written meanwhile are read, not skipped (as reading from the end would)."""
+        with contextlib.suppress(Exception):  # it is broken: only its closing is at stake
+            if self._consumer is not None:
+                await self._consumer.stop()
+        consumer = make_consumer(bootstrap=self.bootstrap, group_id=None, client_id=self.client_id)
+        try:
+            await start_with_retry(consumer.start, what="client-consumer")
+            # Taken after the start: a broker restart seen meanwhile set them to 0.
+            positions = dict(self._positions)
+            consumer.assign(list(positions))
+            for tp, offset in positions.items():
+                consumer.seek(tp, offset)
+        except BaseException:
+            await consumer.stop()  # a failed try leaves nothing open; the next makes its own
+            raise
+        self._consumer = consumer
+        self._pace(consumer)
+        log.info("event=client_consumer_rebuilt client=%s", self.client_id)
+
+    def _fail_waiters(self, exc: Exception) -> None:
+        for future in self._waiters.values():
+            if not future.done():
+                future.set_exception(exc)
+
+    async def _read_once(self, gaps: GapGuard) -> None:
         consumer = self._consumer
         assert consumer is not None
-        gaps = GapGuard()
-        while True:
-            batches = await getmany_in_order(consumer, gaps, timeout_ms=200)
-            results = 0
-            for tp, records in batches.items():
-                if tp.topic == INSTANCES:
-                    if any(self._broker_note(r) for r in records):
-                        await self._broker_restarted()
-                    continue
-                results += len(records)
-                for record in records:
-                    self._deliver(record)
-            if self._pacer is not None:
-                self._pacer.observe(results)
+        batches = await getmany_in_order(consumer, gaps, timeout_ms=200)
+        for tp, records in batches.items():
+            self._positions[tp] = records[-1].offset + 1
+        results = 0
+        for tp, records in batches.items():
+            if tp.topic == INSTANCES:
+                if any(self._broker_note(r) for r in records):
+                    await self._broker_restarted()
+                continue
+            results += len(records)
+            for record in records:
+                self._deliver(record)
+        if self._pacer is not None:
+            self._pacer.observe(results)
 
     @property
     def results_overdue(self) -> int:
@@ -588,6 +679,29 @@ class InferenceClient:
         if self._publisher is None:
             raise RuntimeError("InferenceClient is not started: use `async with` or start()")
         return self._publisher
+
+
+def reader_retry_s(failures: int) -> float:
+    """The result reader's wait after its `failures`-th failure in a row: none after the
+    first (a broken consumer is rebuilt at once), then `READER_RETRY_S` doubling up to
+    `READER_RETRY_MAX_S`, so an error that stays does not spin the loop."""
+    if failures <= 1:
+        return 0.0
+    return min(READER_RETRY_MAX_S, READER_RETRY_S * 2.0 ** (failures - 2))
+
+
+async def _end_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel a task and wait for it; an error it had ended with is logged, not raised (a
+    stop goes on to close what the client holds)."""
+    if task is None:
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception as exc:
+        log.error("event=client_task_failed task=%s error=%r", task.get_name(), exc, exc_info=exc)
 
 
 def resend_after_s(left_s: float | None) -> float:
