@@ -60,13 +60,21 @@ class InferenceRequest(BaseModel):
             )
         return value
 
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _the_integer_one(cls, value: object) -> object:
+        """1, not true or 1.0 (lax mode took both as 1; `timeout_ms: true` is refused)."""
+        if isinstance(value, bool | float):
+            raise ValueError("must be the integer 1")
+        return value
+
     @field_validator("deadline", "created_at", mode="before")
     @classmethod
     def _a_time_not_a_number(cls, value: object) -> object:
         """As the JSON Schema says (a date-time string): lax mode read a number as a time,
         0 as the epoch and 1733440000000 as epoch ms. (`timeout_ms` is strict for the same
         reason: "5000" and 5000.0 were taken.)"""
-        if isinstance(value, int | float):
+        if isinstance(value, int | float) or (isinstance(value, str) and _is_number(value)):
             raise ValueError("must be an ISO 8601 date-time string, not a number")
         return value
 
@@ -97,3 +105,15 @@ class InferenceRequest(BaseModel):
             return None
         start = self.created_at.timestamp() * 1000 if self.created_at else received_ms
         return start + self.timeout_ms
+
+
+def _is_number(text: str) -> bool:
+    """Whether `text` spells a number ("0", "1733440000000", "1.5e9"), which pydantic would
+    read as epoch seconds or milliseconds."""
+    if ":" in text or "T" in text:  # a date-time, the usual case: no parse tried
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -288,9 +288,11 @@ def _route(
     waited_ms = (now - produced_at).total_seconds() * 1000
     if request.tier == "batch" and waited_ms > settings.shed_batch_after_ms:
         raise Overloaded(
-            f"ingest is {waited_ms:.0f} ms behind (bound {settings.shed_batch_after_ms:.0f} "
-            "ms); batch requests are shed first so critical and interactive ones go on; "
-            "retry later",
+            f"ingest is {waited_ms:.0f} ms behind: the request reached it that long after "
+            f"its record's timestamp (bound {settings.shed_batch_after_ms:.0f} ms); batch "
+            "requests are shed first so critical and interactive ones go on; retry later "
+            "(a producer that stamps records with an older time of its own sets created_at "
+            "instead)",
             tier=request.tier,
             behind_ms=round(waited_ms),
         )

@@ -102,6 +102,39 @@ def test_effective_deadline(fields: dict[str, Any], expected: datetime | None) -
     assert request(**fields).effective_deadline(T0) == expected
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        pytest.param("timeout_ms", '"5000"', "valid integer", id="timeout-string"),
+        pytest.param("timeout_ms", "5000.0", "valid integer", id="timeout-float"),
+        pytest.param("timeout_ms", "true", "valid integer", id="timeout-bool"),
+        pytest.param("deadline", "0", "not a number", id="deadline-number"),
+        pytest.param("deadline", '"0"', "not a number", id="deadline-quoted-number"),
+        pytest.param("created_at", "1733440000000", "not a number", id="created-at-epoch-ms"),
+        pytest.param("created_at", '"1.7e12"', "not a number", id="created-at-quoted"),
+        pytest.param("schema_version", "true", "integer 1", id="schema-version-bool"),
+        pytest.param("schema_version", "1.0", "integer 1", id="schema-version-float"),
+        pytest.param("schema_version", "null", "Input should be 1", id="schema-version-null"),
+    ],
+)
+def test_what_the_json_schema_forbids_is_refused(field: str, value: str, words: str) -> None:
+    """Lax parsing took these: a quoted or fractional timeout, a number as a time."""
+    text = '{"x": {"text": "a"}}'
+    event = f'{{"request_id": "r", "model": "m", "inputs": {text}, "{field}": {value}}}'
+    with pytest.raises(ValidationError, match=words):
+        InferenceRequest.model_validate_json(event)
+
+
+@pytest.mark.parametrize(
+    "shape", ['["1", 16]', "[1.0, 16]", "[true, 16]"], ids=["string", "float", "bool"]
+)
+def test_a_shape_holds_integers(shape: str) -> None:
+    tensor = f'{{"dtype": "float32", "shape": {shape}, "b64": ""}}'
+    event = f'{{"request_id": "r", "model": "m", "inputs": {{"x": {tensor}}}}}'
+    with pytest.raises(ValidationError, match="valid integer"):
+        InferenceRequest.model_validate_json(event)
+
+
 @pytest.mark.parametrize("reply_to", ["bad topic", "..", "", "t" * 250, "a/b", "ä"])
 def test_illegal_reply_to_is_refused_with_its_name(reply_to: str) -> None:
     with pytest.raises(ValidationError, match="is not a legal Kafka topic name"):
