@@ -336,8 +336,9 @@ class OwnedConsumer:
             parts = frozenset(group.owned - group.releasing)
             if parts:
                 tasks.append(self._start_release(group, parts))
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, Exception):  # the rest of the close goes on regardless
+                log.warning("event=release_failed client=%s error=%r", self.client_id, outcome)
         if self._committing is not None:
             self._committing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
