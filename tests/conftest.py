@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from infra.broker import EmbeddedBroker
+from infra.lograte import RateLimitFilter
 
 
 def _docker_available() -> bool:
@@ -22,6 +24,17 @@ def _docker_available() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return result.returncode == 0
+
+
+@pytest.fixture(autouse=True)
+def _no_log_rate_limit_left_behind() -> Iterator[None]:
+    """A test that runs a CLI command puts `infra.lograte`'s filter on the root logger's
+    handlers, pytest's log capture among them, which live for the whole session: a later
+    test's 11th line of a kind within 10 s was then held back from its `caplog`."""
+    yield
+    for handler in logging.getLogger().handlers:
+        for found in [f for f in handler.filters if isinstance(f, RateLimitFilter)]:
+            handler.removeFilter(found)
 
 
 @pytest.fixture(scope="session")
