@@ -59,18 +59,34 @@ def decide_command(
     except SignalsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from exc
-    decision, _ = POLICIES[policy](snapshot.signals, snapshot.state, cfg, snapshot.now)
+    try:
+        decision, _ = POLICIES[policy](snapshot.signals, snapshot.state, cfg, snapshot.now)
+    except SignalsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+    except Exception as exc:  # any other failure on a snapshot that loaded is a defect
+        typer.echo(f"error: {policy_defect(policy, signals, exc)}", err=True)
+        raise typer.Exit(code=2) from exc
     for group in decision.groups:
         typer.echo(json.dumps(group.to_dict(), indent=2))
         if explain:
             typer.echo(group.line(), err=True)
 
 
+def policy_defect(policy: str, signals: Path, exc: Exception) -> str:
+    """What `decide` says when the policy fails on a snapshot the loader accepted."""
+    return (
+        f"the {policy} policy failed on {signals}: {type(exc).__name__}: {exc}. "
+        "This is a defect in inferbus (a snapshot that loads must get a decision): "
+        "please report it with the snapshot"
+    )
+
+
 @scaler_app.command("traffic")
 def traffic_command(
     family: Annotated[str, typer.Argument(help=f"one of {', '.join(FAMILIES)}")],
     out: Annotated[Path, typer.Option("--out", help="CSV to write (the trace's form).")],
-    seed: Annotated[int, typer.Option("--seed", help="Same seed, same requests.")] = 1,
+    seed: Annotated[int, typer.Option("--seed", min=0, help="Same seed, same requests.")] = 1,
 ) -> None:
     """Write one seeded instance of a traffic family as a trace CSV for `inferbus sim --trace`."""
     try:
@@ -105,6 +121,9 @@ def _tiers(value: str) -> list[Tier]:
     bad = [t for t in tiers if t not in TIERS]
     if bad or not tiers:
         raise typer.BadParameter(f"tiers must be a comma list of {TIERS}")
+    twice = sorted({t for t in tiers if tiers.count(t) > 1})
+    if twice:
+        raise typer.BadParameter(f"--tiers names {', '.join(twice)} more than once")
     return tiers  # type: ignore[return-value]
 
 
@@ -119,6 +138,19 @@ def _workload(
         )
     assert scenario_name is not None
     return scenario(scenario_name, seed)
+
+
+def _output_problem(json_out: Path | None, plot_out: Path | None) -> str | None:
+    """Why the report or the plot could not be written, found before an hour is simulated."""
+    if json_out is not None and json_out.is_dir():
+        return f"--json {json_out} is a directory; name a file (report.json or report.json.gz)"
+    if plot_out is not None:
+        from scaler.sim.plot import plot_path_problem
+
+        why = plot_path_problem(plot_out)
+        if why is not None:
+            return f"--plot {plot_out}: {why}"
+    return None
 
 
 def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
@@ -137,7 +169,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     ] = "interactive",
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
     plot_out: Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 1,
+    seed: Annotated[int, typer.Option("--seed", min=0)] = 1,
     model_yaml: Annotated[
         Path | None, typer.Option("--model-yaml", help="Take engine.sim and batching from here.")
     ] = None,
@@ -193,6 +225,10 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     if per not in (None, "token", "sample"):
         raise typer.BadParameter("--per must be token or sample")
     console = Console(stderr=True)
+    problem = _output_problem(json_out, plot_out)
+    if problem is not None:
+        console.print(f"[red]error:[/red] {problem}")
+        raise typer.Exit(code=2)
     try:
         cfg = _config(config)
         workload = _workload(trace, scenario_name, rate_scale, tiers, seed)
@@ -255,6 +291,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         from scaler.sim.plot import plot
 
         plot(result, plot_out)
+        console.print(f"plot written to {plot_out}")
 
 
 def main() -> None:

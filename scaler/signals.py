@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,24 @@ from schemas.topics import TIERS, Tier
 
 class SignalsError(InferbusError):
     """A signals snapshot or a policy config is malformed; the message names the field."""
+
+
+NOT_FINITE = "must be finite (not NaN, Infinity or beyond a float's ±1.8e308)"
+"""What a check says about a number the policy's arithmetic cannot take."""
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` for an error message, cut short (a 400-digit integer is not read)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}… ({len(text)} characters)"
+
+
+def is_finite(value: float) -> bool:
+    """A finite number a float can hold (an int beyond a float's range is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int with more than ~308 digits
+        return False
 
 
 Diagnosis = Literal[
@@ -126,9 +145,20 @@ class GroupSignals:
                 f"ready_replicas {self.ready_replicas} > replicas {self.replicas}",
                 group=self.group,
             )
+        if self.ready_replicas + self.starting_replicas > self.replicas:
+            raise SignalsError(
+                f"ready_replicas {self.ready_replicas} + starting_replicas "
+                f"{self.starting_replicas} > replicas {self.replicas} (replicas counts both)",
+                group=self.group,
+            )
         if self.max_replicas is not None and self.max_replicas < self.min_replicas:
             raise SignalsError(
                 f"max_replicas {self.max_replicas} < min_replicas {self.min_replicas}",
+                group=self.group,
+            )
+        if self.max_replicas is not None and self.warm_replicas > self.max_replicas:
+            raise SignalsError(
+                f"warm_replicas {self.warm_replicas} > max_replicas {self.max_replicas}",
                 group=self.group,
             )
         if self.standby_replicas is not None and self.standby_replicas < 0:
@@ -312,6 +342,10 @@ class PolicyConfig:
     as idle consumers (when the deployment supports standby). None: never."""
 
     def __post_init__(self) -> None:
+        infinite = _infinite_fields(self)
+        if infinite:
+            # Every range check below is false for NaN: it would pass them all.
+            raise SignalsError("invalid policy config: " + "; ".join(infinite))
         problems: list[str] = []
         if not 0 < self.target_utilization <= 1:
             problems.append("target_utilization must be in (0, 1]")
@@ -420,6 +454,37 @@ class PolicyConfig:
         if self.forecast_horizon_s is not None:
             return self.forecast_horizon_s
         return self.time_to_ready_s(signals) + self.metrics_window_s / 2
+
+
+def _infinite_fields(config: PolicyConfig) -> list[str]:
+    """`name must be finite` for each number field of `config` that is not (no field takes
+    Infinity for "never": those say None)."""
+    values = ((f.name, getattr(config, f.name)) for f in dataclasses.fields(config))
+    return [
+        f"{name} {NOT_FINITE}, got {shown(value)}"
+        for name, value in values
+        if isinstance(value, int | float) and not is_finite(value)
+    ]
+
+
+_PLAIN_BELOW = 1e9
+"""Reasons print numbers below this in plain digits, larger ones in 3 significant digits."""
+
+
+def reason_number(x: float, decimals: int = 0) -> str:
+    """A number as a reason's message prints it: `2400`, `3.8` (decimals=1); from 1e9 up
+    `4.17e+09`, so an absurd input never prints hundreds of digits."""
+    if abs(x) < _PLAIN_BELOW:
+        return f"{x:.{decimals}f}"
+    try:
+        return f"{x:.3g}"
+    except OverflowError:  # an int beyond a float's range (a sum of saturated counts)
+        return f"more than {sys.float_info.max:.3g}"
+
+
+def reason_percent(share: float) -> str:
+    """A share as a reason's message prints it: `85%`; from 1e7 % up `1.2e+09%`."""
+    return f"{share:.0%}" if abs(share) < _PLAIN_BELOW / 100 else f"{share * 100:.3g}%"
 
 
 @dataclass(frozen=True)
@@ -553,8 +618,8 @@ def _coerce(group: str, name: str, value: Any) -> Any:
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SignalsError(f"field {name!r} must be a number, got {value!r}", group=group)
-    if not math.isfinite(value):
-        raise SignalsError(f"field {name!r} must be finite", group=group)
+    if not is_finite(value):
+        raise SignalsError(f"field {name!r} {NOT_FINITE}, got {shown(value)}", group=group)
     if name in _NON_NEGATIVE and value < 0:
         raise SignalsError(f"field {name!r} must be >= 0, got {value!r}", group=group)
     if name in _INT_FIELDS:
@@ -593,6 +658,24 @@ class Snapshot:
     state: ScalerState
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _sample_problem(point: Any) -> str | None:
+    """Why one history sample is not `[t, rps]` with both finite and rps >= 0, or None."""
+    if not (isinstance(point, list) and len(point) == 2 and all(map(_is_number, point))):
+        return "must be [t, rps], two numbers"
+    t, rps = point
+    if not is_finite(t):
+        return f"t {NOT_FINITE}"
+    if not is_finite(rps):
+        return f"rps {NOT_FINITE}"
+    if rps < 0:
+        return "rps must be >= 0"
+    return None
+
+
 def _history(raw: Any, path: Path) -> ScalerState:
     """`{"group": [[t, rps], ...]}` seeds the forecast and the burst memory, as if those
     earlier ticks had run."""
@@ -600,14 +683,14 @@ def _history(raw: Any, path: Path) -> ScalerState:
         raise SignalsError(f"{path}: 'history' must map group names to [[t, rps], ...]")
     groups = []
     for group, samples in raw.items():
-        ok = isinstance(samples, list) and all(
-            isinstance(p, list)
-            and len(p) == 2
-            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in p)
-            for p in samples
-        )
-        if not ok:
+        if not isinstance(samples, list):
             raise SignalsError(f"{path}: history of {group!r} must be [[t, rps], ...]")
+        for index, point in enumerate(samples):
+            problem = _sample_problem(point)
+            if problem is not None:
+                raise SignalsError(
+                    f"{path}: history of {group!r}, sample {index} {shown(point)}: {problem}"
+                )
         points = tuple(sorted((float(t), float(v)) for t, v in samples))
         since = points[0][0] if points else None
         groups.append(GroupState(group=group, arrival_samples=points, observed_since=since))
@@ -655,12 +738,20 @@ def load_snapshot(path: Path) -> Snapshot:
     state = _with_loads(state, signals)
     if now is None:
         now = max(s.collected_at for s in signals)
-    elif isinstance(now, bool) or not isinstance(now, int | float):
-        raise SignalsError(f"{path}: 'now' must be a number of seconds")
+    elif not _is_number(now) or not is_finite(now):
+        raise SignalsError(f"{path}: 'now' must be a finite number of seconds, got {shown(now)}")
     ahead = [s.group for s in signals if s.collected_at > now]
     if ahead:
         raise SignalsError(f"{path}: collected_at of {ahead} is after 'now' ({now})")
+    future = _history_after(state, now)
+    if future:
+        raise SignalsError(f"{path}: history of {future} has samples after 'now' ({now})")
     return Snapshot(signals=signals, now=float(now), state=state)
+
+
+def _history_after(state: ScalerState, now: float) -> list[str]:
+    """Groups whose history holds a sample later than `now` (a sample not yet taken)."""
+    return [g.group for g in state.groups if any(t > now for t, _ in g.arrival_samples)]
 
 
 def _read_json(path: Path) -> Any:
@@ -684,8 +775,10 @@ def _config_value_problem(name: str, value: Any) -> str | None:
     kind = _CONFIG_TYPES[name]
     if value is None:
         return None if kind.endswith("| None") else f"{name} cannot be null"
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not _is_number(value):
         return f"{name} must be a number, got {value!r}"
+    if not is_finite(value):
+        return f"{name} {NOT_FINITE}, got {shown(value)}"
     if kind.startswith("int") and value != int(value):
         return f"{name} must be a whole number, got {value!r}"
     return None

@@ -7,11 +7,10 @@ rate limit (100% or 4 pods per 15 s); leaving it out can only help the baselines
 
 from __future__ import annotations
 
-import math
-
+from scaler.policy.counts import ceil_count
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction
-from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
+from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason, reason_number
 
 _EPS = 1e-9
 
@@ -23,19 +22,33 @@ def _hpa_replicas(plan: Plan, ratio: float, config: PolicyConfig, base: int) -> 
         return plan.with_(
             reason=Reason(
                 "within_tolerance",
-                f"ratio {ratio:.2f} within ±{config.hpa_tolerance:.0%}",
+                f"ratio {reason_number(ratio, 2)} within ±{config.hpa_tolerance:.0%}",
                 {"ratio": ratio},
             )
         )
-    desired = math.ceil(base * ratio - _EPS)
+    desired = ceil_count(base * ratio - _EPS)
     return plan.with_(desired=desired, diagnosis=direction(desired, s.replicas))
+
+
+def _known_numbers(s: GroupSignals) -> dict[str, float]:
+    """What a group's signals do say, for a reason that sizes nothing from what they lack."""
+    known = {
+        "replicas": s.replicas,
+        "ready_replicas": s.ready_replicas,
+        "starting_replicas": s.starting_replicas,
+        "lag": s.lag,
+        "utilization": s.utilization,
+    }
+    return {name: value for name, value in known.items() if value is not None}
 
 
 def keda_lag(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
     """KEDA Kafka scaler: desired = ceil(totalLag / lagThreshold) via HPA AverageValue."""
     plan = Plan(signals=s, state=state, desired=s.replicas, diagnosis="steady")
     if s.lag is None:
-        return plan.with_(reason=Reason("lag_unknown", "lag not measured: holding", {}))
+        return plan.with_(
+            reason=Reason("lag_unknown", "lag not measured: no size from it", _known_numbers(s))
+        )
     threshold = config.keda_lag_threshold
     numbers = {"lag": float(s.lag), "lag_threshold": threshold}
     if s.lag <= config.keda_activation_lag_threshold:
@@ -45,23 +58,27 @@ def keda_lag(s: GroupSignals, state: GroupState, config: PolicyConfig, now: floa
             diagnosis="idle",
             reason=Reason(
                 "inactive",
-                f"lag {s.lag} <= activation {config.keda_activation_lag_threshold:.0f}",
+                f"lag {reason_number(s.lag)} <= activation "
+                f"{reason_number(config.keda_activation_lag_threshold)}",
                 numbers,
             ),
         )
     if s.replicas == 0:
-        desired = math.ceil(s.lag / threshold - _EPS)
+        desired = ceil_count(s.lag / threshold - _EPS)
         return plan.with_(
             desired=desired,
             diagnosis="capacity_bound",
-            reason=Reason("lag", f"lag {s.lag} / threshold {threshold:.0f}", numbers),
+            reason=Reason(
+                "lag", f"lag {reason_number(s.lag)} / threshold {reason_number(threshold)}", numbers
+            ),
         )
     ratio = s.lag / (threshold * s.replicas)
     plan = _hpa_replicas(plan, ratio, config, s.replicas)
     return plan.with_(
         reason=Reason(
             "lag",
-            f"lag {s.lag} over {s.replicas} replicas vs threshold {threshold:.0f} per replica",
+            f"lag {reason_number(s.lag)} over {reason_number(s.replicas)} replicas vs threshold "
+            f"{reason_number(threshold)} per replica",
             {**numbers, "ratio": ratio},
         )
     )
@@ -72,7 +89,11 @@ def hpa_util(s: GroupSignals, state: GroupState, config: PolicyConfig, now: floa
     plan = Plan(signals=s, state=state, desired=s.replicas, diagnosis="steady")
     if s.utilization is None or s.ready_replicas == 0:
         return plan.with_(
-            reason=Reason("utilization_unknown", "utilization not measured: holding", {})
+            reason=Reason(
+                "utilization_unknown",
+                "utilization not measured (or no replica ready): no size from it",
+                _known_numbers(s),
+            )
         )
     ratio = s.utilization / config.target_utilization
     # Pods still starting count as 0% busy, which is what HPA does on scale-up.
@@ -80,7 +101,7 @@ def hpa_util(s: GroupSignals, state: GroupState, config: PolicyConfig, now: floa
     return plan.with_(
         reason=Reason(
             "utilization",
-            f"utilization {s.utilization:.0%} on {s.ready_replicas} ready vs target "
+            f"utilization {s.utilization:.0%} on {reason_number(s.ready_replicas)} ready vs target "
             f"{config.target_utilization:.0%}",
             {"utilization": s.utilization, "ratio": ratio},
         )

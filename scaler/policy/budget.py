@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from scaler.policy.plan import Plan
-from scaler.signals import Reason
+from scaler.signals import Reason, reason_number
 from schemas.topics import TIERS
 
 
@@ -27,7 +27,8 @@ def _standby_first(plans: Sequence[Plan], budget: int) -> list[Plan]:
             out[i] = dataclasses.replace(out[i], standby=out[i].standby - cut).with_(
                 reason=Reason(
                     "budget_capped",
-                    f"global budget {budget}: standby {out[i].standby} cut by {cut}",
+                    f"global budget {reason_number(budget)}: standby "
+                    f"{reason_number(out[i].standby)} cut by {reason_number(cut)}",
                     {"budget": budget, "standby_cut": cut},
                 )
             )
@@ -63,7 +64,8 @@ def share_budget(plans: Sequence[Plan], budget: int | None) -> list[Plan]:
                 diagnosis="budget_capped",
                 reason=Reason(
                     "budget_capped",
-                    f"global budget {budget}: granted {grant} of {plan.desired} "
+                    f"global budget {reason_number(budget)}: granted {reason_number(grant)} of "
+                    f"{reason_number(plan.desired)} "
                     "(lower tiers yield first)",
                     {"budget": budget, "wanted": plan.desired, "granted": grant},
                 ),

@@ -9,13 +9,12 @@ for that and for draining the backlog it will have by the time new capacity serv
 
 from __future__ import annotations
 
-import math
-
+from scaler.policy.counts import ceil_count
 from scaler.policy.headroom import replicas_for
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arriving_rps
 from scaler.policy.rebalance import queue_budget_ms
-from scaler.signals import PolicyConfig, Reason
+from scaler.signals import PolicyConfig, Reason, reason_number
 
 _EPS = 1e-9
 
@@ -40,7 +39,7 @@ def fast_path(plan: Plan, config: PolicyConfig) -> Plan:
     warm = s.standby_ready_replicas if s.standby_replicas is not None else 0
     wait_s = config.rebalance_pause_s if by_rate - s.replicas <= warm else config.time_to_ready_s(s)
     projected = s.lag + (growth * wait_s if s.starting_replicas == 0 else 0.0)
-    needed = math.ceil(by_rate + projected / (mu * config.backlog_drain_s) - _EPS)
+    needed = ceil_count(by_rate + projected / (mu * config.backlog_drain_s) - _EPS)
     if needed <= plan.desired:
         return plan
     return plan.with_(
@@ -48,9 +47,11 @@ def fast_path(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis="capacity_bound",
         reason=Reason(
             "fast_path",
-            f"lag {s.lag} growing {growth:.0f}/s past {capacity:.0f}/s ready capacity: "
-            f"arrivals ~{arriving:.0f}/s need {by_rate}, {projected:.0f} queued "
-            f"by {wait_s:.0f} s drain in {config.backlog_drain_s:.0f} s: {needed} at once",
+            f"lag {reason_number(s.lag)} growing {reason_number(growth)}/s past "
+            f"{reason_number(capacity)}/s ready capacity: arrivals ~{reason_number(arriving)}/s "
+            f"need {reason_number(by_rate)}, {reason_number(projected)} queued by "
+            f"{reason_number(wait_s)} s drain in {reason_number(config.backlog_drain_s)} s: "
+            f"{reason_number(needed)} at once",
             {
                 "lag": s.lag,
                 "lag_growth_rps": growth,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from scaler.policy.plan import Plan
-from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
+from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason, reason_number
 
 
 def is_stale(signals: GroupSignals, config: PolicyConfig, now: float) -> bool:
@@ -19,7 +19,7 @@ def blind(signals: GroupSignals, state: GroupState, config: PolicyConfig, now: f
     age_s = now - signals.collected_at
     stale = Reason(
         "stale_signals",
-        f"signals {age_s:.0f} s old or incomplete ({failed} failed collection(s)): "
+        f"signals {reason_number(age_s)} s old or incomplete ({failed} failed collection(s)): "
         "not scaling down on missing data",
         {"age_s": age_s, "failed_collections": failed},
     )
@@ -59,7 +59,8 @@ def apply_bounds(plan: Plan, *, warm_floor: bool, partition_cap: bool) -> Plan:
             desired=floor,
             reason=Reason(
                 "floor",
-                f"kept at floor {floor} (min {s.min_replicas}, warm {s.warm_replicas})",
+                f"kept at floor {reason_number(floor)} (min {reason_number(s.min_replicas)}, "
+                f"warm {reason_number(s.warm_replicas)})",
                 {"floor": floor, "wanted": desired},
             ),
         )
@@ -68,7 +69,8 @@ def apply_bounds(plan: Plan, *, warm_floor: bool, partition_cap: bool) -> Plan:
             desired=s.max_replicas,
             reason=Reason(
                 "max_capped",
-                f"capped at max {s.max_replicas} (wanted {plan.desired})",
+                f"capped at max {reason_number(s.max_replicas)} "
+                f"(wanted {reason_number(plan.desired)})",
                 {"max_replicas": s.max_replicas, "wanted": plan.desired},
             ),
         )
@@ -79,7 +81,8 @@ def apply_bounds(plan: Plan, *, warm_floor: bool, partition_cap: bool) -> Plan:
             diagnosis="partition_capped",
             reason=Reason(
                 "partition_capped",
-                f"capped at {s.partitions} partitions (wanted {plan.desired})",
+                f"capped at {reason_number(s.partitions)} partitions "
+                f"(wanted {reason_number(plan.desired)})",
                 {"partitions": s.partitions, "wanted": plan.desired},
             ),
         )
@@ -112,7 +115,8 @@ def stabilize(plan: Plan, config: PolicyConfig, now: float) -> Plan:
             desired=plan.current,
             reason=Reason(
                 "scale_down_waits_for_history",
-                f"scale-down to {plan.desired} waits for {config.scale_down_window_s:.0f} s "
+                f"scale-down to {reason_number(plan.desired)} waits for "
+                f"{reason_number(config.scale_down_window_s)} s "
                 "of history",
                 {"wanted": plan.desired, "window_s": config.scale_down_window_s},
             ),
@@ -124,8 +128,8 @@ def stabilize(plan: Plan, config: PolicyConfig, now: float) -> Plan:
         desired=held,
         reason=Reason(
             "scale_down_stabilized",
-            f"scale-down to {plan.desired} held at {held} "
-            f"(highest recommendation in {config.scale_down_window_s:.0f} s)",
+            f"scale-down to {reason_number(plan.desired)} held at {reason_number(held)} "
+            f"(highest recommendation in {reason_number(config.scale_down_window_s)} s)",
             {"wanted": plan.desired, "held": held, "window_s": config.scale_down_window_s},
         ),
     )

@@ -24,9 +24,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from scaler.policy.counts import ceil_count
 from scaler.policy.plan import Plan
 from scaler.policy.rebalance import queue_budget_ms
-from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
+from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason, reason_number
 
 _EPS = 1e-9
 _MIN_SAMPLES = 5
@@ -74,7 +75,7 @@ def replicas_for(load: float, state: GroupState, config: PolicyConfig) -> int:
         return 0
     ceiling = config.target_utilization + config.utilization_band
     spare = load_spare(load, state, config)
-    return max(math.ceil(load / ceiling - _EPS), math.ceil(load + spare - _EPS))
+    return max(ceil_count(load / ceiling - _EPS), ceil_count(load + spare - _EPS))
 
 
 def _clean(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> bool:
@@ -118,8 +119,9 @@ def learn(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     return plan.with_(
         reason=Reason(
             "spare_learned",
-            f"queue p99 {q:.0f} ms (budget {budget:.0f} ms) with {seen:.1f} spare replicas: "
-            f"{needed:.1f} would have met it; size for {after:.1f} spare (was {before:.1f})",
+            f"queue p99 {reason_number(q)} ms (budget {reason_number(budget)} ms) with "
+            f"{reason_number(seen, 1)} spare replicas: {reason_number(needed, 1)} would have met "
+            f"it; size for {reason_number(after, 1)} spare (was {reason_number(before, 1)})",
             {"queue_p99_ms": q, "queue_budget_ms": budget, "spare_seen": seen, "spare": after},
         )
     )

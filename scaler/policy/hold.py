@@ -41,7 +41,7 @@ from scaler.policy.bursts import BurstMemory, remember
 from scaler.policy.headroom import replicas_for
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arriving_rps, window
-from scaler.signals import PolicyConfig, Reason
+from scaler.signals import PolicyConfig, Reason, reason_number, reason_percent
 
 
 def release_to_floor(memory: BurstMemory, keep_cost_s: float) -> bool:
@@ -115,35 +115,40 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         "unknown_margin": margin,
     }
     kept_for = (
-        f"median gap {gap:.0f} s <= {config.burst_keep_factor:g} x keep cost {keep:.0f} s"
+        f"median gap {reason_number(gap)} s <= {config.burst_keep_factor:g} x keep cost "
+        f"{reason_number(keep)} s"
         if gap <= config.burst_keep_factor * keep
-        else f"median gap {gap:.0f} s, but they rise slower than the keep cost {keep:.0f} s: "
+        else f"median gap {reason_number(gap)} s, but they rise slower than the keep cost "
+        f"{reason_number(keep)} s: "
         "every onset needs it"
     )
     text = (
-        f"{len(memory.onsets())} bursts rising in ~{rise:.0f} s (<= 2 x {ttr:.0f} s to start one), "
-        f"{lead:.1f} busy replicas (p{config.burst_peak_quantile * 100:.0f}"
-        f"{f', the highest of a few + {margin:.0%}' if margin else ''}) within "
-        f"{keep:.0f} s of their start needs {floor}; {kept_for}"
+        f"{len(memory.onsets())} bursts rising in ~{reason_number(rise)} s (<= 2 x "
+        f"{reason_number(ttr)} s to start one), "
+        f"{reason_number(lead, 1)} busy replicas (p{config.burst_peak_quantile * 100:.0f}"
+        f"{f', the highest of a few + {reason_percent(margin)}' if margin else ''}) within "
+        f"{reason_number(keep)} s of their start needs {reason_number(floor)}; {kept_for}"
     )
     after = config.standby_after_gap_s
     early = after is not None and memory.in_gap_s >= after
     if standby and (memory.in_gap_s > limit or early):
         why = (
-            f"{memory.in_gap_s:.0f} s into a gap, longer than any remembered + keep cost "
-            f"({limit:.0f} s)"
+            f"{reason_number(memory.in_gap_s)} s into a gap, longer than any remembered + keep "
+            "cost "
+            f"({reason_number(limit)} s)"
             if memory.in_gap_s > limit
-            else f"{memory.in_gap_s:.0f} s into a gap (standby after {after:.0f} s)"
+            else f"{reason_number(memory.in_gap_s)} s into a gap (standby after "
+            f"{reason_number(after or 0.0)} s)"
         )
         return dataclasses.replace(plan, warm_total=floor).with_(
             reason=Reason(
                 "burst_standby",
-                f"{text}; {why}: {floor - plan.desired} wait as warm standby",
+                f"{text}; {why}: {reason_number(floor - plan.desired)} wait as warm standby",
                 {**numbers, "gap_limit_s": limit},
             )
         )
     released = (
-        f"; {memory.in_gap_s:.0f} s into a gap and they rise slower than the keep cost: "
+        f"; {reason_number(memory.in_gap_s)} s into a gap and they rise slower than the keep cost: "
         "down to it at once"
         if release and floor < plan.current
         else ""
@@ -151,7 +156,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     return plan.with_(
         desired=floor,
         diagnosis="steady" if floor <= plan.current else "capacity_bound",
-        reason=Reason("burst_hold", f"{text}: keep {floor}{released}", numbers),
+        reason=Reason("burst_hold", f"{text}: keep {reason_number(floor)}{released}", numbers),
     )
 
 
@@ -188,7 +193,8 @@ def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
         return plan
     keep = config.keep_cost_s(plan.signals)
     few = (
-        f" (fewer than {config.burst_min_count}, but slower than the keep cost {keep:.0f} s)"
+        f" (fewer than {config.burst_min_count}, but slower than the keep cost "
+        f"{reason_number(keep)} s)"
         if len(onsets) < config.burst_min_count
         else ""
     )
@@ -197,11 +203,12 @@ def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis="capacity_bound",
         reason=Reason(
             "burst_rise",
-            f"load left its gap {memory.since_gap_s:.0f} s ago, {memory.load:.1f} busy replicas "
+            f"load left its gap {reason_number(memory.since_gap_s)} s ago, "
+            f"{reason_number(memory.load, 1)} busy replicas "
             "and rising; "
-            f"the last {len(onsets)}{few} rose to {peak:.1f} "
+            f"the last {len(onsets)}{few} rose to {reason_number(peak, 1)} "
             f"(p{config.burst_peak_quantile * 100:.0f}) within "
-            f"~{memory.median_rise_s():.0f} s: {target} now",
+            f"~{reason_number(memory.median_rise_s())} s: {reason_number(target)} now",
             {
                 "since_gap_s": memory.since_gap_s,
                 "load": memory.load,

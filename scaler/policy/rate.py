@@ -19,13 +19,18 @@ def arrival_estimate(plan: Plan, config: PolicyConfig) -> RateEstimate | None:
         *window(plan.state.arrival_samples, config.forecast_window_s),
         (s.collected_at, s.arrival_rps),
     )
-    return estimate_rate(
-        samples,
-        config.horizon_s(s),
-        min_t=config.forecast_min_t,
-        step_z=config.rate_step_z,
-        overlap=config.metrics_window_s / _spacing_s(samples),
-    )
+    try:
+        return estimate_rate(
+            samples,
+            config.horizon_s(s),
+            min_t=config.forecast_min_t,
+            step_z=config.rate_step_z,
+            overlap=config.metrics_window_s / _spacing_s(samples),
+        )
+    except OverflowError:
+        # Rates or times beyond ~1e154 square past a float: no line fits them. Such a rate
+        # asks for more replicas than any group has; size for the last window as measured.
+        return RateEstimate("mean", s.arrival_rps, s.arrival_rps)
 
 
 def _spacing_s(samples: tuple[tuple[float, float], ...]) -> float:

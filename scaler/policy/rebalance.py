@@ -9,10 +9,9 @@ attainment as well as in replicas; `scale_up_min_step_share` and
 
 from __future__ import annotations
 
-import math
-
+from scaler.policy.counts import ceil_count
 from scaler.policy.plan import Plan
-from scaler.signals import GroupSignals, PolicyConfig, Reason
+from scaler.signals import GroupSignals, PolicyConfig, Reason, reason_number
 
 
 def queue_budget_ms(s: GroupSignals) -> float:
@@ -26,14 +25,15 @@ def scale_up_step(plan: Plan, config: PolicyConfig) -> Plan:
     current = plan.current
     if plan.desired <= current or plan.diagnosis == "engine_bound":
         return plan
-    step = max(1, math.ceil(config.scale_up_min_step_share * current - 1e-9))
+    step = max(1, ceil_count(config.scale_up_min_step_share * current - 1e-9))
     if plan.desired >= current + step:
         return plan
     return plan.with_(
         desired=current + step,
         reason=Reason(
             "scale_up_step",
-            f"scale-up to {plan.desired} rounded to {current + step} (+{step}): "
+            f"scale-up to {reason_number(plan.desired)} rounded to {reason_number(current + step)} "
+            f"(+{reason_number(step)}): "
             "fewer, larger membership changes",
             {"wanted": plan.desired, "step": step},
         ),

@@ -8,7 +8,7 @@ import math
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arrival_estimate
 from scaler.policy.regret import judge, remember_scale_down
-from scaler.signals import PolicyConfig, Reason
+from scaler.signals import PolicyConfig, Reason, reason_number
 
 
 def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
@@ -56,7 +56,8 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
             desired=current,
             reason=Reason(
                 "scale_down_waits_for_history",
-                f"scale-down to {plan.desired} waits for {history:.0f} s of history",
+                f"scale-down to {reason_number(plan.desired)} waits for "
+                f"{reason_number(history)} s of history",
                 {"wanted": plan.desired, "history_s": history},
             ),
         )
@@ -64,20 +65,21 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
         # In a gap between slow-rising bursts the floor is the hold (`hold.release_to_floor`).
         highest = plan.desired
     else:
-        highest = max(n for t, n in window if now - t < hold)
+        # A hold of 0 s (a time-to-ready of 0) holds nothing, not even this tick.
+        highest = max((n for t, n in window if now - t < hold), default=plan.desired)
     target = min(current, max(plan.desired, highest))
     if target > plan.desired:
         after = " after a step down in arrivals" if dropped else ""
         if plan.state.hold_factor > 1 and not dropped:
-            after += f", {plan.state.hold_factor:.2f}x its base hold after regrets"
+            after += f", {reason_number(plan.state.hold_factor, 2)}x its base hold after regrets"
         if dropped and plan.burst_floor:
             after += f"; the burst floor {plan.burst_floor} is the highest of a few bursts"
         plan = plan.with_(
             desired=target,
             reason=Reason(
                 "scale_down_stabilized",
-                f"scale-down to {plan.desired} held at {target} "
-                f"(highest recommendation in {hold:.0f} s{after})",
+                f"scale-down to {reason_number(plan.desired)} held at {reason_number(target)} "
+                f"(highest recommendation in {reason_number(hold)} s{after})",
                 {"wanted": plan.desired, "held": target, "hold_s": hold},
             ),
         )
@@ -89,7 +91,8 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
             desired=current,
             reason=Reason(
                 "scale_down_not_worth_rebalance",
-                f"scale-down by {current - target} < step {step}: not worth a handover",
+                f"scale-down by {reason_number(current - target)} < step {step}: "
+                "not worth a handover",
                 {"wanted": target, "step": step},
             ),
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from scaler.policy.plan import Plan, direction
-from scaler.signals import PolicyConfig, Reason
+from scaler.signals import PolicyConfig, Reason, reason_number, reason_percent
 
 
 def busiest_share(replicas: int, partitions: int) -> int:
@@ -34,11 +34,24 @@ def busiest_utilization(busy: float, replicas: int, partitions: int) -> float:
 
 
 def stable_count(desired: int, busy: float, partitions: int, most: float, cap: int) -> int:
-    """The fewest consumers ≥ `desired` (at most `cap`) whose busiest member runs ≤ `most`."""
-    count = desired
-    while count < cap and busiest_utilization(busy, count, partitions) > most:
-        count += 1
-    return count
+    """The fewest consumers ≥ `desired` (at most `cap`) whose busiest member runs ≤ `most`.
+
+    The busiest share never grows with the count, so a bisection finds what counting up one
+    by one would, also where `cap` is a topic's billions of partitions."""
+
+    def over(count: int) -> bool:
+        return busiest_utilization(busy, count, partitions) > most
+
+    if desired >= cap or not over(desired):
+        return desired
+    low, high = desired, cap  # over(low); the answer is in (low, high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if over(middle):
+            low = middle
+        else:
+            high = middle
+    return high
 
 
 def even_shares(plan: Plan, config: PolicyConfig) -> Plan:
@@ -60,9 +73,12 @@ def even_shares(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis=direction(raised, plan.current),
         reason=Reason(
             "partition_shares",
-            f"{plan.desired} consumers of {s.partitions} partitions leave the busiest with "
-            f"{busiest_share(plan.desired, s.partitions)}, {before:.0%} busy at {lam:.0f}/s: "
-            f"{raised} ({busiest_share(raised, s.partitions)}, {after:.0%})",
+            f"{reason_number(plan.desired)} consumers of {reason_number(s.partitions)} partitions "
+            f"leave the busiest with {busiest_share(plan.desired, s.partitions)}, "
+            f"{reason_percent(before)} "
+            f"busy at {reason_number(lam)}/s: "
+            f"{reason_number(raised)} ({busiest_share(raised, s.partitions)}, "
+            f"{reason_percent(after)})",
             {
                 "wanted": plan.desired,
                 "partitions": s.partitions,

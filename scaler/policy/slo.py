@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from scaler.policy.counts import ceil_count
 from scaler.policy.fast import fast_path
 from scaler.policy.headroom import learn, load_spare, replicas_for
 from scaler.policy.hold import burst_hold, burst_rise, forecast_cap_load
@@ -21,7 +22,7 @@ from scaler.policy.rate import arrival_estimate
 from scaler.policy.rebalance import queue_budget_ms, scale_up_step
 from scaler.policy.scale_down import stabilize_slo
 from scaler.policy.shares import even_shares
-from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason
+from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason, reason_number
 
 _EPS = 1e-9
 
@@ -34,13 +35,27 @@ def _capacity_replicas(s: GroupSignals) -> int:
 def _small(x: float) -> str:
     """A rate or a replica count as a reason says it: 1500, 50, 2.5, 0.3, 0.00011."""
     if x >= 10 or x == 0:
-        return f"{x:.0f}"
+        return reason_number(x)
     return f"{x:.1f}" if x >= 0.1 else f"{x:.2g}"
 
 
 _SAY_READ_SHARE = 0.1
 """A rate read from the samples that differs from the last window by more than this share
 names both."""
+
+
+def _known_numbers(s: GroupSignals) -> dict[str, float]:
+    """What a group's signals do say, for a reason that sizes nothing from what they lack."""
+    known = {
+        "replicas": s.replicas,
+        "ready_replicas": s.ready_replicas,
+        "starting_replicas": s.starting_replicas,
+        "arrival_rps": s.arrival_rps,
+        "service_rps_per_replica": s.service_rps_per_replica,
+        "lag": s.lag,
+        "utilization": s.utilization,
+    }
+    return {name: value for name, value in known.items() if value is not None}
 
 
 def _needed(rps: float, per_replica_rps: float, state: GroupState, config: PolicyConfig) -> int:
@@ -54,7 +69,11 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
     lam, mu = s.arrival_rps, s.service_rps_per_replica
     if lam is None:
         return plan.with_(
-            reason=Reason("arrival_unknown", "arrival rate not measured: holding", {})
+            reason=Reason(
+                "arrival_unknown",
+                "arrival rate not measured: no size from it",
+                _known_numbers(s),
+            )
         )
     rate = arrival_estimate(plan, config)
     measured = lam
@@ -62,8 +81,8 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
     # The rate sized for is read from the last minute's samples; say so where it is not
     # what the last window measured, so a reader can tell the two apart.
     read = (
-        f" (read from {config.forecast_window_s:.0f} s of samples; the last window "
-        f"measured {measured:.0f}/s)"
+        f" (read from {reason_number(config.forecast_window_s)} s of samples; the last window "
+        f"measured {reason_number(measured)}/s)"
         if abs(lam - measured) > _SAY_READ_SHARE * max(measured, 1.0)
         else ""
     )
@@ -90,8 +109,9 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         return plan.with_(
             reason=Reason(
                 "within_band",
-                f"arrival {_small(lam)}/s{read} at {mu:.0f}/s per replica is "
-                f"{_small(lam / mu)} busy + {_small(spare)} spare: {needed}, {capacity} within one",
+                f"arrival {_small(lam)}/s{read} at {reason_number(mu)}/s per replica is "
+                f"{_small(lam / mu)} busy + {_small(spare)} spare: {reason_number(needed)}, "
+                f"{reason_number(capacity)} within one",
                 numbers,
             )
         )
@@ -100,8 +120,8 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis=direction(needed, s.replicas),
         reason=Reason(
             "arrival",
-            f"arrival {_small(lam)}/s{read} at {mu:.0f}/s per replica is {_small(lam / mu)} "
-            f"busy + {_small(spare)} spare: {needed}",
+            f"arrival {_small(lam)}/s{read} at {reason_number(mu)}/s per replica is "
+            f"{_small(lam / mu)} busy + {_small(spare)} spare: {reason_number(needed)}",
             numbers,
         ),
     )
@@ -120,14 +140,19 @@ def _from_utilization(plan: Plan, config: PolicyConfig) -> Plan:
             diagnosis="capacity_bound",
             reason=Reason(
                 "scale_from_zero",
-                f"arrival {_small(lam)}/s, lag {lag} and no replica: start one "
+                f"arrival {_small(lam)}/s, lag {reason_number(lag)} and no replica: start one "
                 "(its throughput is measured once it serves)",
                 {"arrival_rps": lam, "lag": float(lag)},
             ),
         )
     if s.utilization is None or s.ready_replicas == 0:
         return plan.with_(
-            reason=Reason("throughput_unknown", "per-replica throughput not measured: holding", {})
+            reason=Reason(
+                "throughput_unknown",
+                "per-replica throughput not measured, nor the utilization of a ready replica: "
+                "no size from them",
+                _known_numbers(s),
+            )
         )
     wanted = replicas_for(s.ready_replicas * s.utilization, plan.state, config)
     desired = max(wanted, s.replicas)
@@ -136,8 +161,8 @@ def _from_utilization(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis=direction(desired, s.replicas),
         reason=Reason(
             "utilization",
-            f"throughput unknown; utilization {s.utilization:.0%} on {s.ready_replicas} ready "
-            f"needs {wanted}",
+            f"throughput unknown; utilization {s.utilization:.0%} on "
+            f"{reason_number(s.ready_replicas)} ready needs {reason_number(wanted)}",
             {"utilization": s.utilization, "needed": wanted},
         ),
     )
@@ -165,11 +190,12 @@ def forecast(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis="capacity_bound",
         reason=Reason(
             "forecast",
-            f"arrival {rate.level:.0f}/s rising {rate.trend_per_s:.1f}/s "
-            f"(±{rate.trend_stderr_per_s:.1f}): {rate.ahead:.0f}/s in {horizon:.0f} s"
+            f"arrival {reason_number(rate.level)}/s rising {reason_number(rate.trend_per_s, 1)}/s "
+            f"(±{reason_number(rate.trend_stderr_per_s, 1)}): {reason_number(rate.ahead)}/s in "
+            f"{reason_number(horizon)} s"
             + (
                 f", at most the remembered bursts' p{config.burst_peak_quantile * 100:.0f} "
-                f"peak {ahead:.0f}/s"
+                f"peak {reason_number(ahead)}/s"
                 if ahead < rate.ahead
                 else ""
             ),
@@ -205,7 +231,7 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
     projected = excess + growth
     drain_s = config.backlog_drain_s
     lam_plan = max(lam, _forecast_rps(plan))
-    needed = _needed(lam_plan, mu, plan.state, config) + math.ceil(
+    needed = _needed(lam_plan, mu, plan.state, config) + ceil_count(
         projected / (mu * drain_s) - _EPS
     )
     # A group short of capacity for its arrivals stays capacity_bound; "backlog" is for the
@@ -216,8 +242,9 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis="backlog" if raised else None,
         reason=Reason(
             "backlog",
-            f"lag {lag} > {allowed:.0f} the SLO allows, {projected:.0f} by ready in {ttr:.0f} s: "
-            f"drain in {drain_s:.0f} s",
+            f"lag {reason_number(lag)} > {reason_number(allowed)} the SLO allows, "
+            f"{reason_number(projected)} by ready in {reason_number(ttr)} s: "
+            f"drain in {reason_number(drain_s)} s",
             {
                 "lag": lag,
                 "allowed_lag": allowed,
@@ -259,13 +286,13 @@ def queue_breach(plan: Plan, config: PolicyConfig) -> Plan:
         # nothing waits too long now: adding a replica would only cause another rebalance.
         return plan
     floor = (
-        f" (the 10% floor: the engine's p99 {s.engine_p99_ms:.0f} ms leaves less)"
+        f" (the 10% floor: the engine's p99 {reason_number(s.engine_p99_ms)} ms leaves less)"
         if s.engine_p99_ms is not None and s.slo_p99_e2e_ms - s.engine_p99_ms < budget
         else ""
     )
     reason = Reason(
         "queue_breach",
-        f"queue p99 {s.queue_p99_ms:.0f} ms > budget {budget:.0f} ms{floor}",
+        f"queue p99 {reason_number(s.queue_p99_ms)} ms > budget {reason_number(budget)} ms{floor}",
         {"queue_p99_ms": s.queue_p99_ms, "queue_budget_ms": budget},
     )
     if plan.desired > s.replicas:
@@ -296,7 +323,7 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
         # Neither explains it: a stalled broker or ingest (seen after a broker freeze, read
         # as "engine time" with an engine p99 of 5 ms).
         where = (
-            f"engine p99 {s.engine_p99_ms:.0f} ms: the time is spent before the queue "
+            f"engine p99 {reason_number(s.engine_p99_ms)} ms: the time is spent before the queue "
             "(ingest, the broker's hops)"
         )
     return plan.with_(
@@ -304,8 +331,9 @@ def engine_hold(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis="engine_bound",
         reason=Reason(
             "engine_bound",
-            f"e2e p99 {s.e2e_p99_ms:.0f} ms > SLO {s.slo_p99_e2e_ms:.0f} ms but queue p99 "
-            f"{s.queue_p99_ms:.0f} ms{util}: {where}, more replicas would not help",
+            f"e2e p99 {reason_number(s.e2e_p99_ms)} ms > SLO {reason_number(s.slo_p99_e2e_ms)} ms "
+            f"but queue p99 {reason_number(s.queue_p99_ms)} ms{util}: {where}, more replicas "
+            "would not help",
             numbers,
         ),
     )
@@ -323,8 +351,8 @@ def _engine_over_slo(plan: Plan) -> Plan:
             *plan.reasons,
             Reason(
                 "engine_over_slo",
-                f"engine p99 {s.engine_p99_ms:.0f} ms alone is over the SLO "
-                f"{s.slo_p99_e2e_ms:.0f} ms: more replicas shrink batches, but no count "
+                f"engine p99 {reason_number(s.engine_p99_ms)} ms alone is over the SLO "
+                f"{reason_number(s.slo_p99_e2e_ms)} ms: more replicas shrink batches, but no count "
                 "meets the SLO while the engine is this slow",
                 {"engine_p99_ms": s.engine_p99_ms, "slo_p99_e2e_ms": s.slo_p99_e2e_ms},
             ),
@@ -361,8 +389,9 @@ def settle(plan: Plan, by_rate: int, config: PolicyConfig, now: float) -> Plan:
         diagnosis="steady",
         reason=Reason(
             "settling",
-            f"scaled down {since:.0f} s ago: lag {lag} is within the {explained:.0f} a "
-            f"rebalance pause explains; holding {floor} until the group settles",
+            f"scaled down {reason_number(since)} s ago: lag {reason_number(lag)} is within the "
+            f"{reason_number(explained)} a rebalance pause explains; holding "
+            f"{reason_number(floor)} until the group settles",
             {"since_change_s": since, "lag": lag, "explained_lag": explained},
         ),
     )
@@ -384,13 +413,14 @@ def not_while_rising(plan: Plan, config: PolicyConfig) -> Plan:
     why = (
         "arrivals rising"
         if rising
-        else f"oldest request {s.oldest_age_ms:.0f} ms > {budget:.0f} ms"
+        else f"oldest request {reason_number(s.oldest_age_ms or 0.0)} ms > "
+        f"{reason_number(budget)} ms"
     )
     return plan.with_(
         desired=s.replicas,
         reason=Reason(
             "not_while_rising",
-            f"scale-down to {plan.desired} waits: {why}",
+            f"scale-down to {reason_number(plan.desired)} waits: {why}",
             {"wanted": plan.desired, "queue_budget_ms": budget},
         ),
     )

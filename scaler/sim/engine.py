@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import time
@@ -69,11 +70,29 @@ class SimRun:
     wall_s: float
 
 
+def policy_config(config: PolicyConfig, params: SimParams) -> PolicyConfig:
+    """The config the policies run with in this cluster: where it sets no global budget, the
+    cluster's `max_total_replicas` is the budget (as the live scaler is given the cluster's)."""
+    if config.max_total_replicas is not None or params.max_total_replicas is None:
+        return config
+    return dataclasses.replace(config, max_total_replicas=params.max_total_replicas)
+
+
+def initial_counts(wanted: int, groups: int, budget: int | None) -> list[int]:
+    """Replicas each group starts with: `wanted`, or within the cluster's budget an even
+    share, the earlier (higher) tiers taking the remainder."""
+    if budget is None or wanted * groups <= budget:
+        return [wanted] * groups
+    share, left = divmod(budget, groups)
+    return [share + (1 if i < left else 0) for i in range(groups)]
+
+
 class _Loop:
     """Mutable simulation state; lives for one `simulate` call."""
 
     def __init__(self, workload: Workload, params: SimParams, policy: str, config: PolicyConfig):
-        self.params, self.config, self.policy_name = params, config, policy
+        self.params, self.policy_name = params, policy
+        self.config = policy_config(config, params)
         self.policy = POLICIES[policy]
         self.end_s = workload.duration_s + params.drain_s
         tiers = [t for t in TIERS if t in workload.tiers]
@@ -90,8 +109,10 @@ class _Loop:
         self.lines: list[str] = []
         self.actions = [0] * len(self.groups)
         self.started: list[list[tuple[float, float]]] = [[] for _ in self.groups]
-        for g in self.groups:
-            g.start_with(params.initial_replicas if params.initial_replicas is not None else 1)
+        wanted = params.initial_replicas if params.initial_replicas is not None else 1
+        counts = initial_counts(wanted, len(self.groups), params.max_total_replicas)
+        for g, count in zip(self.groups, counts, strict=True):
+            g.start_with(count)
 
     def push(self, t: float, kind: EventKind, group: int = -1) -> None:
         heapq.heappush(self.events, (t, next(self.seq), kind, group))

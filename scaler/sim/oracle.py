@@ -115,7 +115,11 @@ def oracle(
     partitions: int | None = None,
     target: float = 0.99,
 ) -> OracleSchedule:
-    """Greedy minute-by-minute search for the fewest replicas meeting `target` attainment."""
+    """Greedy minute-by-minute search for the fewest replicas meeting `target` attainment.
+
+    One tier alone, between `floor` and `cap`: the cluster's `max_total_replicas` is not
+    applied (sharing it between tiers would take a joint search over every tier's minutes),
+    so with a budget the tiers' schedules together may ask more than it allows."""
     times_arr = arrivals.times
     units = arrivals.tokens if service.per == "token" else np.ones_like(arrivals.tokens)
     cum = np.concatenate(([0.0], np.cumsum(units))).tolist()

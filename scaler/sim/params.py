@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,16 @@ from scaler.sim.workload import WorkloadError
 from schemas.topics import Tier
 
 
+def not_finite(**values: float) -> list[str]:
+    """`name must be finite, got nan` for each value that is NaN or infinite (NaN passes
+    every `<` check below)."""
+    return [
+        f"{name} must be finite, got {value}"
+        for name, value in values.items()
+        if not math.isfinite(value)
+    ]
+
+
 @dataclass(frozen=True)
 class ServiceModel:
     """Batch service time = a + b·Σunits, units being tokens or samples (the `sim` engine's law)."""
@@ -27,6 +38,11 @@ class ServiceModel:
     max_queue_delay_ms: float = 5.0
 
     def __post_init__(self) -> None:
+        infinite = not_finite(
+            a_ms=self.a_ms, b_ms=self.b_ms, max_queue_delay_ms=self.max_queue_delay_ms
+        )
+        if infinite:
+            raise WorkloadError(f"service model: {'; '.join(infinite)}")
         if self.a_ms < 0 or self.b_ms < 0 or self.max_batch_size < 1 or self.max_queue_delay_ms < 0:
             raise WorkloadError("service model: a_ms, b_ms, delay >= 0 and max_batch_size >= 1")
 
@@ -40,6 +56,10 @@ def read_service_model(path: Path) -> ServiceModel:
     if not isinstance(raw, dict):
         raise WorkloadError(f"{path} must hold a mapping")
     engine = raw.get("engine") or {}
+    if not isinstance(engine, dict):
+        raise WorkloadError(
+            f"{path}: 'engine' must be a mapping (with a 'sim' block), got {engine!r}"
+        )
     try:
         sim = SimConfig.model_validate(engine.get("sim") or {})
         batching = BatchingConfig.model_validate(raw.get("batching") or {})
@@ -113,6 +133,22 @@ class SimParams:
     """The oracle's schedule granularity."""
 
     def __post_init__(self) -> None:
+        infinite = not_finite(
+            time_to_ready_s=self.time_to_ready_s,
+            handover_pause_s=self.handover_pause_s,
+            rebalance_pause_s=self.rebalance_pause_s,
+            standby_promote_s=self.standby_promote_s,
+            collection_interval_s=self.collection_interval_s,
+            metrics_window_s=self.metrics_window_s,
+            drain_s=self.drain_s,
+            oracle_step_s=self.oracle_step_s,
+            **{f"slo_p99_e2e_ms[{t}]": v for t, v in self.slo_p99_e2e_ms.items()},
+        )
+        if infinite:
+            raise WorkloadError("; ".join(infinite))
+        unmeetable = {t: v for t, v in self.slo_p99_e2e_ms.items() if v <= 0}
+        if unmeetable:
+            raise WorkloadError(f"slo_p99_e2e_ms must be > 0, got {unmeetable}")
         pauses = (self.rebalance_pause_s, self.handover_pause_s, self.standby_promote_s)
         if self.time_to_ready_s < 0 or min(pauses) < 0 or self.drain_s < 0:
             raise WorkloadError("time_to_ready_s, pauses, standby_promote_s, drain_s must be >= 0")
@@ -122,8 +158,17 @@ class SimParams:
             raise WorkloadError(f"queues must be one of {get_args(QueueModel)}")
         if self.partitions < 1 or self.collection_interval_s <= 0 or self.metrics_window_s <= 0:
             raise WorkloadError("partitions >= 1, intervals > 0")
-        if (self.initial_replicas or 0) < 0 or self.min_replicas < 0 or self.oracle_step_s <= 0:
+        counts = (self.initial_replicas or 0, self.min_replicas, self.warm_replicas)
+        if min(counts) < 0 or self.oracle_step_s <= 0:
             raise WorkloadError("replica counts must be >= 0 and oracle_step_s > 0")
+        if self.max_total_replicas is not None and self.max_total_replicas < 0:
+            raise WorkloadError(f"max_total_replicas must be >= 0, got {self.max_total_replicas}")
+        floor = max(self.min_replicas, self.warm_replicas)
+        if self.max_replicas is not None and self.max_replicas < floor:
+            raise WorkloadError(
+                f"max_replicas {self.max_replicas} < min_replicas {self.min_replicas} "
+                f"or warm_replicas {self.warm_replicas}"
+            )
 
     def with_overrides(self, overrides: Mapping[str, float | str | bool]) -> SimParams:
         """A copy with scenario overrides (`time_to_ready_s`, `max_total_replicas`, ...)."""

@@ -11,6 +11,21 @@ import matplotlib.pyplot as plt
 
 from scaler.sim.report import Comparison
 
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
+"""What `plot` writes (by the name's extension): formats matplotlib needs nothing else for."""
+
+
+def plot_path_problem(path: Path) -> str | None:
+    """Why `plot` could not write an image at `path`, or None."""
+    if path.is_dir():
+        return f"is a directory; name an image file in it, such as {path / 'sim.png'}"
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        return f"the name must end in {', '.join(IMAGE_SUFFIXES)} (the image's format)"
+    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        return f"{blocking} is a file, not a directory"
+    return None
+
 
 def plot(cmp: Comparison, path: Path) -> None:
     """Rows: arrival rate, replicas (with the oracle's schedule), e2e p99 vs SLO; per policy."""

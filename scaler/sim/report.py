@@ -106,7 +106,10 @@ def compare(
     config: PolicyConfig,
     progress: Progress | None = None,
 ) -> Comparison:
-    """Compute the oracle, then run every policy from the same start."""
+    """Compute the oracle, then run every policy from the same start.
+
+    The oracle sizes each tier alone and ignores `params.max_total_replicas` (`oracle`); the
+    policies run within it (`engine.policy_config`, `engine.initial_counts`)."""
     tiers = [t for t in TIERS if t in workload.tiers]
     cap = min(params.partitions, params.max_replicas or params.partitions)
     floor = max(params.min_replicas, params.warm_replicas, 1)

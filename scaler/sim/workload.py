@@ -118,9 +118,15 @@ def read_trace(path: Path) -> tuple[FloatArray, FloatArray]:
         times[index], tokens[index] = _parse_row(row, path, line=index + 2)
     order = np.argsort(times, kind="stable")
     times, tokens = times[order], tokens[order]
-    if times.size > 1 and times[-1] == times[0]:
-        raise WorkloadError(f"{path}: every request has the same TIMESTAMP (a trace needs a span)")
+    if times[-1] == times[0]:
+        what = "one request only" if times.size == 1 else "every request has the same TIMESTAMP"
+        raise WorkloadError(f"{path}: {what} (a trace needs a span)")
     return times - times[0], tokens
+
+
+MAX_REQUESTS = 50_000_000
+"""The most requests a scaled trace may have (the Azure trace at x30 has 581 k): a rate
+scale far beyond it is a typo that would exhaust memory before it said anything."""
 
 
 def scale_rate(
@@ -131,9 +137,14 @@ def scale_rate(
     Copies land uniformly in the gap to the next original request, so the rate over any
     window longer than a few gaps scales by `rate_scale` and no burst is invented.
     """
-    if rate_scale <= 0:
-        raise WorkloadError("rate_scale must be > 0")
+    if not math.isfinite(rate_scale) or rate_scale <= 0:
+        raise WorkloadError(f"rate_scale must be a finite number > 0, got {rate_scale!r}")
     n = times.size
+    if n * rate_scale > MAX_REQUESTS:
+        raise WorkloadError(
+            f"rate_scale {rate_scale:g} makes ~{n * rate_scale:.3g} requests of {n}; "
+            f"the simulator takes at most {MAX_REQUESTS:.3g}"
+        )
     whole = int(rate_scale)
     copies = whole + (rng.random(n) < rate_scale - whole).astype(np.int64)
     gaps = np.diff(times, append=times[-1] + (np.mean(np.diff(times)) if n > 1 else 1.0))
@@ -147,6 +158,10 @@ def split_tiers(
     times: FloatArray, tokens: FloatArray, tiers: Sequence[Tier], rng: np.random.Generator
 ) -> dict[Tier, TierArrivals]:
     """Assign each request to one of `tiers` uniformly at random (seeded)."""
+    twice = sorted({t for t in tiers if list(tiers).count(t) > 1})
+    if twice:
+        # A tier named twice would keep only its last share: half the requests gone.
+        raise WorkloadError(f"tiers {list(tiers)} name {twice} more than once")
     if len(tiers) == 1:
         return {tiers[0]: TierArrivals(times, tokens)}
     pick = rng.integers(0, len(tiers), times.size)
@@ -167,10 +182,19 @@ def from_trace(
     if rate_scale != 1.0:
         # At x1 the trace is replayed as it is (a recorded run's very arrivals).
         times, tokens = scale_rate(times, tokens, rate_scale, rng)
+        if times.size == 0:
+            raise WorkloadError(f"{path}: no requests after scaling the rate by {rate_scale:g}")
     tokens = np.clip(tokens, 1, max_input_tokens)
+    split = split_tiers(times, tokens, tiers, rng)
+    empty = [t for t, arrivals in split.items() if arrivals.times.size == 0]
+    if empty:
+        raise WorkloadError(
+            f"{path}: no requests for tier(s) {empty} after scaling the rate by "
+            f"{rate_scale:g} and spreading {times.size} over {len(tiers)} tiers"
+        )
     return Workload(
         name=path.stem,
         source=f"trace {path.name} x{rate_scale:g}",
         duration_s=float(times[-1]) if times.size else 0.0,
-        tiers=split_tiers(times, tokens, tiers, rng),
+        tiers=split,
     )

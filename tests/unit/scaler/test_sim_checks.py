@@ -1,0 +1,290 @@
+"""The simulator's inputs: the cluster budget reaches the policy and the start, non-finite
+settings, rate scales, traces, tiers, model.yaml and output paths are refused clearly."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from scaler import cli
+from scaler.signals import PolicyConfig
+from scaler.sim.engine import initial_counts, policy_config, simulate
+from scaler.sim.params import ServiceModel, SimParams, read_service_model
+from scaler.sim.plot import plot_path_problem
+from scaler.sim.scenarios import poisson_arrivals
+from scaler.sim.workload import (
+    TierArrivals,
+    Workload,
+    WorkloadError,
+    from_trace,
+    read_trace,
+    scale_rate,
+    split_tiers,
+)
+
+TRACE = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+    f"2024-01-01 00:00:{s:02d},100,10\n" for s in range(0, 60, 2)
+)
+
+
+def _trace(tmp_path: Path, text: str = TRACE) -> Path:
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("config_budget", "cluster_budget", "policy_budget"),
+    [
+        pytest.param(None, None, None, id="neither"),
+        pytest.param(None, 24, 24, id="cluster-only"),
+        pytest.param(10, 24, 10, id="config-wins"),
+        pytest.param(30, None, 30, id="config-only"),
+        pytest.param(None, 0, 0, id="zero-cluster"),
+    ],
+)
+def test_policy_gets_the_cluster_budget(
+    config_budget: int | None, cluster_budget: int | None, policy_budget: int | None
+) -> None:
+    config = PolicyConfig(max_total_replicas=config_budget)
+    params = SimParams(max_total_replicas=cluster_budget)
+    assert policy_config(config, params).max_total_replicas == policy_budget
+
+
+@pytest.mark.parametrize(
+    ("wanted", "groups", "budget", "counts"),
+    [
+        pytest.param(5, 2, None, [5, 5], id="no-budget"),
+        pytest.param(5, 2, 10, [5, 5], id="fits"),
+        pytest.param(10, 2, 6, [3, 3], id="even"),
+        pytest.param(10, 3, 7, [3, 2, 2], id="remainder-to-higher-tiers"),
+        pytest.param(4, 1, 0, [0], id="zero"),
+    ],
+)
+def test_initial_counts(wanted: int, groups: int, budget: int | None, counts: list[int]) -> None:
+    assert initial_counts(wanted, groups, budget) == counts
+
+
+def _two_tiers(rate: float = 200.0, seconds: float = 240.0) -> Workload:
+    rng = np.random.default_rng(5)
+    t = np.arange(0.0, seconds, 0.1)
+    tiers = {}
+    for tier in ("interactive", "batch"):
+        times = poisson_arrivals(np.full(t.size, rate), rng)
+        tiers[tier] = TierArrivals(times, np.full(times.size, 256.0))
+    return Workload("two", "two", seconds, tiers)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("policy", "shares_budget"),
+    [pytest.param("slo", True, id="slo"), pytest.param("hpa-util", False, id="hpa-util")],
+)
+def test_simulated_cluster_stays_within_its_budget(policy: str, shares_budget: bool) -> None:
+    params = SimParams(
+        partitions=16, time_to_ready_s=10, drain_s=60, initial_replicas=8, max_total_replicas=6
+    )
+    run = simulate(_two_tiers(), params, policy, PolicyConfig())
+    running: dict[float, int] = defaultdict(int)
+    asked: dict[float, int] = defaultdict(int)
+    for tick in run.ticks:
+        running[tick.t] += tick.replicas + tick.standby
+        asked[tick.t] += tick.desired + tick.desired_standby
+    assert max(running.values()) <= 6  # the start was clamped too (it was 16)
+    if shares_budget:
+        assert max(asked.values()) <= 6
+        assert any("global budget 6" in line for line in run.lines)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param({"max_total_replicas": -3}, "max_total_replicas must be >= 0", id="budget"),
+        pytest.param({"collection_interval_s": math.nan}, "collection_interval_s", id="interval"),
+        pytest.param({"time_to_ready_s": math.nan}, "time_to_ready_s must be finite", id="ttr"),
+        pytest.param({"time_to_ready_s": math.inf}, "time_to_ready_s must be finite", id="ttr-inf"),
+        pytest.param({"handover_pause_s": math.nan}, "handover_pause_s must be", id="handover"),
+        pytest.param({"rebalance_pause_s": math.nan}, "rebalance_pause_s must be", id="pause"),
+        pytest.param({"drain_s": math.inf}, "drain_s must be finite", id="drain"),
+        pytest.param(
+            {"slo_p99_e2e_ms": {"interactive": math.nan}},
+            r"slo_p99_e2e_ms\[interactive\] must be finite",
+            id="slo-nan",
+        ),
+        pytest.param(
+            {"slo_p99_e2e_ms": {"interactive": 0.0}}, "slo_p99_e2e_ms must be > 0", id="slo-0"
+        ),
+        pytest.param({"max_replicas": 0}, "max_replicas 0 < min_replicas 1", id="max-below-min"),
+        pytest.param({"warm_replicas": -1}, "replica counts must be >= 0", id="warm-negative"),
+    ],
+)
+def test_sim_params_refuse(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(WorkloadError, match=message):
+        SimParams(**change)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param({"a_ms": math.nan}, "a_ms must be finite", id="a"),
+        pytest.param({"b_ms": math.nan}, "b_ms must be finite", id="b"),
+        pytest.param({"max_queue_delay_ms": math.inf}, "max_queue_delay_ms must be", id="delay"),
+    ],
+)
+def test_service_model_refuses_non_finite(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(WorkloadError, match=message):
+        ServiceModel(**change)
+
+
+@pytest.mark.parametrize(
+    ("rate_scale", "message"),
+    [
+        pytest.param(math.nan, "must be a finite number > 0, got nan", id="nan"),
+        pytest.param(math.inf, "must be a finite number > 0, got inf", id="inf"),
+        pytest.param(0.0, "must be a finite number > 0", id="zero"),
+        pytest.param(-2.0, "must be a finite number > 0", id="negative"),
+        pytest.param(1e30, "rate_scale 1e\\+30 makes ~3e\\+31 requests of 30", id="huge"),
+    ],
+)
+def test_scale_rate_refuses(rate_scale: float, message: str) -> None:
+    times = np.arange(30.0)
+    with pytest.raises(WorkloadError, match=message):
+        scale_rate(times, np.ones(30), rate_scale, np.random.default_rng(1))
+
+
+@pytest.mark.parametrize(
+    ("rate_scale", "tiers", "message"),
+    [
+        pytest.param(1e-9, ["interactive"], "no requests after scaling the rate by 1e-09", id="0"),
+        pytest.param(
+            0.04,
+            ["interactive", "batch", "critical"],
+            r"no requests for tier\(s\)",
+            id="empty-tier",
+        ),
+        pytest.param(
+            1.0,
+            ["interactive", "interactive"],
+            r"name \['interactive'\] more than once",
+            id="tier-twice",
+        ),
+    ],
+)
+def test_from_trace_refuses_empty_or_doubled(
+    tmp_path: Path, rate_scale: float, tiers: list[Any], message: str
+) -> None:
+    with pytest.raises(WorkloadError, match=message):
+        from_trace(
+            _trace(tmp_path), rate_scale=rate_scale, tiers=tiers, max_input_tokens=512, seed=1
+        )
+
+
+def test_split_tiers_refuses_a_tier_twice() -> None:
+    with pytest.raises(WorkloadError, match="more than once"):
+        split_tiers(np.arange(4.0), np.ones(4), ["batch", "batch"], np.random.default_rng(1))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,1\n",
+            "one request only \\(a trace needs a span\\)",
+            id="one-row",
+        ),
+        pytest.param(
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,1\n2023-11-16 18:15:46,2\n",
+            "same TIMESTAMP \\(a trace needs a span\\)",
+            id="two-rows-one-time",
+        ),
+    ],
+)
+def test_trace_needs_a_span(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(WorkloadError, match=message):
+        read_trace(_trace(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("engine: 5\n", "'engine' must be a mapping", id="engine-number"),
+        pytest.param("engine: [1, 2]\n", "'engine' must be a mapping", id="engine-list"),
+        pytest.param("engine:\n  sim:\n    a_ms: -1\n", "greater than or equal", id="negative"),
+    ],
+)
+def test_model_yaml_errors_are_clear(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "model.yaml"
+    path.write_text(text)
+    with pytest.raises(WorkloadError, match=message):
+        read_service_model(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        pytest.param("out.png", None, id="png"),
+        pytest.param("new/dir/out.svg", None, id="new-dirs"),
+        pytest.param("out.PDF", None, id="upper-case"),
+        pytest.param("out.txt", "must end in .png, .svg, .pdf", id="text"),
+        pytest.param("out", "must end in", id="no-extension"),
+        pytest.param(".", "is a directory", id="directory"),
+        pytest.param("file.csv/out.png", "file.csv is a file, not a directory", id="under-a-file"),
+    ],
+)
+def test_plot_path_problem(tmp_path: Path, name: str, message: str | None) -> None:
+    (tmp_path / "file.csv").write_text("x")
+    problem = plot_path_problem(tmp_path / name)
+    if message is None:
+        assert problem is None
+    else:
+        assert problem is not None and message in problem
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.add_typer(cli.scaler_app, name="scaler")
+    app.command("sim")(cli.sim_command)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["sim", "--seed", "-1"], "--seed", id="sim-seed"),
+        pytest.param(["scaler", "traffic", "on-off", "--seed", "-1"], "--seed", id="traffic-seed"),
+        pytest.param(
+            ["sim", "--tiers", "interactive,interactive"], "interactive more than once", id="tiers"
+        ),
+        pytest.param(["sim", "--plot", "out.txt"], "must end in .png", id="plot-extension"),
+        pytest.param(["sim", "--plot", "."], "is a directory", id="plot-directory"),
+        pytest.param(["sim", "--json", "."], "is a directory", id="json-directory"),
+        pytest.param(["sim", "--max-total-replicas", "-3"], "must be >= 0", id="budget"),
+        pytest.param(["sim", "--interval-s", "nan"], "must be finite", id="interval-nan"),
+        pytest.param(["sim", "--rate-scale", "inf"], "finite number > 0", id="rate-inf"),
+    ],
+)
+def test_cli_refuses_before_simulating(tmp_path: Path, args: list[str], message: str) -> None:
+    trace = str(_trace(tmp_path))
+    if args[0] == "sim":
+        args = [*args, "--trace", trace, "--policy", "slo"]
+    else:
+        args = [*args, "--out", str(tmp_path / "o.csv")]
+    result = CliRunner().invoke(_app(), args, env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "simulated in" not in result.output
+
+
+def test_cli_says_where_the_plot_went(tmp_path: Path) -> None:
+    out = tmp_path / "plots" / "run.png"
+    args = ["sim", "--trace", str(_trace(tmp_path)), "--policy", "slo", "--plot", str(out)]
+    result = CliRunner().invoke(_app(), args, env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert f"plot written to {out}" in result.output
+    assert out.stat().st_size > 0
