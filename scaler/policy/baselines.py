@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from scaler.policy.counts import ceil_count
 from scaler.policy.pipeline import Pipeline
-from scaler.policy.plan import Plan, direction
+from scaler.policy.plan import Plan, direction, known_numbers
 from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason, reason_number
 
 _EPS = 1e-9
@@ -30,24 +30,12 @@ def _hpa_replicas(plan: Plan, ratio: float, config: PolicyConfig, base: int) -> 
     return plan.with_(desired=desired, diagnosis=direction(desired, s.replicas))
 
 
-def _known_numbers(s: GroupSignals) -> dict[str, float]:
-    """What a group's signals do say, for a reason that sizes nothing from what they lack."""
-    known = {
-        "replicas": s.replicas,
-        "ready_replicas": s.ready_replicas,
-        "starting_replicas": s.starting_replicas,
-        "lag": s.lag,
-        "utilization": s.utilization,
-    }
-    return {name: value for name, value in known.items() if value is not None}
-
-
 def keda_lag(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -> Plan:
     """KEDA Kafka scaler: desired = ceil(totalLag / lagThreshold) via HPA AverageValue."""
     plan = Plan(signals=s, state=state, desired=s.replicas, diagnosis="steady")
     if s.lag is None:
         return plan.with_(
-            reason=Reason("lag_unknown", "lag not measured: no size from it", _known_numbers(s))
+            reason=Reason("lag_unknown", "lag not measured: no size from it", known_numbers(s))
         )
     threshold = config.keda_lag_threshold
     numbers = {"lag": float(s.lag), "lag_threshold": threshold}
@@ -92,7 +80,7 @@ def hpa_util(s: GroupSignals, state: GroupState, config: PolicyConfig, now: floa
             reason=Reason(
                 "utilization_unknown",
                 "utilization not measured (or no replica ready): no size from it",
-                _known_numbers(s),
+                known_numbers(s),
             )
         )
     ratio = s.utilization / config.target_utilization

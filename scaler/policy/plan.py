@@ -82,3 +82,17 @@ def direction(desired: int, current: int) -> Diagnosis:
     if desired < current:
         return "over_provisioned"
     return "steady"
+
+
+def known_numbers(s: GroupSignals) -> dict[str, float]:
+    """What a group's signals do say, for a reason that sizes nothing from what they lack."""
+    known = {
+        "replicas": s.replicas,
+        "ready_replicas": s.ready_replicas,
+        "starting_replicas": s.starting_replicas,
+        "arrival_rps": s.arrival_rps,
+        "service_rps_per_replica": s.service_rps_per_replica,
+        "lag": s.lag,
+        "utilization": s.utilization,
+    }
+    return {name: value for name, value in known.items() if value is not None}

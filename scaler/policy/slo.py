@@ -17,7 +17,7 @@ from scaler.policy.fast import fast_path
 from scaler.policy.headroom import learn, load_spare, replicas_for
 from scaler.policy.hold import burst_hold, burst_rise, forecast_cap_load
 from scaler.policy.pipeline import Pipeline
-from scaler.policy.plan import Plan, direction
+from scaler.policy.plan import Plan, direction, known_numbers
 from scaler.policy.rate import arrival_estimate
 from scaler.policy.rebalance import queue_budget_ms, scale_up_step
 from scaler.policy.scale_down import stabilize_slo
@@ -44,20 +44,6 @@ _SAY_READ_SHARE = 0.1
 names both."""
 
 
-def _known_numbers(s: GroupSignals) -> dict[str, float]:
-    """What a group's signals do say, for a reason that sizes nothing from what they lack."""
-    known = {
-        "replicas": s.replicas,
-        "ready_replicas": s.ready_replicas,
-        "starting_replicas": s.starting_replicas,
-        "arrival_rps": s.arrival_rps,
-        "service_rps_per_replica": s.service_rps_per_replica,
-        "lag": s.lag,
-        "utilization": s.utilization,
-    }
-    return {name: value for name, value in known.items() if value is not None}
-
-
 def _needed(rps: float, per_replica_rps: float, state: GroupState, config: PolicyConfig) -> int:
     """Replicas that carry `rps` with the spare (`headroom.py`)."""
     return replicas_for(rps / per_replica_rps, state, config)
@@ -72,7 +58,7 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
             reason=Reason(
                 "arrival_unknown",
                 "arrival rate not measured: no size from it",
-                _known_numbers(s),
+                known_numbers(s),
             )
         )
     rate = arrival_estimate(plan, config)
@@ -151,7 +137,7 @@ def _from_utilization(plan: Plan, config: PolicyConfig) -> Plan:
                 "throughput_unknown",
                 "per-replica throughput not measured, nor the utilization of a ready replica: "
                 "no size from them",
-                _known_numbers(s),
+                known_numbers(s),
             )
         )
     wanted = replicas_for(s.ready_replicas * s.utilization, plan.state, config)

@@ -40,6 +40,7 @@ from services.worker.engines.base import Engine, EngineInfo
 from services.worker.engines.factory import create_engine
 from services.worker.settings import WorkerSettings
 from tests.integration.stack import add_mlp_version, collect, derive_model, reply_consumer
+from tests.unit.infra.test_lenient_fetch import RawHeaderName
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 POISON = 1234.5
@@ -393,20 +394,6 @@ async def test_bad_events_get_named_results_or_land_in_the_dlq(stack: Stack) -> 
         assert h.header(record.headers, h.ERROR_MESSAGE)
 
 
-class _RawHeaderName(str):
-    """A header name whose bytes are not UTF-8, as Go and C clients can write one."""
-
-    raw: bytes
-
-    def __new__(cls, raw: bytes) -> _RawHeaderName:
-        name = super().__new__(cls, "x")
-        name.raw = raw
-        return name
-
-    def encode(self, *_: Any, **__: Any) -> bytes:
-        return self.raw
-
-
 async def test_a_header_name_that_is_not_utf8_does_not_stop_its_partition(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -422,7 +409,7 @@ async def test_a_header_name_that_is_not_utf8_does_not_stop_its_partition(
     await producer.start()
     try:
         for i, rid in enumerate(rids):
-            headers = [(_RawHeaderName(b"\xff\xfebad-name"), b"v")] if i == 1 else []
+            headers = [(RawHeaderName(b"\xff\xfebad-name"), b"v")] if i == 1 else []
             await producer.send_and_wait(
                 INGEST, raw_event(rid, x), key=rid.encode(), partition=0, headers=headers
             )

@@ -16,8 +16,8 @@ from aiokafka.structs import ConsumerRecord, RecordMetadata, TopicPartition
 from schemas.result import InferenceResult
 from services.client import client as client_module
 from services.client.client import InferenceClient, WireRequest, reader_retry_s
+from tests.unit.client.test_client import REPLY, record
 
-REPLY = "inferbus.results"
 TP = TopicPartition(REPLY, 0)
 
 
@@ -30,28 +30,12 @@ class _Log:
 
     def append(self, request_id: str) -> None:
         value = InferenceResult(request_id=request_id, model="m", status="ok")
-        self.records.append(_record(value.model_dump_json().encode(), len(self.records)))
+        self.records.append(record(value.model_dump_json().encode(), len(self.records)))
         self.notify()
 
     def notify(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
-
-
-def _record(value: bytes, offset: int) -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord(
-        topic=REPLY,
-        partition=0,
-        offset=offset,
-        timestamp=0,
-        timestamp_type=0,
-        key=None,
-        value=value,
-        checksum=None,
-        serialized_key_size=0,
-        serialized_value_size=len(value),
-        headers=[],
-    )
 
 
 class _Consumer:

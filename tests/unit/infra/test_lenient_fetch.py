@@ -18,12 +18,12 @@ TP = TopicPartition("inferbus.ingest.interactive", 0)
 BAD_KEY = b"\xff\xfebad-key"
 
 
-class _RawName(str):
+class RawHeaderName(str):
     """A header name whose bytes are not UTF-8, as Go and C clients can write one."""
 
     raw: bytes
 
-    def __new__(cls, raw: bytes) -> _RawName:
+    def __new__(cls, raw: bytes) -> RawHeaderName:
         name = super().__new__(cls, "x")
         name.raw = raw
         return name
@@ -58,7 +58,7 @@ def batch(
 Headers = list[tuple[str, bytes]]
 POISONED: list[tuple[bytes, Headers]] = [
     (b"before", []),
-    (b"poison", [(_RawName(BAD_KEY), b"v")]),
+    (b"poison", [(RawHeaderName(BAD_KEY), b"v")]),
     (b"after", [("traceparent", b"00-x")]),
 ]
 

@@ -185,5 +185,7 @@ def test_decide_keeps_unknown_reasons_numbers(tmp_path: Path) -> None:
         "replicas": 4,
         "ready_replicas": 4,
         "starting_replicas": 0,
+        "arrival_rps": 840.0,
+        "service_rps_per_replica": 300.0,
         "utilization": 0.7,
     }

@@ -11,6 +11,9 @@ from scaler.policy import POLICIES
 from scaler.signals import PolicyConfig, ScalerState
 from tests.unit.scaler.conftest import make_signals
 
+RATES = {"arrival_rps": 840.0, "service_rps_per_replica": 300.0}
+"""What the baselines do not size from, said all the same."""
+
 
 @pytest.mark.parametrize(
     ("policy", "change", "code", "numbers"),
@@ -53,14 +56,14 @@ from tests.unit.scaler.conftest import make_signals
             "keda-lag",
             {"lag": None, "utilization": None},
             "lag_unknown",
-            {"replicas": 4, "ready_replicas": 4, "starting_replicas": 0},
+            {"replicas": 4, "ready_replicas": 4, "starting_replicas": 0, **RATES},
             id="keda-lag",
         ),
         pytest.param(
             "hpa-util",
             {"utilization": None},
             "utilization_unknown",
-            {"replicas": 4, "ready_replicas": 4, "starting_replicas": 0, "lag": 10},
+            {"replicas": 4, "ready_replicas": 4, "starting_replicas": 0, "lag": 10, **RATES},
             id="hpa-utilization",
         ),
         pytest.param(
@@ -73,6 +76,7 @@ from tests.unit.scaler.conftest import make_signals
                 "starting_replicas": 3,
                 "lag": 10,
                 "utilization": 0.7,
+                **RATES,
             },
             id="hpa-none-ready",
         ),
