@@ -34,7 +34,8 @@ def parse_inputs(
     if not isinstance(payload, dict):
         raise InvalidInput('--json: inputs must be a JSON object such as {"x": [[0.1, 0.2]]}')
     if not payload:
-        raise InvalidInput('--json: the inputs are empty; give at least one, e.g. {"x": [[0.1]]}')
+        example = '{"text": "where is my parcel"}' if takes_text else '{"x": [[0.1]]}'
+        raise InvalidInput(f"--json: the inputs are empty; give at least one, e.g. {example}")
     out: dict[str, Tensor | TextInput] = {}
     for name, value in payload.items():
         if isinstance(value, dict) and "dtype" in value:

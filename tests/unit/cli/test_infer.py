@@ -83,6 +83,7 @@ TENSORS = r"\(or send the model's tensors: attention_mask, input_ids\)$"
         pytest.param({"q": ["a", 5]}, True, rf"'q': {NOT_TEXT} list \[", id="mixed-list"),
         # A model without a tokenizer takes no text: the name is what is wrong.
         pytest.param({"text": 5}, False, "'text': the model has no such input", id="no-tokenizer"),
+        pytest.param({}, True, 'empty; give at least one, e.g. {"text": ', id="empty-text-model"),
     ],
 )
 def test_text_that_cannot_be_sent_says_what_text_is(
