@@ -499,6 +499,9 @@ class IngestService:
             if isinstance(outcome, Answer):
                 second.append(_dead_answer(record, outgoing[index], reason))
                 continue
+            if isinstance(outcome, DeadLetter):  # its DLQ record again, code and reason kept
+                second.append(outgoing[index])
+                continue
             second.append(dead_letter_of(record, reason, code="undeliverable"))
         await deliver_until_taken(self.publisher, second)
         self.counts["dead_lettered"] += len(second)

@@ -153,6 +153,20 @@ async def test_a_dlq_that_cannot_be_written_is_retried_until_it_takes_the_record
     assert ingest.offsets.in_flight(INGEST, 0) == 0
 
 
+async def test_an_unparseable_event_whose_dlq_write_failed_keeps_its_code_and_reason(
+    tmp_path: Path,
+) -> None:
+    publisher = FailingPublisher((DLQ,), times=1)
+    ingest = service(tmp_path, publisher)
+    await ingest.handle([record(b"{not json")])
+    [dead] = publisher.sent
+    assert dead.topic == DLQ
+    assert dead.value == b"{not json"
+    assert h.header(dead.headers, h.ERROR_CODE) == "unparseable"
+    assert "not JSON" in (h.header(dead.headers, h.ERROR_MESSAGE) or "")
+    assert ingest.offsets.in_flight(INGEST, 0) == 0
+
+
 # ---- ingest's own defects: answered or dead-lettered, never left for a restart --------------
 
 
