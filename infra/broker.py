@@ -161,8 +161,15 @@ class EmbeddedBroker:
         port = self.port if self.port is not None else self._wanted_port
         if port == 0 or not port_is_free(host, port):
             chosen = free_port(host)
-            if port:
-                log.info("event=broker_port_taken port=%d using=%d", port, chosen)
+            if port:  # said where it shows: a client of the port asked for finds another
+                log.warning(
+                    "event=broker_port_taken port=%d using=%d (another process holds %d; "
+                    "clients must use %d)",
+                    port,
+                    chosen,
+                    port,
+                    chosen,
+                )
             port = chosen
         url = f"tcp://{host}:{port}"
         command = [

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from schemas.errors import InferbusError
 from tracing.attributes import STAGES
 from tracing.jaeger import (
     DEFAULT_JAEGER_URL,
@@ -28,6 +29,11 @@ JaegerUrl = Annotated[
 ]
 Service = Annotated[str, typer.Option(help="Service whose spans carry the request id.")]
 Lookback = Annotated[float, typer.Option("--lookback-s", help="How far back to search, seconds.")]
+
+
+class TraceUnavailable(InferbusError):
+    """No breakdown to show: Jaeger cannot answer and no usable result was given (the CLI
+    says it on one `error:` line)."""
 
 
 UNSTAGED = "not in a stage"
@@ -78,7 +84,10 @@ def render(breakdown: Breakdown, console: Console) -> None:
 
 def load_timings(path: Path) -> tuple[str | None, dict[str, Any]]:
     """(request id, timings) from an `InferenceResult` JSON, or a bare timings object."""
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise TraceUnavailable(f"{path} is not JSON ({exc}); pass a result's JSON") from None
     if not isinstance(data, dict):
         raise typer.BadParameter(f"{path} does not hold a JSON object")
     timings = data.get("timings", data)
@@ -112,9 +121,13 @@ def trace_command(
             return
         reason = f"no trace for request {request_id} in Jaeger at {jaeger}"
     if result_json is None:
-        console.print(f"[red]{reason}[/red]; pass --result-json to use the result's timings")
-        raise typer.Exit(code=1)
-    _, timings = load_timings(result_json)
+        raise TraceUnavailable(f"{reason}; pass --result-json to use the result's timings")
+    found_id, timings = load_timings(result_json)
+    if found_id is not None and found_id != request_id:
+        raise TraceUnavailable(
+            f"{result_json} is the result of request {found_id}, not {request_id}; "
+            "pass that request's result"
+        )
     render(
         breakdown_from_timings(request_id, timings, note=f"{reason}; used {result_json}"), console
     )
@@ -132,8 +145,10 @@ def traces_command(
         with JaegerClient(jaeger) as client:
             breakdowns = client.slowest(slowest, service=service, lookback_s=lookback_s)
     except JaegerUnavailableError as exc:
-        console.print(f"[red]Jaeger at {exc.url} unavailable ({exc.reason})[/red]")
-        raise typer.Exit(code=1) from exc
+        raise TraceUnavailable(
+            f"Jaeger at {exc.url} unavailable ({exc.reason}); start it (docs/tracing.md) or "
+            "pass --jaeger URL"
+        ) from None
     if not breakdowns:
         console.print(f"no request traces from {service} in the last {lookback_s:.0f} s")
         return

@@ -164,6 +164,13 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     setup_logging("WARNING", kafka_level="CRITICAL")
     if sum(x is not None for x in (scenario, trace, rate)) != 1:
         raise LoadError("give exactly one of --scenario NAME, --trace FILE or --rate R")
+    if scenario is not None and duration is not None:
+        raise LoadError(
+            f"--duration applies to --rate and --trace; scenario {scenario!r} has its own "
+            "length (scale it with --rate-scale, or run --rate R --duration S)"
+        )
+    if duration is not None and not duration > 0:
+        raise LoadError(f"--duration must be > 0 seconds, not {duration:g}")
     try:
         config = ModelRepository(models).config(model)
     except ModelNotFound:
@@ -175,14 +182,18 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         workload = scenario_workload(scenario, rate_scale=rate_scale, seed=seed)
     elif trace is not None:
         workload = trace_workload(
-            trace, start_s=trace_start, duration_s=duration or 120.0, rate_scale=rate_scale,
-            token_scale=token_scale, max_tokens=max_input_tokens(config), tiers=_tiers(tiers),
-            seed=seed,
+            trace, start_s=trace_start, duration_s=120.0 if duration is None else duration,
+            rate_scale=rate_scale, token_scale=token_scale, max_tokens=max_input_tokens(config),
+            tiers=_tiers(tiers), seed=seed,
         )  # fmt: skip
     else:
         assert rate is not None
         workload = rate_workload(
-            rate * rate_scale, duration or 60.0, _tiers(tiers), tokens=tokens, seed=seed
+            rate * rate_scale,
+            60.0 if duration is None else duration,
+            _tiers(tiers),
+            tokens=tokens,
+            seed=seed,
         )
     folder = out or Path("bench-out/load") / f"{workload.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)

@@ -84,6 +84,10 @@ def topics_create(
     from infra.topics import ensure_topics, repository_topics
 
     setup_logging("WARNING")
+    if not models.is_dir():  # else only the shared topics were made, and it said success
+        raise FileNotFoundError(
+            2, "no model repository (`inferbus models init` makes one; or --models DIR)", models
+        )
     specs = repository_topics(ModelRepository(models), tier_partitions=partitions)
     created = run(ensure_topics(bootstrap, specs))
     typer.echo(f"created {len(created)} topic(s): {', '.join(created) or 'none, all existed'}")

@@ -35,7 +35,8 @@ ReasonOption = Annotated[
 
 
 def _fail(exc: InferbusError) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(str(exc))}")
+    """An expected failure as every command says one: one `error:` line on stderr, exit 1."""
+    typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
     return typer.Exit(code=1)
 
 
@@ -62,6 +63,13 @@ def list_models(directory: DirOption = Path("models")) -> None:
     """Models, versions, engine and inputs."""
     from infra.models.repository import ModelRepository
 
+    if not directory.is_dir():
+        typer.echo(
+            f"error: no model repository at {directory} (`inferbus models init --dir "
+            f"{directory}` makes one)",
+            err=True,
+        )
+        raise typer.Exit(code=1)
     repo = ModelRepository(directory)
     table = Table()
     # Nothing is cut with "…": a narrow terminal folds long cells; inputs, outputs and

@@ -149,6 +149,30 @@ def repo(tmp_path: Path) -> Path:
             "error: model 'nosuch' is not in the model repository",
             id="load-model-missing",
         ),
+        pytest.param(
+            ["load", "--rate", "5", "--duration", "0", "--model", "demo-mlp"],
+            {},
+            "error: --duration must be > 0 seconds, not 0",
+            id="load-duration-zero",
+        ),
+        pytest.param(
+            ["load", "--scenario", "burst", "--duration", "3", "--model", "demo-mlp"],
+            {},
+            "error: --duration applies to --rate and --trace",
+            id="load-scenario-with-duration",
+        ),
+        pytest.param(
+            ["topics", "create", "--bootstrap", "127.0.0.1:1", "--models", "/nope/models"],
+            {},
+            "error: no model repository",
+            id="topics-without-a-repository",
+        ),
+        pytest.param(
+            ["models", "list", "--dir", "/nope/models"],
+            {},
+            "error: no model repository at /nope/models",
+            id="models-list-without-a-repository",
+        ),
     ],
 )
 def test_real_commands_fail_in_one_line(

@@ -43,7 +43,8 @@ def test_calibrate_writes_sim(tmp_path: Path) -> None:
 def test_calibrate_unknown_model(tmp_path: Path) -> None:
     result = runner.invoke(models_app, ["calibrate", "nope", "--dir", str(tmp_path)])
     assert result.exit_code == 1
-    assert "not in the repository" in result.output
+    assert result.stderr.startswith("error: model 'nope' is not in the repository")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
 
 
 @pytest.mark.skipif(

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from typer.testing import CliRunner
 
+from services.cli.main import app
 from tracing.cli import trace_app
 from tracing.jaeger import JaegerClient, JaegerUnavailableError, breakdown_from_timings
 
@@ -174,10 +175,34 @@ def test_cli_trace_falls_back_to_result_timings(dead_url: str, tmp_path: Path) -
     assert "12.00" in result.output and "30.0" in result.output
 
 
-def test_cli_trace_without_fallback_fails(dead_url: str) -> None:
-    result = CliRunner().invoke(trace_app, ["trace", "r-1", "--jaeger", dead_url])
-    assert result.exit_code == 1
-    assert "--result-json" in result.output
+@pytest.mark.parametrize(
+    ("args", "result_text", "words"),
+    [
+        pytest.param(["trace", "r-1"], None, "unavailable (", id="no-fallback"),
+        pytest.param(["trace", "r-1"], "garbage{", "is not JSON", id="result-not-json"),
+        pytest.param(
+            ["trace", "r-2"],
+            '{"request_id": "r-1", "timings": {"e2e_ms": 40.0}}',
+            "is the result of request r-1, not r-2",
+            id="another-requests-result",
+        ),
+        pytest.param(["traces", "--slowest", "3"], None, "unavailable (", id="traces"),
+    ],
+)
+def test_cli_trace_failures_are_one_error_line(
+    dead_url: str, tmp_path: Path, args: list[str], result_text: str | None, words: str
+) -> None:
+    """On stderr, as every command's expected failure (docs/operations.md), not a
+    traceback, nor another request's timings under the id asked for."""
+    extra = ["--jaeger", dead_url]
+    if result_text is not None:
+        (tmp_path / "result.json").write_text(result_text)
+        extra += ["--result-json", str(tmp_path / "result.json")]
+    result = CliRunner().invoke(app, [*args, *extra])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("error: ") and words in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "Traceback" not in result.output
 
 
 def test_cli_traces_slowest(jaeger: str) -> None:
