@@ -83,8 +83,8 @@ def manual_record(
 async def publish_manual(bootstrap: str, record: RolloutRecord) -> None:
     """Produce the decision (acked by all replicas), then disconnect."""
     producer = make_producer(bootstrap, client_id="inferbus-models")
-    await start_with_retry(producer.start, what="models-producer", attempts=3)
-    try:
+    try:  # stopped whatever fails, its start too (else aiokafka warns it was left unclosed)
+        await start_with_retry(producer.start, what="models-producer", attempts=3)
         await publish_rollout(producer, record)
     finally:
         await producer.stop()
