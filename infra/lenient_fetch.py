@@ -98,16 +98,14 @@ def read_batches(data: bytes, *, check_crcs: bool = True) -> Iterator[LenientBat
             continue
         body = bytes(view[pos + _BATCH_HEADER.size : end])
         pos = end
-        codec = attributes & _CODEC_MASK
-        if codec:
-            body = _DECOMPRESS[codec](body)
         stamp = max_ts if attributes & _LOG_APPEND_TIME else None
         records: list[LenientRecord] = []
         unreadable_from, error = None, ""
         try:
+            body = _decompressed(body, attributes & _CODEC_MASK)
             for record in _read_records(body, count, base_offset, first_ts, stamp):
                 records.append(record)
-        except (ValueError, IndexError, KeyError) as exc:
+        except Exception as exc:  # what these bytes make any reader raise: the mark says it
             unreadable_from = records[-1].offset + 1 if records else base_offset
             error = f"{type(exc).__name__}: {exc}"
         yield LenientBatch(
@@ -118,6 +116,15 @@ def read_batches(data: bytes, *, check_crcs: bool = True) -> Iterator[LenientBat
             unreadable_from,
             error,
         )
+
+
+def _decompressed(body: bytes, codec: int) -> bytes:
+    """A batch's records as bytes; ValueError for a codec Kafka does not have."""
+    if not codec:
+        return body
+    if codec not in _DECOMPRESS:
+        raise ValueError(f"compression codec {codec} is not one Kafka has")
+    return bytes(_DECOMPRESS[codec](body))
 
 
 def _read_records(

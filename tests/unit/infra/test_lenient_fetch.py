@@ -169,3 +169,22 @@ def test_a_batch_whose_checksum_fails_comes_out_as_one_unreadable_mark() -> None
     assert [(r.offset, r.value) for r in records] == [(2, None), (3, b"next")]
     reason = unreadable_reason(records[0].headers)
     assert reason is not None and "checksum" in reason
+
+
+@pytest.mark.parametrize(
+    ("codec", "words"),
+    [(1, "not a gzipped file"), (6, "codec 6 is not one kafka has")],
+    ids=["bad-gzip", "unknown-codec"],
+)
+def test_a_batch_whose_records_cannot_be_decompressed_is_one_unreadable_mark(
+    codec: int, words: str
+) -> None:
+    data = bytearray(batch(POISONED))
+    attributes = struct.unpack_from(">h", data, 21)[0]
+    struct.pack_into(">h", data, 21, attributes | codec)  # said compressed; it is not
+
+    (read,) = read_batches(bytes(data), check_crcs=False)
+
+    assert read.records == []
+    assert (read.unreadable_from, read.next_offset) == (0, 3)
+    assert words in read.error.lower()
