@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 
@@ -17,3 +18,13 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def end_and_say(task: asyncio.Task[Any] | None, log: logging.Logger) -> None:
+    """`cancel_and_wait`, an error the task had ended with logged instead of raised: a stop
+    goes on to close what its owner holds."""
+    try:
+        await cancel_and_wait(task)
+    except Exception as exc:
+        assert task is not None
+        log.error("event=task_failed task=%s error=%r", task.get_name(), exc, exc_info=exc)

@@ -23,6 +23,7 @@ from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, read_from_start, start_with_retry
 from infra.log_end import LogEndProbe, true_ends
 from infra.pacing import FetchPacer
+from infra.tasks import end_and_say
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
 from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
@@ -210,10 +211,7 @@ class InferenceClient:
         if self._reader is not None:
             return
         self._producer = make_producer(self.bootstrap, client_id=self.client_id)
-        # No group: every client sees every result on its reply topic and keeps its own.
-        self._consumer = make_consumer(
-            bootstrap=self.bootstrap, group_id=None, client_id=self.client_id
-        )
+        self._consumer = self._new_consumer()
         try:
             await start_with_retry(self._producer.start, what="client-producer")
             await start_with_retry(self._consumer.start, what="client-consumer")
@@ -241,6 +239,11 @@ class InferenceClient:
         self._reader = asyncio.create_task(self._read(), name="client-results")
         self._publisher = Publisher(self._producer, patience_s=self.patience_s)
         self._watcher = asyncio.create_task(self._watch_restarts(), name="client-restarts")
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        """The result consumer, not started. No group: every client sees every result on
+        its reply topic and keeps its own."""
+        return make_consumer(bootstrap=self.bootstrap, group_id=None, client_id=self.client_id)
 
     def _pace(self, consumer: AIOKafkaConsumer) -> None:
         """Have the started result consumer's fetches paced by what this client awaits."""
@@ -273,7 +276,7 @@ class InferenceClient:
             closing.push_async_callback(self._log_ends.close)
             closing.push_async_callback(self._stop_consumer)  # the one the reader ended with
             for task in (reader, watcher, *self._background):
-                await _end_task(task)
+                await end_and_say(task, log)
             for future in self._waiters.values():
                 future.cancel()
             self._waiters.clear()
@@ -562,7 +565,7 @@ class InferenceClient:
         with contextlib.suppress(Exception):  # it is broken: only its closing is at stake
             if self._consumer is not None:
                 await self._consumer.stop()
-        consumer = make_consumer(bootstrap=self.bootstrap, group_id=None, client_id=self.client_id)
+        consumer = self._new_consumer()
         try:
             await start_with_retry(consumer.start, what="client-consumer")
             # Taken after the start: a broker restart seen meanwhile set them to 0.
@@ -586,10 +589,9 @@ class InferenceClient:
         consumer = self._consumer
         assert consumer is not None
         batches = await getmany_in_order(consumer, gaps, timeout_ms=200)
-        for tp, records in batches.items():
-            self._positions[tp] = records[-1].offset + 1
         results = 0
         for tp, records in batches.items():
+            self._positions[tp] = records[-1].offset + 1
             if tp.topic == INSTANCES:
                 if any(self._broker_note(r) for r in records):
                     await self._broker_restarted()
@@ -688,20 +690,6 @@ def reader_retry_s(failures: int) -> float:
     if failures <= 1:
         return 0.0
     return min(READER_RETRY_MAX_S, READER_RETRY_S * 2.0 ** (failures - 2))
-
-
-async def _end_task(task: asyncio.Task[None] | None) -> None:
-    """Cancel a task and wait for it; an error it had ended with is logged, not raised (a
-    stop goes on to close what the client holds)."""
-    if task is None:
-        return
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
-    except Exception as exc:
-        log.error("event=client_task_failed task=%s error=%r", task.get_name(), exc, exc_info=exc)
 
 
 def resend_after_s(left_s: float | None) -> float:
