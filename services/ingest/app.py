@@ -66,6 +66,7 @@ from services.runtime.answers import (
     deliver_until_taken,
     error_text,
     result_headers,
+    undeliverable_result,
 )
 from services.runtime.consumer import ConsumerOptions, OwnedConsumer
 from services.runtime.membership import Identity, Membership, default_instance_id
@@ -497,7 +498,17 @@ class IngestService:
                     continue
                 reason = f"{reason}; and the error result to {request.reply_to}: {ack!r}"
             if isinstance(outcome, Answer):
-                second.append(_dead_answer(record, outgoing[index], reason))
+                answer = outgoing[index]
+                second.append(
+                    undeliverable_result(
+                        answer.key,
+                        answer.value,
+                        reason,
+                        topic=record.topic,
+                        partition=record.partition,
+                        offset=record.offset,
+                    )
+                )
                 continue
             if isinstance(outcome, DeadLetter):  # its DLQ record again, code and reason kept
                 second.append(outgoing[index])
@@ -546,20 +557,6 @@ def _ingest_ms(route: Route) -> float:
         if key == h.INGEST_MS:
             return float(value)
     return float("nan")
-
-
-def _dead_answer(record: Record, answer: Outgoing, reason: str) -> Outgoing:
-    """The DLQ record of an error answer the broker would not take: the result itself, keyed
-    by request id, as the worker dead-letters one; the source headers name the request's
-    record (the request alone would lose why it was refused)."""
-    headers = h.dead_letter(
-        reason,
-        topic=record.topic,
-        partition=record.partition,
-        offset=record.offset,
-        code="undeliverable",
-    )
-    return Outgoing(DLQ, answer.key, answer.value, headers)
 
 
 def _encode_answer(answer: Answer) -> bytes:

@@ -599,6 +599,17 @@ def dead_letter_of(
     return Outgoing(DLQ, record.key, record.value or b"", headers)
 
 
+def undeliverable_result(
+    key: bytes | None, result: bytes, reason: str, *, topic: str, partition: int, offset: int
+) -> Outgoing:
+    """The DLQ record of a result its reply topic would not take: the result itself, keyed
+    by request id; the source headers name the request's record."""
+    headers = h.dead_letter(
+        reason, topic=topic, partition=partition, offset=offset, code="undeliverable"
+    )
+    return Outgoing(DLQ, key, result, headers)
+
+
 async def deliver_until_taken(publisher: Publisher, records: Sequence[Outgoing]) -> None:
     """Produce `records` (DLQ records), retrying until the broker takes every one.
 

@@ -32,7 +32,7 @@ from schemas import headers as h
 from schemas.errors import DeadlineExceeded, EngineError, InferbusError, Unparseable
 from schemas.result import Status
 from schemas.telemetry import WorkerLoad
-from schemas.topics import DLQ, Tier
+from schemas.topics import Tier
 from services.runtime.answers import (
     Outgoing,
     Publisher,
@@ -41,6 +41,7 @@ from services.runtime.answers import (
     encode_result,
     error_text,
     result_headers,
+    undeliverable_result,
 )
 from services.runtime.consumer import OwnedConsumer
 from services.runtime.offsets import OffsetTracker
@@ -546,14 +547,16 @@ class Pipeline:
                 value = replacement.value
             reason = f"could not deliver the result to {item.reply_to}: {error_text(error)}"
             log.error("event=result_undeliverable request_id=%s reason=%r", item.request_id, reason)
-            headers = h.dead_letter(
-                reason,
-                topic=item.topic,
-                partition=item.partition,
-                offset=item.offset,
-                code="undeliverable",
+            pending.append(
+                undeliverable_result(
+                    item.request_id.encode(),
+                    value,
+                    reason,
+                    topic=item.topic,
+                    partition=item.partition,
+                    offset=item.offset,
+                )
             )
-            pending.append(Outgoing(DLQ, item.request_id.encode(), value, headers))
         await deliver_until_taken(self.publisher, pending)
         self.counts["dead_lettered"] += len(pending)
 
