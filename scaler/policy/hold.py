@@ -119,8 +119,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         f"{reason_number(keep)} s"
         if gap <= config.burst_keep_factor * keep
         else f"median gap {reason_number(gap)} s, but they rise slower than the keep cost "
-        f"{reason_number(keep)} s: "
-        "every onset needs it"
+        f"{reason_number(keep)} s: every onset needs it"
     )
     text = (
         f"{len(memory.onsets())} bursts rising in ~{reason_number(rise)} s (<= 2 x "
@@ -134,8 +133,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     if standby and (memory.in_gap_s > limit or early):
         why = (
             f"{reason_number(memory.in_gap_s)} s into a gap, longer than any remembered + keep "
-            "cost "
-            f"({reason_number(limit)} s)"
+            f"cost ({reason_number(limit)} s)"
             if memory.in_gap_s > limit
             else f"{reason_number(memory.in_gap_s)} s into a gap (standby after "
             f"{reason_number(after or 0.0)} s)"

@@ -75,8 +75,7 @@ def even_shares(plan: Plan, config: PolicyConfig) -> Plan:
             "partition_shares",
             f"{reason_number(plan.desired)} consumers of {reason_number(s.partitions)} partitions "
             f"leave the busiest with {busiest_share(plan.desired, s.partitions)}, "
-            f"{reason_percent(before)} "
-            f"busy at {reason_number(lam)}/s: "
+            f"{reason_percent(before)} busy at {reason_number(lam)}/s: "
             f"{reason_number(raised)} ({busiest_share(raised, s.partitions)}, "
             f"{reason_percent(after)})",
             {
