@@ -590,17 +590,35 @@ class InferenceClient:
         assert consumer is not None
         batches = await getmany_in_order(consumer, gaps, timeout_ms=200)
         results = 0
+        # The consumer has moved past every record of the poll: one whose handling raises
+        # does not cost the others theirs. The first error is raised once all are handled.
+        first_error: Exception | None = None
         for tp, records in batches.items():
             self._positions[tp] = records[-1].offset + 1
             if tp.topic == INSTANCES:
                 if any(self._broker_note(r) for r in records):
-                    await self._broker_restarted()
+                    try:
+                        await self._broker_restarted()
+                    except Exception as exc:
+                        first_error = first_error or exc
                 continue
             results += len(records)
             for record in records:
-                self._deliver(record)
+                try:
+                    self._deliver(record)
+                except Exception as exc:
+                    log.error(
+                        "event=result_not_delivered topic=%s partition=%d offset=%d error=%r",
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                        exc,
+                    )
+                    first_error = first_error or exc
         if self._pacer is not None:
             self._pacer.observe(results)
+        if first_error is not None:
+            raise first_error
 
     @property
     def results_overdue(self) -> int:

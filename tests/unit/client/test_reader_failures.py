@@ -257,6 +257,33 @@ async def test_another_error_fails_the_waiting_requests_now_and_reading_goes_on(
     assert len(bus.consumers) == 1, "not a consumer's failure: it reads on"
 
 
+async def test_a_result_that_cannot_be_handled_costs_the_rest_of_its_poll_nothing(
+    client: InferenceClient,
+    bus: _Broker,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    first, middle, last = await _infer(client, bus, "r1", "r2", "r3")
+    parse = InferenceResult.from_wire
+
+    def from_wire(value: bytes) -> InferenceResult:
+        result = parse(value)
+        if result.request_id == "r2":
+            raise RuntimeError("cannot handle r2")
+        return result
+
+    monkeypatch.setattr(InferenceResult, "from_wire", staticmethod(from_wire))
+    for request_id in ("r1", "r2", "r3"):  # one poll takes all three
+        bus.log.append(request_id)
+
+    assert (await asyncio.wait_for(first, 2)).request_id == "r1"
+    assert (await asyncio.wait_for(last, 2)).request_id == "r3", "not lost with r2"
+    with pytest.raises(RuntimeError, match="cannot handle r2"):
+        await asyncio.wait_for(middle, 2)  # an error now, not the 30 s timeout
+    [said] = [r for r in caplog.records if "result_not_delivered" in r.getMessage()]
+    assert "offset=2" in said.getMessage(), "names the record"
+
+
 @pytest.mark.parametrize(
     ("failures", "wait_s"),
     [
