@@ -646,15 +646,25 @@ async def _deliver_all_but_too_large(
     while pending:
         results = await publisher.send_all(pending)
         left: list[Outgoing] = []
+        errors: list[Exception] = []
         for record, result in zip(pending, results, strict=True):
             if isinstance(result, MessageSizeTooLargeError):
                 too_large.append((record, result))
             elif isinstance(result, Exception):
                 left.append(record)
+                errors.append(result)
         pending = left
         if pending:
             attempt += 1
-            log.error("event=dlq_unreachable left=%d attempt=%d", len(pending), attempt)
+            # The error is named: a refusal that trying again cannot mend (an ACL on the
+            # DLQ topic) holds its partition here, and the operator must see why.
+            log.error(
+                "event=dlq_unreachable left=%d attempt=%d topic=%s error=%s",
+                len(pending),
+                attempt,
+                pending[0].topic,
+                error_text(errors[0]),
+            )
             await asyncio.sleep(min(0.5 * attempt, 5.0))
     return too_large
 

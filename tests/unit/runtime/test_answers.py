@@ -11,7 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    TopicAuthorizationFailedError,
+)
 from aiokafka.structs import RecordMetadata
 
 from schemas import headers as h
@@ -709,3 +714,49 @@ async def test_copies_refused_in_one_batch_each_go_alone_before_they_lose_their_
     assert (
         h.header(stubs["990"].headers, h.VALUE_SHA256) == hashlib.sha256(large[1].value).hexdigest()
     )
+
+
+class RefusingBroker(FakeProducer):
+    """Refuses the first `refusals` batches with `error`, then takes every one."""
+
+    def __init__(self, error: Exception, refusals: int) -> None:
+        super().__init__(topics=(DLQ,))
+        self.error = error
+        self.refusals = refusals
+        self.taken: list[Outgoing] = []
+
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
+        if self.refusals > 0:
+            self.refusals -= 1
+            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            future.set_exception(self.error)
+            return future
+        self.taken.extend(batch.records)
+        return await super().send_batch(batch, topic, partition=partition)
+
+
+async def test_a_dlq_refusal_is_retried_and_each_try_names_the_error(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal no retry mends (an ACL on the DLQ topic) holds the record here: the
+    operator's only clue is the line, so it says what the broker answered."""
+    monkeypatch.setattr(asyncio, "sleep", _no_wait(asyncio.sleep))
+    producer = RefusingBroker(TopicAuthorizationFailedError(), refusals=2)
+    record = _dead_letter(b"x")
+
+    with caplog.at_level(logging.ERROR, logger="services.runtime.answers"):
+        await asyncio.wait_for(deliver_until_taken(Publisher(producer), [record]), 5)  # type: ignore[arg-type]
+
+    assert [r.value for r in producer.taken] == [b"x"], "taken once the broker allows it"
+    lines = [r.getMessage() for r in caplog.records if "dlq_unreachable" in r.getMessage()]
+    assert len(lines) == 2
+    assert all(f"topic={DLQ}" in line and "TopicAuthorizationFailed" in line for line in lines)
+
+
+def _no_wait(sleep: Any) -> Any:
+    async def no_wait(_: float) -> None:
+        await sleep(0)
+
+    return no_wait
