@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
@@ -76,6 +77,9 @@ class InferenceRequest(BaseModel):
         reason: "5000" and 5000.0 were taken.)"""
         if isinstance(value, int | float) or (isinstance(value, str) and _is_number(value)):
             raise ValueError("must be an ISO 8601 date-time string, not a number")
+        if isinstance(value, str) and _is_date_only(value):
+            # Lax mode read "2026-12-06" as its midnight: a deadline hours off what was meant.
+            raise ValueError("must be an ISO 8601 date-time with a time of day, not a date")
         return value
 
     @field_validator("deadline", "created_at")
@@ -105,6 +109,14 @@ class InferenceRequest(BaseModel):
             return None
         start = self.created_at.timestamp() * 1000 if self.created_at else received_ms
         return start + self.timeout_ms
+
+
+_DATE_ONLY = re.compile(r"\s*[+-]?\d{4,}-\d{2}-\d{2}z?\s*", re.IGNORECASE)
+
+
+def _is_date_only(text: str) -> bool:
+    """Whether `text` is a date with no time of day ("2026-12-06")."""
+    return _DATE_ONLY.fullmatch(text) is not None
 
 
 def _is_number(text: str) -> bool:

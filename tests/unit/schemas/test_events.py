@@ -112,13 +112,16 @@ def test_effective_deadline(fields: dict[str, Any], expected: datetime | None) -
         pytest.param("deadline", '"0"', "not a number", id="deadline-quoted-number"),
         pytest.param("created_at", "1733440000000", "not a number", id="created-at-epoch-ms"),
         pytest.param("created_at", '"1.7e12"', "not a number", id="created-at-quoted"),
+        pytest.param("deadline", '"2026-12-06"', "not a date", id="deadline-date-only"),
+        pytest.param("created_at", '"2026-12-06Z"', "not a date", id="created-at-date-only"),
         pytest.param("schema_version", "true", "integer 1", id="schema-version-bool"),
         pytest.param("schema_version", "1.0", "integer 1", id="schema-version-float"),
         pytest.param("schema_version", "null", "Input should be 1", id="schema-version-null"),
     ],
 )
 def test_what_the_json_schema_forbids_is_refused(field: str, value: str, words: str) -> None:
-    """Lax parsing took these: a quoted or fractional timeout, a number as a time."""
+    """Lax parsing took these: a quoted or fractional timeout, a number as a time, a date
+    as its midnight."""
     text = '{"x": {"text": "a"}}'
     event = f'{{"request_id": "r", "model": "m", "inputs": {text}, "{field}": {value}}}'
     with pytest.raises(ValidationError, match=words):
