@@ -201,8 +201,10 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
     """Add what drains the lag beyond what Little's law allows at the SLO."""
     s = plan.signals
     mu, lam, lag = s.service_rps_per_replica, s.arrival_rps, s.lag
-    if mu is None or mu <= 0 or lam is None or not lag:
+    if mu is None or mu <= 0 or not lag:
         return plan
+    if lam is None:
+        return _backlog_unmeasured_arrival(plan, lag, mu, config)
     budget_s = queue_budget_ms(s) / 1000
     allowed = lam * budget_s
     excess = lag - allowed
@@ -238,6 +240,39 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
                 "drain_s": drain_s,
                 "needed": needed,
             },
+        ),
+    )
+
+
+def _backlog_unmeasured_arrival(plan: Plan, lag: int, mu: float, config: PolicyConfig) -> Plan:
+    """No arrival rate yet (the scaler's first tick, a broker that started over) but a
+    backlog whose oldest request waits past the queue budget: drain it in
+    `backlog_drain_s` on top of the replicas there are, which are taken to keep up with
+    what arrives. A backlog that waits no longer than the budget asks for nothing."""
+    s = plan.signals
+    budget = queue_budget_ms(s)
+    if s.oldest_age_ms is not None and s.oldest_age_ms <= budget:
+        return plan
+    if s.starting_replicas > 0:  # capacity is on its way; the rate is measured by then
+        return plan
+    drain_s = config.backlog_drain_s
+    needed = s.replicas + ceil_count(lag / (mu * drain_s) - _EPS)
+    if needed <= plan.desired:
+        return plan
+    waited = (
+        f", the oldest waiting {reason_number(s.oldest_age_ms)} ms > {reason_number(budget)} ms"
+        if s.oldest_age_ms is not None
+        else ""
+    )
+    return plan.with_(
+        desired=needed,
+        diagnosis="backlog",
+        reason=Reason(
+            "backlog",
+            f"lag {reason_number(lag)}{waited}: drain it in "
+            f"{reason_number(drain_s)} s at {reason_number(mu)}/s per replica beside the "
+            f"{reason_number(s.replicas)} there are",
+            {"lag": lag, "queue_budget_ms": budget, "drain_s": drain_s, "needed": needed},
         ),
     )
 

@@ -133,6 +133,25 @@ def _one(s: GroupSignals, state: ScalerState | None = None, now: float = 0.0, **
             id="backlog-drains",
         ),
         pytest.param({"arrival_rps": None}, 4, "arrival_unknown", id="no-arrival-holds"),
+        # No rate yet, but a lag that waits too long: 6000 drained in 10 s at 300/s is +2.
+        pytest.param(
+            {"arrival_rps": None, "lag": 6000, "oldest_age_ms": 3000.0, "partitions": 32},
+            6,
+            "backlog",
+            id="no-arrival-old-backlog-drains",
+        ),
+        pytest.param(
+            {"arrival_rps": None, "lag": 6000, "oldest_age_ms": 100.0},
+            4,
+            "arrival_unknown",
+            id="no-arrival-young-backlog-holds",
+        ),
+        pytest.param(
+            {"arrival_rps": None, "lag": 6000, "oldest_age_ms": None, "partitions": 32},
+            6,
+            "backlog",
+            id="no-arrival-backlog-of-unknown-age-drains",
+        ),
         # Scaled to zero, nothing is measured: arrivals or lag start one replica.
         pytest.param(
             {
