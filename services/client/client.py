@@ -591,34 +591,40 @@ class InferenceClient:
         batches = await getmany_in_order(consumer, gaps, timeout_ms=200)
         results = 0
         # The consumer has moved past every record of the poll: one whose handling raises
-        # does not cost the others theirs. The first error is raised once all are handled.
-        first_error: Exception | None = None
+        # does not cost the others theirs.
+        undelivered: Exception | None = None
+        restart_error: Exception | None = None
         for tp, records in batches.items():
             self._positions[tp] = records[-1].offset + 1
             if tp.topic == INSTANCES:
                 if any(self._broker_note(r) for r in records):
                     try:
                         await self._broker_restarted()
-                    except Exception as exc:
-                        first_error = first_error or exc
+                    except Exception as exc:  # raised once the poll's results are delivered
+                        restart_error = exc
                 continue
             results += len(records)
             for record in records:
                 try:
                     self._deliver(record)
                 except Exception as exc:
-                    log.error(
-                        "event=result_not_delivered topic=%s partition=%d offset=%d error=%r",
+                    log.exception(
+                        "event=result_not_delivered topic=%s partition=%d offset=%d error=%r "
+                        "(waiting requests fail)",
                         record.topic,
                         record.partition,
                         record.offset,
                         exc,
                     )
-                    first_error = first_error or exc
+                    undelivered = exc
         if self._pacer is not None:
             self._pacer.observe(results)
-        if first_error is not None:
-            raise first_error
+        if undelivered is not None:
+            # Whose result it was may be unknown: every waiting `infer` gets the error now,
+            # not a timeout later (as for any reader error).
+            self._fail_waiters(undelivered)
+        if restart_error is not None:
+            raise restart_error
 
     @property
     def results_overdue(self) -> int:

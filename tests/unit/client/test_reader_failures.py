@@ -282,6 +282,8 @@ async def test_a_result_that_cannot_be_handled_costs_the_rest_of_its_poll_nothin
         await asyncio.wait_for(middle, 2)  # an error now, not the 30 s timeout
     [said] = [r for r in caplog.records if "result_not_delivered" in r.getMessage()]
     assert "offset=2" in said.getMessage(), "names the record"
+    assert said.exc_info is not None, "with its traceback"
+    assert not [r for r in caplog.records if "client_reader_failed" in r.getMessage()], "once"
 
 
 @pytest.mark.parametrize(
