@@ -34,7 +34,9 @@ class InferenceRequest(BaseModel):
     inputs: dict[str, Annotated[Tensor | TextInput, Field(union_mode="left_to_right")]] = Field(
         min_length=1, fail_fast=True
     )
-    deadline: datetime | None = Field(default=None, description="Absolute, ISO 8601 with zone.")
+    deadline: datetime | None = Field(
+        default=None, description="Absolute, an ISO 8601 date-time (no zone: UTC)."
+    )
     timeout_ms: int | None = Field(
         default=None,
         strict=True,
