@@ -20,11 +20,13 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
+from infra import eventloop
 from infra.security import KafkaSecuritySettings
 from infra.settings import BrokerSettings, KafkaSettings
 from scaler.settings import ScalerSettings
 from services.ingest.settings import IngestSettings
 from services.worker.settings import WorkerSettings
+from tracing.jaeger import DEFAULT_JAEGER_URL, JAEGER_URL_ENV
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,23 @@ SECTIONS = (
     Section("Worker", WorkerSettings, "`inferbus worker` (flags win over these)"),
     Section("Scaler", ScalerSettings, "`inferbus scaler run` and `inferbus up`"),
 )
+
+
+OUTSIDE_SETTINGS = (
+    (
+        eventloop.ENV,
+        "auto",
+        "the event loop every service runs on: `auto` (uvloop when installed), `asyncio` "
+        "or `uvloop`; read before any loop starts, so before the settings classes",
+    ),
+    (
+        JAEGER_URL_ENV,
+        DEFAULT_JAEGER_URL,
+        "Jaeger's query API for `inferbus trace` and `inferbus traces` (the `--jaeger` flag "
+        "wins)",
+    ),
+)
+"""Variables read outside the settings classes: (name, default, what it does)."""
 
 
 def attribute_docstrings(cls: type) -> dict[str, str]:
@@ -124,6 +143,14 @@ def render() -> str:
             shown = default if default in ("unset", "(required)") else f"`{_cell(default)}`"
             lines.append(f"| {variables} | {shown} | {_cell(what)} |")
         lines.append("")
+    lines += [
+        "## Read outside the settings classes",
+        "",
+        "| variable | default | what it does |",
+        "|---|---|---|",
+        *(f"| `{name}` | `{default}` | {_cell(what)} |" for name, default, what in OUTSIDE_SETTINGS),
+        "",
+    ]
     return "\n".join(lines)
 
 

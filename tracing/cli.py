@@ -16,6 +16,7 @@ from tracing.attributes import STAGES
 from tracing.jaeger import (
     DEFAULT_JAEGER_URL,
     DEFAULT_SERVICE,
+    JAEGER_URL_ENV,
     Breakdown,
     JaegerClient,
     JaegerUnavailableError,
@@ -25,7 +26,7 @@ from tracing.jaeger import (
 trace_app = typer.Typer(help="Request latency breakdowns from Jaeger traces.")
 
 JaegerUrl = Annotated[
-    str, typer.Option("--jaeger", envvar="INFERBUS_JAEGER_URL", help="Jaeger query base URL.")
+    str, typer.Option("--jaeger", envvar=JAEGER_URL_ENV, help="Jaeger query base URL.")
 ]
 Service = Annotated[str, typer.Option(help="Service whose spans carry the request id.")]
 Lookback = Annotated[float, typer.Option("--lookback-s", help="How far back to search, seconds.")]

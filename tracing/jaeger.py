@@ -16,6 +16,8 @@ from tracing import attributes as attr
 from tracing.attributes import STAGES
 
 DEFAULT_JAEGER_URL = "http://localhost:16686"
+JAEGER_URL_ENV = "INFERBUS_JAEGER_URL"
+"""Where `inferbus trace` and `traces` find Jaeger's query API when `--jaeger` is not given."""
 DEFAULT_SERVICE = "inferbus-worker"
 """Every request that reached a worker has spans there carrying its request id."""
 _ENGINE_STAGES = ("preprocess", "infer", "postprocess")
