@@ -11,14 +11,16 @@ import typer
 from rich.console import Console
 from rich.progress import Progress
 
+from scaler.config import PolicyConfig, load_config
 from scaler.policy import POLICIES
-from scaler.signals import PolicyConfig, SignalsError, load_config, load_snapshot
+from scaler.signals import SignalsError
 from scaler.sim.params import ServiceModel, SimParams, read_service_model
 from scaler.sim.report import compare, table, write_json
 from scaler.sim.scenarios import SCENARIOS, scenario
 from scaler.sim.summary import markdown, rows
 from scaler.sim.traffic import FAMILIES, generate, write_csv
 from scaler.sim.workload import Workload, WorkloadError, from_trace
+from scaler.snapshot import load_snapshot
 from schemas.topics import TIERS, Tier
 
 scaler_app = typer.Typer(help="The scaler: decide on a signals snapshot.", no_args_is_help=True)

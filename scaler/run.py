@@ -10,9 +10,9 @@ from pathlib import Path
 
 from scaler.actuators.factory import choose_kind, make_actuator
 from scaler.collector.collector import CollectorConfig
+from scaler.config import PolicyConfig
 from scaler.service import ScalerService
 from scaler.settings import ScalerSettings
-from scaler.signals import PolicyConfig
 from tracing.health import HEALTH
 from tracing.metrics import start_metrics_server
 from tracing.setup import init_tracing, shutdown_tracing

@@ -30,13 +30,15 @@ from scaler.collector.collector import (
 )
 from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.latency import WindowLatencies
+from scaler.config import PolicyConfig
+from scaler.decision import GroupDecision
 from scaler.policy import POLICIES
 from scaler.registry import Registry
 from scaler.rollout.judge import RolloutJudge
 from scaler.rollout.lanes import settle_canary
 from scaler.rollout.windows import VersionWindows
 from scaler.settings import IDLE_HOLD_EVERY_S
-from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerState
+from scaler.signals import GroupSignals, ScalerState
 from scaler.telemetry import TelemetryReader
 from schemas.errors import InferbusError
 from schemas.rollout import RolloutRecord

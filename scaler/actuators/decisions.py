@@ -8,7 +8,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scaler.signals import GroupDecision, GroupSignals, signals_to_dict
+from scaler.decision import GroupDecision
+from scaler.signals import GroupSignals
+from scaler.snapshot import signals_to_dict
 from schemas.topics import DECISIONS
 
 log = logging.getLogger("inferbus.scaler.decisions")

@@ -7,10 +7,12 @@ rate limit (100% or 4 pods per 15 s); leaving it out can only help the baselines
 
 from __future__ import annotations
 
+from scaler.config import PolicyConfig
+from scaler.decision import Reason, reason_number
 from scaler.policy.counts import ceil_count
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction, known_numbers
-from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason, reason_number
+from scaler.signals import GroupSignals, GroupState
 
 _EPS = 1e-9
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from scaler.decision import Reason, reason_number
 from scaler.policy.plan import Plan
-from scaler.signals import Reason, reason_number
 from schemas.topics import TIERS
 
 

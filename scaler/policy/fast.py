@@ -9,12 +9,13 @@ for that and for draining the backlog it will have by the time new capacity serv
 
 from __future__ import annotations
 
+from scaler.config import PolicyConfig
+from scaler.decision import Reason, reason_number
 from scaler.policy.counts import ceil_count
 from scaler.policy.headroom import replicas_for
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arriving_rps
 from scaler.policy.rebalance import queue_budget_ms
-from scaler.signals import PolicyConfig, Reason, reason_number
 
 _EPS = 1e-9
 

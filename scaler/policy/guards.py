@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from scaler.config import PolicyConfig
+from scaler.decision import Reason, reason_number
 from scaler.policy.plan import Plan
-from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason, reason_number
+from scaler.signals import GroupSignals, GroupState
 
 
 def is_stale(signals: GroupSignals, config: PolicyConfig, now: float) -> bool:

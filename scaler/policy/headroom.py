@@ -24,10 +24,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from scaler.config import PolicyConfig
+from scaler.decision import Reason, reason_number
 from scaler.policy.counts import ceil_count
 from scaler.policy.plan import Plan
 from scaler.policy.rebalance import queue_budget_ms
-from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason, reason_number
+from scaler.signals import GroupSignals, GroupState
 
 _EPS = 1e-9
 _MIN_SAMPLES = 5

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from scaler.config import PolicyConfig
+from scaler.decision import Reason, reason_number, reason_percent
 from scaler.policy.bursts import BurstMemory, remember
 from scaler.policy.headroom import replicas_for
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arriving_rps, window
-from scaler.signals import PolicyConfig, Reason, reason_number, reason_percent
 
 
 def release_to_floor(memory: BurstMemory, keep_cost_s: float) -> bool:

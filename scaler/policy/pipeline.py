@@ -6,17 +6,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from scaler.config import PolicyConfig
+from scaler.decision import Decision
 from scaler.policy.budget import share_budget
 from scaler.policy.guards import apply_bounds, blind, cap_standby, is_stale, stabilize
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arriving_rps
-from scaler.signals import (
-    Decision,
-    GroupSignals,
-    GroupState,
-    PolicyConfig,
-    ScalerState,
-)
+from scaler.signals import GroupSignals, GroupState, ScalerState
 
 SizeStep = Callable[[GroupSignals, GroupState, PolicyConfig, float], Plan]
 StabilizeStep = Callable[[Plan, PolicyConfig, float], Plan]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from scaler.signals import Diagnosis, GroupDecision, GroupSignals, GroupState, Reason
+from scaler.decision import GroupDecision, Reason
+from scaler.signals import Diagnosis, GroupSignals, GroupState
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 import math
 
+from scaler.config import PolicyConfig
 from scaler.forecast import RateEstimate, estimate_rate
 from scaler.policy.plan import Plan
-from scaler.signals import GroupSignals, GroupState, PolicyConfig
+from scaler.signals import GroupSignals, GroupState
 
 
 def arrival_estimate(plan: Plan, config: PolicyConfig) -> RateEstimate | None:

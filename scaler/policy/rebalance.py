@@ -9,9 +9,11 @@ attainment as well as in replicas; `scale_up_min_step_share` and
 
 from __future__ import annotations
 
+from scaler.config import PolicyConfig
+from scaler.decision import Reason, reason_number
 from scaler.policy.counts import ceil_count
 from scaler.policy.plan import Plan
-from scaler.signals import GroupSignals, PolicyConfig, Reason, reason_number
+from scaler.signals import GroupSignals
 
 
 def queue_budget_ms(s: GroupSignals) -> float:

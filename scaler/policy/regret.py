@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from scaler.signals import GroupState, PolicyConfig
+from scaler.config import PolicyConfig
+from scaler.signals import GroupState
 
 
 def judge(

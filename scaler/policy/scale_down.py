@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from scaler.config import PolicyConfig
+from scaler.decision import Reason, reason_number
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arrival_estimate
 from scaler.policy.regret import judge, remember_scale_down
-from scaler.signals import PolicyConfig, Reason, reason_number
 
 
 def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import math
 
+from scaler.config import PolicyConfig
+from scaler.decision import Reason, reason_number, reason_percent
 from scaler.policy.plan import Plan, direction
-from scaler.signals import PolicyConfig, Reason, reason_number, reason_percent
 
 
 def busiest_share(replicas: int, partitions: int) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from scaler.config import PolicyConfig
+from scaler.decision import Reason, reason_number
 from scaler.policy.counts import ceil_count
 from scaler.policy.fast import fast_path
 from scaler.policy.headroom import learn, load_spare, replicas_for
@@ -22,7 +24,7 @@ from scaler.policy.rate import arrival_estimate
 from scaler.policy.rebalance import queue_budget_ms, scale_up_step
 from scaler.policy.scale_down import stabilize_slo
 from scaler.policy.shares import even_shares
-from scaler.signals import GroupSignals, GroupState, PolicyConfig, Reason, reason_number
+from scaler.signals import GroupSignals, GroupState
 
 _EPS = 1e-9
 

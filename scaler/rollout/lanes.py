@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from infra.models.config import ReplicaBounds
-from scaler.signals import GroupDecision, GroupSignals, Reason
+from scaler.decision import GroupDecision, Reason
+from scaler.signals import GroupSignals
 from schemas.topics import Lane
 
 RETIRE_GRACE_S = 15.0

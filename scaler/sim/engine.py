@@ -12,8 +12,10 @@ from typing import Literal
 
 import numpy as np
 
+from scaler.config import PolicyConfig
+from scaler.decision import Decision
 from scaler.policy import POLICIES
-from scaler.signals import Decision, PolicyConfig, ScalerState
+from scaler.signals import ScalerState
 from scaler.sim.group import GroupSim, Replica
 from scaler.sim.params import SimParams
 from scaler.sim.workload import FloatArray, Workload

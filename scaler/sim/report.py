@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from scaler.signals import PolicyConfig
+from scaler.config import PolicyConfig
 from scaler.sim.engine import GroupOutcome, Progress, SimRun, simulate
 from scaler.sim.oracle import OracleSchedule, oracle
 from scaler.sim.params import SimParams

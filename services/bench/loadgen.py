@@ -21,7 +21,7 @@ from infra.pacing import FetchPacer, lane_waits
 from infra.settings import kafka_settings
 from schemas.frames import is_frame, join_frame, split_frame
 from schemas.topics import RESULTS, Tier, ingest_topic
-from services.runtime.answers import Outgoing, Publisher
+from services.runtime.publisher import Outgoing, Publisher
 
 
 @dataclass

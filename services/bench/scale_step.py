@@ -37,8 +37,8 @@ from infra.models.config import (
 )
 from infra.scan import scan_log
 from scaler.collector.collector import CollectorConfig, GroupCollection
+from scaler.config import PolicyConfig
 from scaler.service import ScalerService
-from scaler.signals import PolicyConfig
 from schemas.telemetry import InstanceRecord
 from schemas.topics import RESULTS, request_topic, worker_group
 from services.bench import step_sim

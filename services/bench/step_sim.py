@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from scaler.signals import PolicyConfig
+from scaler.config import PolicyConfig
 from scaler.sim.engine import SimRun, simulate
 from scaler.sim.params import ServiceModel, SimParams
 from scaler.sim.workload import TierArrivals, Workload

@@ -238,8 +238,8 @@ def up(
     ),
 ) -> None:
     """Run everything on this machine: broker, topics, ingest, scaler and workers."""
+    from scaler.config import PolicyConfig
     from scaler.settings import ScalerSettings
-    from scaler.signals import PolicyConfig
     from services.cli.stack import Stack, StackOptions
 
     setup_logging("WARNING")

@@ -36,9 +36,9 @@ from scaler.actuators.local import LocalActuator
 from scaler.collector.collector import CollectorConfig
 from scaler.collector.lag import group_lag, summarize
 from scaler.collector.offsets import GroupOffsetReader
+from scaler.config import PolicyConfig
 from scaler.service import GroupView, ScalerService
 from scaler.settings import IDLE_HOLD_EVERY_S
-from scaler.signals import PolicyConfig
 from schemas.errors import InferbusError
 from schemas.telemetry import InstanceRecord
 from schemas.topics import INGEST_GROUP, INGEST_TOPICS, INSTANCES, TIERS, Tier

@@ -33,7 +33,7 @@ from schemas.result import InferenceResult
 from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
 from schemas.topics import INSTANCES, RESULTS, Tier, ingest_topic
 from services.client.pending import PendingRequests
-from services.runtime.answers import Outgoing, Publisher
+from services.runtime.publisher import Outgoing, Publisher
 from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
 from tracing.sampling import read_traceparent

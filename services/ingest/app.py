@@ -59,18 +59,12 @@ from services.ingest.handlers import (
 from services.ingest.lanes import LaneRouter
 from services.ingest.settings import IngestSettings
 from services.ingest.spans import IngestSpans
-from services.runtime.answers import (
-    Outgoing,
-    Publisher,
-    dead_letter_of,
-    deliver_until_taken,
-    error_text,
-    result_headers,
-    undeliverable_result,
-)
 from services.runtime.consumer import ConsumerOptions, OwnedConsumer
+from services.runtime.dead_letters import dead_letter_of, deliver_until_taken, undeliverable_result
 from services.runtime.membership import Identity, Membership, default_instance_id
 from services.runtime.offsets import OffsetTracker
+from services.runtime.publisher import Outgoing, Publisher, error_text
+from services.runtime.result_wire import result_headers
 from tracing.attributes import RequestAttrs
 from tracing.breakdown import record_stages
 from tracing.health import HEALTH

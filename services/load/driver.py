@@ -1,6 +1,6 @@
 """The run: check the stack answers, send on schedule (open loop), collect every result.
 
-Requests go to the per-tier ingest topics in record batches (services.runtime.answers
+Requests go to the per-tier ingest topics in record batches (services.runtime.publisher
 Publisher) keyed by request id; results are read from the reply topic and matched by id.
 The schedule never waits for answers. After the last send the run waits until every
 request is answered or past its deadline plus the grace, and no longer.
@@ -32,7 +32,7 @@ from services.bench.loadgen import read_result
 from services.load.events import EventFactory
 from services.load.ledger import Ledger, Sent
 from services.load.observe import StackObserver, ingest_instances, replica_states, workers_of
-from services.runtime.answers import Outgoing, Publisher
+from services.runtime.publisher import Outgoing, Publisher
 
 _HEADERS = [(h.CONTENT_TYPE, FRAME_CONTENT_TYPE), (h.SCHEMA, h.REQUEST_SCHEMA_V1)]
 

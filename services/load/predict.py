@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from infra.models.config import ModelConfig
-from scaler.signals import PolicyConfig
+from scaler.config import PolicyConfig
 from scaler.sim.engine import simulate
 from scaler.sim.params import ServiceModel, SimParams
 from scaler.sim.workload import Phase, Workload

@@ -29,10 +29,10 @@ from schemas.errors import InferbusError
 from schemas.result import STATUSES
 from schemas.telemetry import WorkerLoad
 from schemas.topics import TIERS, Tier, request_topic, worker_group
-from services.runtime.answers import Publisher
 from services.runtime.consumer import ConsumerOptions, OwnedConsumer
 from services.runtime.membership import Identity, Membership, default_instance_id
 from services.runtime.offsets import OffsetTracker
+from services.runtime.publisher import Publisher
 from services.worker.batching import Batcher, BatchPolicy
 from services.worker.engine_host import EngineFactory, EngineHost, default_engine_factory
 from services.worker.inhand import InHand

@@ -17,7 +17,7 @@ from schemas.errors import InferbusError, InvalidInput, Unparseable
 from schemas.parse import ParsedRequest, RejectedEvent, parse_request
 from schemas.tensors import Arrays, Tensor
 from schemas.topics import Tier
-from services.runtime.answers import OutputForm
+from services.runtime.result_wire import OutputForm
 from tracing.sampling import TraceRef, parse_traceparent
 
 if TYPE_CHECKING:

@@ -33,18 +33,11 @@ from schemas.errors import DeadlineExceeded, EngineError, InferbusError, Unparse
 from schemas.result import Status
 from schemas.telemetry import WorkerLoad
 from schemas.topics import Tier
-from services.runtime.answers import (
-    Outgoing,
-    Publisher,
-    dead_letter_of,
-    deliver_until_taken,
-    encode_result,
-    error_text,
-    result_headers,
-    undeliverable_result,
-)
 from services.runtime.consumer import OwnedConsumer
+from services.runtime.dead_letters import dead_letter_of, deliver_until_taken, undeliverable_result
 from services.runtime.offsets import OffsetTracker
+from services.runtime.publisher import Outgoing, Publisher, error_text
+from services.runtime.result_wire import encode_result, result_headers
 from services.worker.batching import Batch, Batcher
 from services.worker.engine_clock import EngineClock
 from services.worker.engine_host import EngineHost, Ran

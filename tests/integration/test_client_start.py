@@ -11,7 +11,7 @@ import pytest
 from infra.kafka import make_producer
 from infra.topics import TopicSpec, ensure_topics
 from services.client import InferenceClient
-from services.runtime.answers import encode_result
+from services.runtime.result_wire import encode_result
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from services.client import InferenceClient
 from services.ingest.app import IngestService
 from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
-from services.runtime.answers import Outgoing, Publisher
 from services.runtime.membership import gone_record
+from services.runtime.publisher import Outgoing, Publisher
 from services.worker.app import Worker
 from services.worker.settings import WorkerSettings
 from tests.integration.stack import derive_model

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from scaler.actuators.decisions import Written, is_idle, what_it_says, worth_writing
-from scaler.signals import GroupDecision, GroupSignals, Reason
+from scaler.decision import GroupDecision, Reason
+from scaler.signals import GroupSignals
 
 GROUP = "inferbus.workers.demo_mlp.interactive"
 

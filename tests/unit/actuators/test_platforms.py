@@ -16,7 +16,8 @@ from scaler.actuators.decisions import publish_decision
 from scaler.actuators.factory import choose_kind, make_actuator
 from scaler.actuators.kubernetes import KubernetesActuator, deployment_name
 from scaler.actuators.local import LocalActuator
-from scaler.signals import GroupDecision, GroupSignals, Reason
+from scaler.decision import GroupDecision, Reason
+from scaler.signals import GroupSignals
 
 GROUP = "inferbus.workers.demo_mlp.interactive"
 CANARY = "inferbus.workers.demo_mlp.canary.interactive"

@@ -11,7 +11,7 @@ import pytest
 
 from schemas.topics import Tier
 from services.bench.loadgen import EncoderEvents, LoadGenerator, LoadReport, poisson_arrivals
-from services.runtime.answers import Outgoing
+from services.runtime.publisher import Outgoing
 
 
 def test_arrivals_are_ascending_at_the_rate() -> None:

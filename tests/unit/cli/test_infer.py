@@ -15,7 +15,7 @@ from schemas.result import InferenceResult
 from schemas.tensors import Tensor, TextInput
 from services.cli.infer import infer_once, parse_inputs, printable, read_inputs
 from services.models.demo import write_demo_models
-from services.runtime.answers import encode_result
+from services.runtime.result_wire import encode_result
 
 OUTPUTS = {
     "y": np.array([[0.25, -1.5, 3.0, 0.125]], dtype=np.float32),

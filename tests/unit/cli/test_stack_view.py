@@ -7,8 +7,8 @@ import pytest
 from rich.console import Console
 
 from scaler.collector.collector import GroupCollection
+from scaler.decision import GroupDecision
 from scaler.service import GroupView
-from scaler.signals import GroupDecision
 from services.cli.stack import stack_ready, status_line, status_table
 from tests.unit.scaler.conftest import make_signals
 

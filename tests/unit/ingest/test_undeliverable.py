@@ -18,7 +18,7 @@ from schemas.topics import DLQ, INGEST, RESULTS
 from services.ingest.app import IngestService
 from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
-from services.runtime.answers import Outgoing
+from services.runtime.publisher import Outgoing
 
 EVENT = {
     "schema_version": 1,

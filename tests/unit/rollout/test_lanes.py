@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from infra.models.config import ReplicaBounds
+from scaler.decision import GroupDecision
 from scaler.rollout.lanes import lane_bounds, settle_canary
-from scaler.signals import GroupDecision, GroupSignals
+from scaler.signals import GroupSignals
 
 BOUNDS = ReplicaBounds(min=0, max=8, warm=2)
 GROUP = "inferbus.workers.m.canary.interactive"

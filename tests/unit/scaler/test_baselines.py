@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
+from scaler.config import PolicyConfig
 from scaler.policy import POLICIES
-from scaler.signals import PolicyConfig, ScalerState
+from scaler.signals import ScalerState
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
 

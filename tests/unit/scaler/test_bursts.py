@@ -6,12 +6,14 @@ import dataclasses
 
 import pytest
 
+from scaler.config import PolicyConfig
+from scaler.decision import GroupDecision
 from scaler.policy import decide
 from scaler.policy.bursts import Burst, BurstMemory, remember
 from scaler.policy.hold import release_to_floor
 from scaler.policy.plan import Plan
 from scaler.policy.scale_down import stabilize_slo
-from scaler.signals import GroupDecision, GroupSignals, GroupState, PolicyConfig, ScalerState
+from scaler.signals import GroupSignals, GroupState, ScalerState
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
 

@@ -12,17 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from scaler import cli
+from scaler.config import PolicyConfig
+from scaler.decision import reason_number, reason_percent
 from scaler.policy import POLICIES
 from scaler.policy.counts import MOST_REPLICAS, ceil_count
 from scaler.policy.shares import busiest_utilization, stable_count
-from scaler.signals import (
-    GroupState,
-    PolicyConfig,
-    ScalerState,
-    reason_number,
-    reason_percent,
-    signals_to_dict,
-)
+from scaler.signals import GroupState, ScalerState
+from scaler.snapshot import signals_to_dict
 from tests.unit.scaler.conftest import make_signals
 
 

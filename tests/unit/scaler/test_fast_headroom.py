@@ -9,16 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from scaler.config import PolicyConfig
+from scaler.decision import GroupDecision
 from scaler.forecast import estimate_rate
 from scaler.policy import decide
 from scaler.policy.headroom import load_spare, spare_replicas
-from scaler.signals import (
-    GroupDecision,
-    GroupSignals,
-    PolicyConfig,
-    ScalerState,
-    load_snapshot,
-)
+from scaler.signals import GroupSignals, ScalerState
+from scaler.snapshot import load_snapshot
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
 SPARE_1 = PolicyConfig(initial_spare_replicas=1.0)

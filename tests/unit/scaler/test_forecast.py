@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scaler.config import PolicyConfig
 from scaler.forecast import estimate_rate, linear, ramp_after_flat
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arrival_estimate
-from scaler.signals import GroupState, PolicyConfig
+from scaler.signals import GroupState
 from tests.unit.scaler.conftest import make_signals
 
 

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from scaler.config import PolicyConfig
 from scaler.policy import POLICIES, decide
-from scaler.signals import GroupSignals, GroupState, PolicyConfig, ScalerState, load_snapshot
+from scaler.signals import GroupSignals, GroupState, ScalerState
+from scaler.snapshot import load_snapshot
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
 EXAMPLES = Path(__file__).parents[3] / "scaler" / "examples"

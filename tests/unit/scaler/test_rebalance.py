@@ -6,8 +6,10 @@ import dataclasses
 
 import pytest
 
+from scaler.config import PolicyConfig
+from scaler.decision import GroupDecision
 from scaler.policy import decide
-from scaler.signals import GroupDecision, GroupSignals, PolicyConfig, ScalerState
+from scaler.signals import GroupSignals, ScalerState
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
 

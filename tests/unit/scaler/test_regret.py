@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from scaler.config import PolicyConfig
 from scaler.policy import decide
 from scaler.policy.regret import judge, remember_scale_down
-from scaler.signals import GroupState, PolicyConfig, ScalerState
+from scaler.signals import GroupState, ScalerState
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
 LEARNING = PolicyConfig(regret_hold_growth=2.0, regret_hold_decay=2.0, max_regret_hold_factor=4.0)

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
+from scaler.config import PolicyConfig
 from scaler.policy import decide
 from scaler.policy.shares import busiest_utilization, stable_count
-from scaler.signals import GroupSignals, PolicyConfig, ScalerState
+from scaler.signals import GroupSignals, ScalerState
 from tests.unit.scaler.conftest import make_signals
 
 

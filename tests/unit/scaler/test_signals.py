@@ -8,14 +8,9 @@ from typing import Any
 
 import pytest
 
-from scaler.signals import (
-    PolicyConfig,
-    SignalsError,
-    config_from_dict,
-    load_snapshot,
-    signals_from_dict,
-    signals_to_dict,
-)
+from scaler.config import PolicyConfig, config_from_dict
+from scaler.signals import SignalsError
+from scaler.snapshot import load_snapshot, signals_from_dict, signals_to_dict
 from tests.unit.scaler.conftest import make_signals
 
 

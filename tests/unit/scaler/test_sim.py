@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scaler.signals import PolicyConfig
+from scaler.config import PolicyConfig
 from scaler.sim.engine import served_share, simulate
 from scaler.sim.group import form_batch
 from scaler.sim.oracle import oracle

@@ -14,7 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from scaler import cli
-from scaler.signals import PolicyConfig
+from scaler.config import PolicyConfig
 from scaler.sim.engine import initial_counts, policy_config, simulate
 from scaler.sim.params import ServiceModel, SimParams, read_service_model
 from scaler.sim.plot import plot_path_problem

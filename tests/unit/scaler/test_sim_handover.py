@@ -9,14 +9,10 @@ import numpy as np
 import pytest
 
 from infra.assignment import balanced_assignment
+from scaler.config import PolicyConfig
+from scaler.decision import Decision, GroupDecision
 from scaler.policy import POLICIES
-from scaler.signals import (
-    Decision,
-    GroupDecision,
-    GroupSignals,
-    PolicyConfig,
-    ScalerState,
-)
+from scaler.signals import GroupSignals, ScalerState
 from scaler.sim.engine import simulate
 from scaler.sim.group import GroupSim, Handover, Replica
 from scaler.sim.params import ServiceModel, SimParams

@@ -8,15 +8,9 @@ from typing import Any
 
 import pytest
 
-from scaler.signals import (
-    PolicyConfig,
-    SignalsError,
-    config_from_dict,
-    load_config,
-    load_snapshot,
-    signals_from_dict,
-    signals_to_dict,
-)
+from scaler.config import PolicyConfig, config_from_dict, load_config
+from scaler.signals import SignalsError
+from scaler.snapshot import load_snapshot, signals_from_dict, signals_to_dict
 from tests.unit.scaler.conftest import make_signals
 
 GROUP = make_signals().group

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from scaler.config import PolicyConfig
 from scaler.policy import POLICIES
-from scaler.signals import PolicyConfig, ScalerState
+from scaler.signals import ScalerState
 from tests.unit.scaler.conftest import make_signals
 
 RATES = {"arrival_rps": 840.0, "service_rps_per_replica": 300.0}

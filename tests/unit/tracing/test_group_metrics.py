@@ -7,8 +7,8 @@ import math
 import pytest
 
 from scaler.collector.collector import GroupCollection
+from scaler.decision import GroupDecision
 from scaler.service import ScalerService
-from scaler.signals import GroupDecision
 from tests.unit.scaler.conftest import make_signals
 from tracing import metrics
 from tracing.metrics import REGISTRY

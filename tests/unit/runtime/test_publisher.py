@@ -1,29 +1,15 @@
-"""Results encoded by hand equal the model's own JSON; the publisher retries what failed."""
+"""The publisher spreads records in batches and retries what failed."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import logging
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pytest
-from aiokafka.errors import (
-    KafkaConnectionError,
-    KafkaTimeoutError,
-    MessageSizeTooLargeError,
-    TopicAuthorizationFailedError,
-)
-from aiokafka.structs import RecordMetadata
+from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
-from schemas import headers as h
-from schemas.frames import is_frame
-from schemas.result import InferenceResult
-from schemas.topics import DLQ
-from services.runtime.answers import (
+from services.runtime.publisher import (
     MissingTopic,
     MissingTopics,
     Outgoing,
@@ -31,145 +17,9 @@ from services.runtime.answers import (
     RecordSpread,
     StalePartition,
     UnknownTopic,
-    deliver_until_taken,
-    encode_result,
     error_text,
 )
-
-OUTPUTS = {
-    "embedding": np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6),
-    "label": np.array([[3], [7]], dtype=np.int64),
-}
-FIELDS: dict[str, Any] = {
-    "request_id": "r-1",
-    "model": "demo-encoder",
-    "model_version": "2",
-    "timings": {"queue_ms": 1.5, "infer_ms": 3.25, "e2e_ms": 9.0, "batch_wait_ms": None},
-    "batch_size": 8,
-    "worker_id": "w-1",
-    "provider": "CPUExecutionProvider",
-    "tenant": "team-a",
-    "completed_at": "2026-01-01T00:00:00Z",
-}
-
-
-@pytest.mark.parametrize("form", ["list", "b64", "frame"])
-def test_an_ok_result_reads_back_as_the_model_would_write_it(form: str) -> None:
-    value = encode_result(status="ok", form=form, outputs=OUTPUTS, **FIELDS)  # type: ignore[arg-type]
-
-    result = InferenceResult.from_wire(value)
-
-    assert is_frame(value) is (form == "frame")
-    assert result.ok and result.error is None
-    assert result.timings.batch_wait_ms is None and result.timings.infer_ms == 3.25
-    for name, array in OUTPUTS.items():
-        np.testing.assert_array_equal(result.output(name), array)
-        np.testing.assert_array_equal(result.outputs[name].to_numpy(), array)
-    if form != "frame":
-        again = result.model_dump_json(exclude_none=True).encode()
-        assert InferenceResult.model_validate_json(again) == result
-
-
-def test_an_error_result_carries_code_and_message() -> None:
-    value = encode_result(
-        request_id="r-2", model="m", status="invalid_input", error="input 'x' is wrong"
-    )
-    result = InferenceResult.from_wire(value)
-    assert result.status == "invalid_input"
-    assert result.error is not None
-    assert (result.error.code, result.error.message) == ("invalid_input", "input 'x' is wrong")
-    assert result.outputs == {}
-
-
-class FakeBatch:
-    def __init__(self, room: int) -> None:
-        self.room = room
-        self.values: list[bytes] = []
-        self.records: list[Outgoing] = []
-        """What was appended, the topic left blank."""
-
-    def append(self, *, key: bytes | None, value: bytes, timestamp: None, headers: Any) -> object:
-        if len(self.values) >= self.room:
-            return None
-        self.values.append(value)
-        self.records.append(Outgoing("", key, value, list(headers)))
-        return object()
-
-
-@dataclass(frozen=True)
-class Listing:
-    """What aiokafka's `fetch_all_metadata` returns, as far as the publisher reads it."""
-
-    listed: frozenset[str]
-
-    def topics(self) -> frozenset[str]:
-        return self.listed
-
-
-class FakeProducer:
-    """Fails the first `fail` batches; knows only `topics`; batches hold `room` records."""
-
-    def __init__(
-        self,
-        fail: int = 0,
-        topics: tuple[str, ...] = ("known",),
-        room: int = 100,
-        *,
-        lookup_s: float = 0.0,
-        broker_answers: bool = True,
-        listed: tuple[str, ...] = (),
-    ) -> None:
-        self.fail = fail
-        self.lookup_s = lookup_s
-        self.broker_answers = broker_answers
-        self.listed = set(topics) | set(listed)
-        """What the broker lists (`fetch_all_metadata`), the producer's metadata or not."""
-        self.listings = 0
-        self.lookups: list[str] = []
-        """Topics asked of the producer's own metadata (`partitions_for`)."""
-        self.room = room
-        self.sent: list[tuple[int, list[str]]] = []
-        self.topics = topics
-        self.client = self
-        self.offset = 0
-        self._topics: set[str] = set(topics)
-
-    @property
-    def cluster(self) -> FakeProducer:
-        return self
-
-    def partitions_for_topic(self, topic: str) -> set[int] | None:
-        return {0, 1, 2} if topic in self.topics else None
-
-    async def partitions_for(self, topic: str) -> set[int]:
-        self._topics.add(topic)  # as aiokafka's client does before it asks
-        self.lookups.append(topic)
-        if topic in self.listed:
-            return {0, 1, 2}
-        raise KafkaTimeoutError(f"no metadata for {topic}")
-
-    async def fetch_all_metadata(self) -> Listing:
-        self.listings += 1
-        await asyncio.sleep(self.lookup_s)
-        if not self.broker_answers:
-            raise KafkaConnectionError("broker away")
-        return Listing(frozenset(self.listed))
-
-    def create_batch(self) -> FakeBatch:
-        return FakeBatch(self.room)
-
-    async def send_batch(
-        self, batch: FakeBatch, topic: str, *, partition: int
-    ) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if self.fail > 0:
-            self.fail -= 1
-            future.set_exception(KafkaTimeoutError("broker away"))
-        else:
-            self.sent.append((partition, [v.decode() for v in batch.values]))
-            future.set_result(RecordMetadata(topic, partition, None, self.offset, -1, 0, -1))
-            self.offset += len(batch.values)
-        return future
+from tests.unit.runtime.fake_producer import FakeBatch, FakeProducer
 
 
 class DrainingProducer(FakeProducer):
@@ -498,7 +348,7 @@ def test_a_send_error_is_named_once(error: BaseException, text: str) -> None:
 async def test_a_publisher_remembers_the_spread_of_its_recent_topics_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("services.runtime.answers.SPREADS_KEPT", 2)
+    monkeypatch.setattr("services.runtime.publisher.SPREADS_KEPT", 2)
     producer = FakeProducer(topics={"a", "b", "c"})
     publisher = Publisher(producer)  # type: ignore[arg-type]
 
@@ -624,7 +474,7 @@ async def test_a_flood_of_distinct_missing_reply_topics_is_remembered_up_to_the_
 ) -> None:
     """Regression: one entry per distinct missing name, never pruned (10k names, 10k
     entries); `inferbus.results.<anything>` is a legal reply_to."""
-    monkeypatch.setattr("services.runtime.answers.MISSING_TOPICS_KEPT", 5)
+    monkeypatch.setattr("services.runtime.publisher.MISSING_TOPICS_KEPT", 5)
     publisher = Publisher(FakeProducer(), patience_s=0, metadata_timeout_s=0.05)  # type: ignore[arg-type]
 
     flood = [Outgoing(f"inferbus.results.x-{i}", None, b"v", []) for i in range(50)]
@@ -633,130 +483,3 @@ async def test_a_flood_of_distinct_missing_reply_topics_is_remembered_up_to_the_
     assert all(isinstance(ack, MissingTopic) for ack in acks)
     assert len(publisher._missing) == 5
     assert "inferbus.results.x-49" in publisher._missing, "the newest kept, the oldest gone"
-
-
-class SizeLimitedBroker(FakeProducer):
-    """Refuses a batch holding a record over `limit_bytes` (value and headers counted), as
-    a broker's message.max.bytes does: the ack fails with MessageSizeTooLargeError."""
-
-    def __init__(self, limit_bytes: int) -> None:
-        super().__init__(topics=(DLQ,))
-        self.limit_bytes = limit_bytes
-        self.taken: list[Outgoing] = []
-
-    async def send_batch(
-        self, batch: FakeBatch, topic: str, *, partition: int
-    ) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if any(_size(record) > self.limit_bytes for record in batch.records):
-            future.set_exception(MessageSizeTooLargeError())
-            return future
-        self.taken.extend(batch.records)
-        return await super().send_batch(batch, topic, partition=partition)
-
-
-def _size(record: Outgoing) -> int:
-    return len(record.value) + sum(len(k) + len(v) for k, v in record.headers)
-
-
-def _dead_letter(value: bytes) -> Outgoing:
-    headers = h.dead_letter("no reply topic", topic="requests", partition=2, offset=7)
-    return Outgoing(DLQ, b"request-1", value, headers)
-
-
-async def test_a_dlq_copy_too_large_for_the_broker_goes_as_a_stub_without_its_value() -> None:
-    """Regression: the broker refused a DLQ copy (the producer's bytes plus the error
-    headers) it had taken as the original; the copy was dropped and the request lost."""
-    producer = SizeLimitedBroker(limit_bytes=1000)
-    original = _dead_letter(b"x" * 950)
-
-    await asyncio.wait_for(deliver_until_taken(Publisher(producer), [original]), 5)  # type: ignore[arg-type]
-
-    [stub] = producer.taken
-    assert (stub.key, stub.value) == (b"request-1", b"")
-    assert stub.headers[: len(original.headers)] == original.headers, "its headers kept"
-    assert h.header(stub.headers, h.VALUE_BYTES) == "950"
-    assert h.header(stub.headers, h.VALUE_SHA256) == hashlib.sha256(original.value).hexdigest()
-    dropped = h.header(stub.headers, h.VALUE_DROPPED)
-    assert dropped is not None and dropped.startswith("MessageSizeTooLargeError")
-
-
-async def test_a_stub_refused_too_is_dropped_and_said_while_the_others_go(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """The broker refuses the batch of both whole: the small one goes alone, value and all."""
-    producer = SizeLimitedBroker(limit_bytes=150)
-    small = Outgoing(DLQ, b"request-2", b"small", [])
-
-    with caplog.at_level(logging.ERROR, logger="services.runtime.answers"):
-        await asyncio.wait_for(
-            deliver_until_taken(Publisher(producer), [_dead_letter(b"x" * 950), small]),  # type: ignore[arg-type]
-            5,
-        )
-
-    assert [(record.key, record.value) for record in producer.taken] == [(b"request-2", b"small")]
-    lines = [r.getMessage() for r in caplog.records]
-    [line] = [text for text in lines if "record_too_large_dropped" in text]
-    assert "key=b'request-1'" in line and "bytes=950" in line
-
-
-async def test_copies_refused_in_one_batch_each_go_alone_before_they_lose_their_value() -> None:
-    """A broker refuses a record batch whole: the records that fit alone keep their value."""
-    producer = SizeLimitedBroker(limit_bytes=1000)
-    large = [_dead_letter(b"x" * 950), _dead_letter(b"y" * 990)]
-    fits = _dead_letter(b"z" * 100)
-
-    await asyncio.wait_for(deliver_until_taken(Publisher(producer), [*large, fits]), 5)  # type: ignore[arg-type]
-
-    stubs = {h.header(r.headers, h.VALUE_BYTES): r for r in producer.taken if not r.value}
-    assert [r.value for r in producer.taken if r.value] == [fits.value], "went alone, whole"
-    assert sorted(stubs) == ["950", "990"]
-    assert (
-        h.header(stubs["990"].headers, h.VALUE_SHA256) == hashlib.sha256(large[1].value).hexdigest()
-    )
-
-
-class RefusingBroker(FakeProducer):
-    """Refuses the first `refusals` batches with `error`, then takes every one."""
-
-    def __init__(self, error: Exception, refusals: int) -> None:
-        super().__init__(topics=(DLQ,))
-        self.error = error
-        self.refusals = refusals
-        self.taken: list[Outgoing] = []
-
-    async def send_batch(
-        self, batch: FakeBatch, topic: str, *, partition: int
-    ) -> asyncio.Future[Any]:
-        if self.refusals > 0:
-            self.refusals -= 1
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            future.set_exception(self.error)
-            return future
-        self.taken.extend(batch.records)
-        return await super().send_batch(batch, topic, partition=partition)
-
-
-async def test_a_dlq_refusal_is_retried_and_each_try_names_the_error(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A refusal no retry mends (an ACL on the DLQ topic) holds the record here: the
-    operator's only clue is the line, so it says what the broker answered."""
-    monkeypatch.setattr(asyncio, "sleep", _no_wait(asyncio.sleep))
-    producer = RefusingBroker(TopicAuthorizationFailedError(), refusals=2)
-    record = _dead_letter(b"x")
-
-    with caplog.at_level(logging.ERROR, logger="services.runtime.answers"):
-        await asyncio.wait_for(deliver_until_taken(Publisher(producer), [record]), 5)  # type: ignore[arg-type]
-
-    assert [r.value for r in producer.taken] == [b"x"], "taken once the broker allows it"
-    lines = [r.getMessage() for r in caplog.records if "dlq_unreachable" in r.getMessage()]
-    assert len(lines) == 2
-    assert all(f"topic={DLQ}" in line and "TopicAuthorizationFailed" in line for line in lines)
-
-
-def _no_wait(sleep: Any) -> Any:
-    async def no_wait(_: float) -> None:
-        await sleep(0)
-
-    return no_wait

@@ -1,26 +1,16 @@
-"""Terminal results as bytes, in the form the request came in, and publishing them in bulk.
-
-Ingest's error answers and the worker's results are the same events with the same headers:
-one encoder, one publisher. Encoding writes the `InferenceResult` JSON directly (orjson),
-the same document `InferenceResult.model_dump_json(exclude_none=True)` gives; a test holds
-them equal.
-"""
+"""Producing many records as a few record batches, retrying what failed."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
-import orjson
-from aiokafka import AIOKafkaProducer, ConsumerRecord
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
     KafkaConnectionError,
     KafkaError,
@@ -32,20 +22,9 @@ from aiokafka.structs import RecordMetadata, TopicPartition
 
 from infra.settings import kafka_settings
 from schemas import headers as h
-from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
-from schemas.frames import join_frame
-from schemas.result import Status
-from schemas.tensors import DTYPES, dtype_name
-from schemas.topics import DLQ, is_made_by_inferbus
+from schemas.topics import is_made_by_inferbus
 
 log = logging.getLogger(__name__)
-
-OutputForm = Literal["frame", "b64", "list"]
-"""How outputs travel: the request's form (frame in, frame out; b64 in, b64 out)."""
-Headers = list[tuple[str, bytes]]
-
-JSON_HEADERS: Headers = [(h.CONTENT_TYPE, h.JSON), (h.SCHEMA, h.RESULT_SCHEMA_V1)]
-FRAME_HEADERS: Headers = [(h.CONTENT_TYPE, FRAME_CONTENT_TYPE), (h.SCHEMA, h.RESULT_SCHEMA_V1)]
 
 
 @dataclass(slots=True)
@@ -55,78 +34,7 @@ class Outgoing:
     topic: str
     key: bytes | None
     value: bytes
-    headers: Headers
-
-
-def encode_result(
-    *,
-    request_id: str,
-    model: str,
-    status: Status,
-    form: OutputForm = "list",
-    outputs: Mapping[str, np.ndarray[Any, Any]] | None = None,
-    error: str | None = None,
-    model_version: str | None = None,
-    timings: Mapping[str, float | None] | None = None,
-    batch_size: int | None = None,
-    worker_id: str | None = None,
-    provider: str | None = None,
-    simulated: bool = False,
-    tenant: str | None = None,
-    completed_at: str | None = None,
-) -> bytes:
-    """An `InferenceResult` as its wire bytes (a binary frame when `form` is frame)."""
-    document: dict[str, Any] = {"schema_version": 1, "request_id": request_id, "model": model}
-    if model_version is not None:
-        document["model_version"] = model_version
-    document["status"] = status
-    if error is not None:
-        document["error"] = {"code": status, "message": error}
-    payload: list[bytes] = []
-    document["outputs"] = _outputs(outputs or {}, form, payload)
-    document["timings"] = {k: v for k, v in (timings or {}).items() if v is not None}
-    for key, value in (
-        ("batch_size", batch_size),
-        ("worker_id", worker_id),
-        ("provider", provider),
-    ):
-        if value is not None:
-            document[key] = value
-    document["simulated"] = simulated
-    if tenant is not None:
-        document["tenant"] = tenant
-    if completed_at is not None:
-        document["completed_at"] = completed_at
-    envelope = orjson.dumps(document)
-    return join_frame(envelope, payload) if form == "frame" else envelope
-
-
-def _outputs(
-    outputs: Mapping[str, np.ndarray[Any, Any]], form: OutputForm, payload: list[bytes]
-) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    offset = 0
-    for name, array in outputs.items():
-        wire_dtype = dtype_name(array.dtype)
-        tensor: dict[str, Any] = {"dtype": wire_dtype, "shape": list(array.shape)}
-        if form == "list":
-            tensor["data"] = array.tolist()
-        else:
-            # tobytes() writes C order; astype copies only where the byte order differs.
-            raw = array.astype(DTYPES[wire_dtype], copy=False).tobytes()
-            if form == "b64":
-                tensor["b64"] = base64.b64encode(raw).decode()
-            else:
-                tensor["raw"] = {"offset": offset, "nbytes": len(raw)}
-                payload.append(raw)
-                offset += len(raw)
-        out[name] = tensor
-    return out
-
-
-def result_headers(form: OutputForm) -> Headers:
-    """A fresh copy of a result's headers (trace context may be added to it)."""
-    return list(FRAME_HEADERS if form == "frame" else JSON_HEADERS)
+    headers: h.Headers
 
 
 class UnknownTopic(KafkaError):  # type: ignore[misc]
@@ -587,110 +495,6 @@ class Publisher:
                 del self._spreads[next(iter(self._spreads))]
         self._spreads[topic] = spread  # most recently used last
         return spread
-
-
-def dead_letter_of(
-    record: ConsumerRecord[bytes, bytes], reason: str, *, code: h.DeadLetterCode
-) -> Outgoing:
-    """The DLQ record for a consumed record: its own key and bytes, why, and where from."""
-    headers = h.dead_letter(
-        reason, topic=record.topic, partition=record.partition, offset=record.offset, code=code
-    )
-    return Outgoing(DLQ, record.key, record.value or b"", headers)
-
-
-def undeliverable_result(
-    key: bytes | None, result: bytes, reason: str, *, topic: str, partition: int, offset: int
-) -> Outgoing:
-    """The DLQ record of a result its reply topic would not take: the result itself, keyed
-    by request id; the source headers name the request's record."""
-    headers = h.dead_letter(
-        reason, topic=topic, partition=partition, offset=offset, code="undeliverable"
-    )
-    return Outgoing(DLQ, key, result, headers)
-
-
-async def deliver_until_taken(publisher: Publisher, records: Sequence[Outgoing]) -> None:
-    """Produce `records` (DLQ records), retrying until the broker takes every one.
-
-    Used where there is no other place left to put a record: when even this fails the
-    broker is down (or lost the topic, which the services re-create), and nothing else
-    moves either. Logs once per attempt with backoff up to 5 s: a bounded rate of lines.
-
-    A record the broker refuses as too large goes once more without its value
-    (`without_value`): a DLQ copy is the producer's bytes plus the error headers, and may be
-    refused where the original was taken. Only a stub refused too is dropped, said loudly.
-    """
-    too_large = await _deliver_all_but_too_large(publisher, records)
-    if len(too_large) > 1:  # a broker refuses a batch whole: each tries alone first
-        too_large = await _deliver_each_alone(publisher, [record for record, _ in too_large])
-    stubs = [without_value(record, error) for record, error in too_large]
-    for stub, error in await _deliver_each_alone(publisher, stubs):
-        log.error(
-            "event=record_too_large_dropped topic=%s key=%r bytes=%s error=%r",
-            stub.topic,
-            stub.key,
-            h.header(stub.headers, h.VALUE_BYTES),
-            error_text(error),
-        )
-
-
-async def _deliver_all_but_too_large(
-    publisher: Publisher, records: Sequence[Outgoing]
-) -> list[tuple[Outgoing, MessageSizeTooLargeError]]:
-    """Produce `records`, retrying until the broker takes every one it does not refuse as
-    too large; those are returned with their error (trying again cannot help them)."""
-    too_large: list[tuple[Outgoing, MessageSizeTooLargeError]] = []
-    pending = list(records)
-    attempt = 0
-    while pending:
-        results = await publisher.send_all(pending)
-        left: list[Outgoing] = []
-        errors: list[Exception] = []
-        for record, result in zip(pending, results, strict=True):
-            if isinstance(result, MessageSizeTooLargeError):
-                too_large.append((record, result))
-            elif isinstance(result, Exception):
-                left.append(record)
-                errors.append(result)
-        pending = left
-        if pending:
-            attempt += 1
-            # The error is named: a refusal that trying again cannot mend (an ACL on the
-            # DLQ topic) holds its partition here, and the operator must see why.
-            log.error(
-                "event=dlq_unreachable left=%d attempt=%d topic=%s error=%s",
-                len(pending),
-                attempt,
-                pending[0].topic,
-                error_text(errors[0]),
-            )
-            await asyncio.sleep(min(0.5 * attempt, 5.0))
-    return too_large
-
-
-async def _deliver_each_alone(
-    publisher: Publisher, records: Sequence[Outgoing]
-) -> list[tuple[Outgoing, MessageSizeTooLargeError]]:
-    """`_deliver_all_but_too_large`, each record in a call (a record batch) of its own: one
-    refused as too large does not take the others with it."""
-    refused = await asyncio.gather(
-        *(_deliver_all_but_too_large(publisher, [record]) for record in records)
-    )
-    return [pair for one in refused for pair in one]
-
-
-def without_value(record: Outgoing, error: BaseException) -> Outgoing:
-    """`record` with an empty value, its key and headers kept, and headers that say why the
-    value was dropped, how large it was and its sha256 (to match it with the producer's)."""
-    dropped = h.encode(
-        [
-            (h.VALUE_DROPPED, error_text(error)[:1000]),
-            (h.VALUE_BYTES, len(record.value)),
-            (h.VALUE_SHA256, hashlib.sha256(record.value).hexdigest()),
-        ]
-    )
-    return Outgoing(record.topic, record.key, b"", [*record.headers, *dropped])
 
 
 def _append(batch: Any, record: Outgoing) -> bool:
