@@ -58,8 +58,7 @@ OUTSIDE_SETTINGS = (
     (
         JAEGER_URL_ENV,
         DEFAULT_JAEGER_URL,
-        "Jaeger's query API for `inferbus trace` and `inferbus traces` (the `--jaeger` flag "
-        "wins)",
+        "Jaeger's query API for `inferbus trace` and `inferbus traces` (the `--jaeger` flag wins)",
     ),
 )
 """Variables read outside the settings classes: (name, default, what it does)."""
@@ -148,7 +147,10 @@ def render() -> str:
         "",
         "| variable | default | what it does |",
         "|---|---|---|",
-        *(f"| `{name}` | `{default}` | {_cell(what)} |" for name, default, what in OUTSIDE_SETTINGS),
+        *(
+            f"| `{name}` | `{default}` | {_cell(what)} |"
+            for name, default, what in OUTSIDE_SETTINGS
+        ),
         "",
     ]
     return "\n".join(lines)
