@@ -23,7 +23,10 @@ from scaler.sim.workload import Workload, WorkloadError, from_trace
 from scaler.snapshot import load_snapshot
 from schemas.topics import TIERS, Tier
 
-scaler_app = typer.Typer(help="The scaler: decide on a signals snapshot.", no_args_is_help=True)
+scaler_app = typer.Typer(
+    help="The scaler: run it, decide on a signals snapshot, write traffic traces.",
+    no_args_is_help=True,
+)
 
 
 @scaler_app.callback()

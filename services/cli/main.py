@@ -158,7 +158,8 @@ def worker(
         typer.Option(
             "--tier",
             "-t",
-            help="Tier(s), comma-separated, priority order (INFERBUS_WORKER_TIERS; interactive).",
+            help="Tier(s), comma-separated, priority order (or INFERBUS_WORKER_TIERS as a JSON "
+            'list: \'["critical", "interactive"]\'; default interactive).',
         ),
     ] = None,
     bootstrap: Bootstrap = "127.0.0.1:9092",
@@ -228,7 +229,13 @@ def up(
     headless: Annotated[bool, typer.Option(help="Status lines instead of the live view.")] = False,
     duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
     scaler: Annotated[bool, typer.Option(help="Run the scaler with the local actuator.")] = True,
-    tiers: Annotated[str | None, typer.Option(help="Only these tiers (comma-separated).")] = None,
+    tiers: Annotated[
+        str | None,
+        typer.Option(
+            help="Only these tiers (comma-separated): workers for them alone, and ingest "
+            "answers a request for another tier invalid_input."
+        ),
+    ] = None,
     port: Annotated[
         int | None,
         typer.Option(help="Embedded broker's preferred port (else INFERBUS_BROKER_PORT, 9092)."),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import shlex
@@ -328,7 +329,11 @@ class Stack:
     def _ingest_env(self, index: int) -> dict[str, str]:
         instance_id = f"ingest-{socket.gethostname()}-{index}-{uuid.uuid4().hex[:6]}"
         self._ingest_ids[f"ingest-{index}"] = instance_id
-        return {"INFERBUS_INGEST_INSTANCE_ID": instance_id}
+        env = {"INFERBUS_INGEST_INSTANCE_ID": instance_id}
+        if self.options.tiers is not None:
+            # Requests for a tier no worker here serves are refused, not left in its topic.
+            env["INFERBUS_INGEST_TIERS"] = json.dumps(self.options.tiers)
+        return env
 
     async def _watch_ingest(self) -> None:
         """Restart ingest instances that exit unasked, and say at once that they are gone."""

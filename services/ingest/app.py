@@ -101,7 +101,10 @@ class IngestService:
         repository = ModelRepository(self.settings.models_dir)
         self.depths.watch_models(repository.names())
         self.catalog = CachedModelCatalog(
-            repository, refresh_s=self.settings.model_refresh_s, depths=self.depths
+            repository,
+            refresh_s=self.settings.model_refresh_s,
+            depths=self.depths,
+            served_tiers=self.settings.tiers,
         )
         self.counts: Counter[str] = Counter()
         self.producer = make_producer(bootstrap, client_id=self.instance_id)

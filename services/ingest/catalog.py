@@ -16,7 +16,7 @@ from infra.kafka import committed_offsets, make_consumer
 from infra.models.config import ModelConfig
 from infra.models.repository import ModelRepository
 from infra.tasks import cancel_and_wait
-from schemas.topics import TIERS, parse_request_topic, request_topic, worker_group
+from schemas.topics import TIERS, Tier, parse_request_topic, request_topic, worker_group
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +30,18 @@ class CachedModelCatalog:
     """Model configs read from disk at most every `refresh_s`; errors are re-raised each time."""
 
     def __init__(
-        self, repository: ModelRepository, *, refresh_s: float, depths: QueueDepths
+        self,
+        repository: ModelRepository,
+        *,
+        refresh_s: float,
+        depths: QueueDepths,
+        served_tiers: Iterable[Tier] = TIERS,
     ) -> None:
         self.repository = repository
         self.refresh_s = refresh_s
         self.depths = depths
+        self.served_tiers = tuple(served_tiers)
+        """The deployment's tiers: a model's config is narrowed to them (`served`)."""
         self._configs: dict[str, tuple[float, ModelConfig]] = {}
         self._misses: OrderedDict[str, tuple[float, Exception]] = OrderedDict()
         self._versions: dict[str, tuple[float, list[str]]] = {}
@@ -52,6 +59,7 @@ class CachedModelCatalog:
                 while len(self._misses) > MISSES_KEPT:
                     self._misses.popitem(last=False)
                 raise
+            config = served(config, self.served_tiers)
             self._misses.pop(name, None)
             self._configs[name] = (now, config)
             return config
@@ -78,6 +86,14 @@ class CachedModelCatalog:
 
     def drain_rate(self, topic: str) -> float | None:
         return self.depths.drain_rate(topic)
+
+
+def served(config: ModelConfig, tiers: tuple[Tier, ...]) -> ModelConfig:
+    """`config` with only the tiers the deployment runs workers for: a request routed to
+    another would wait in its topic for good."""
+    if all(tier in tiers for tier in config.tiers):
+        return config
+    return config.model_copy(update={"tiers": [t for t in config.tiers if t in tiers]})
 
 
 def projected_depth(

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from schemas.topics import TIERS, Tier
 from services.ingest.limits import TenantLimit, TenantLimiter
 
 
@@ -23,6 +24,10 @@ class IngestSettings(BaseSettings):
     )
     """The model repository ingest checks requests against: `INFERBUS_INGEST_MODELS_DIR`,
     else the deployment's shared `INFERBUS_MODELS_DIR` (what every other command reads)."""
+    tiers: list[Tier] = Field(default_factory=lambda: list(TIERS), min_length=1)
+    """Tiers this deployment runs workers for, JSON (`["interactive"]`): a request for
+    another is answered `invalid_input` at once, since no worker would ever read it (a
+    model's own `tiers` narrows it further). `inferbus up --tiers` sets it."""
     max_event_bytes: int = Field(default=1_048_576, gt=0)
     """Largest request event accepted, bytes; larger ones get `invalid_input`."""
     max_tensor_bytes: int = Field(default=4_194_304, gt=0)

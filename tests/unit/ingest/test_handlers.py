@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,8 +24,8 @@ from schemas.errors import (
     Unauthorized,
     Unparseable,
 )
-from schemas.topics import RESULTS
-from services.ingest.catalog import CachedModelCatalog, QueueDepths
+from schemas.topics import RESULTS, TIERS, Tier
+from services.ingest.catalog import CachedModelCatalog, QueueDepths, served
 from services.ingest.handlers import (
     Answer,
     DeadLetter,
@@ -802,6 +803,84 @@ def test_demo_repository_behind_the_catalog(
         return
     assert isinstance(outcome, Answer)
     assert outcome.result.status == status
+
+
+@pytest.mark.parametrize(
+    ("served", "tier", "words"),
+    [
+        pytest.param(["interactive"], "interactive", None, id="served"),
+        pytest.param(
+            ["interactive"], "batch", "not served on tier 'batch' (tiers: interactive)", id="other"
+        ),
+        pytest.param(
+            ["critical", "interactive"],
+            "batch",
+            "(tiers: critical, interactive)",
+            id="two-served",
+        ),
+    ],
+)
+def test_a_tier_the_deployment_runs_no_workers_for_is_refused(
+    served: list[Tier], tier: str, words: str | None, tmp_path: Path, settings: IngestSettings
+) -> None:
+    """Regression: `inferbus up --tiers interactive` took a batch request and routed it to
+    a topic no worker reads: never answered, not even at its deadline."""
+    write_demo_models(tmp_path)
+    catalog = CachedModelCatalog(
+        ModelRepository(tmp_path),
+        refresh_s=60,
+        depths=QueueDepths("unused:9092", refresh_ms=500),
+        served_tiers=served,
+    )
+
+    outcome = handle_event(
+        encode(mlp_event(tier=tier)),
+        produced_at=PRODUCED_AT,
+        catalog=catalog,
+        settings=settings,
+        now=NOW,
+    )
+
+    if words is None:
+        assert isinstance(outcome, Route), outcome
+        return
+    assert isinstance(outcome, Answer)
+    assert outcome.result.status == "invalid_input"
+    assert outcome.result.error is not None and words in outcome.result.error.message
+
+
+def test_a_model_on_no_tier_the_deployment_serves_says_so(
+    tmp_path: Path, settings: IngestSettings
+) -> None:
+    write_demo_models(tmp_path)
+    yaml = tmp_path / "demo-mlp" / "model.yaml"
+    yaml.write_text(yaml.read_text().replace("- critical\n- interactive\n- batch", "- batch"))
+    catalog = CachedModelCatalog(
+        ModelRepository(tmp_path),
+        refresh_s=60,
+        depths=QueueDepths("unused:9092", refresh_ms=500),
+        served_tiers=["interactive"],
+    )
+
+    outcome = handle_event(
+        encode(mlp_event(tier="batch")),
+        produced_at=PRODUCED_AT,
+        catalog=catalog,
+        settings=settings,
+        now=NOW,
+    )
+
+    assert isinstance(outcome, Answer)
+    assert outcome.result.error is not None
+    assert "(tiers: none in this deployment)" in outcome.result.error.message
+
+
+def test_served_narrows_a_config_only_where_it_must(tmp_path: Path) -> None:
+    write_demo_models(tmp_path)
+    config = ModelRepository(tmp_path).config("demo-mlp")
+
+    assert served(config, TIERS) is config
+    assert served(config, ("batch", "critical")).tiers == ["critical", "batch"], "model's order"
 
 
 # ---- never raises ----------------------------------------------------------------------------
