@@ -82,6 +82,29 @@ class SecureConsumer(_ExplainsRefusal, AIOKafkaConsumer):  # type: ignore[misc]
         super().__init__(*topics, **options)
         self._bootstrap, self._security = options["bootstrap_servers"], security
 
+    async def stop(self) -> None:
+        """`AIOKafkaConsumer.stop`, closing its connections even when aiokafka's own fetch
+        task's cancellation escapes it.
+
+        aiokafka 0.14's `Fetcher.close` cancels its pending fetch requests and awaits each
+        bare: one waiting out a retry backoff (a broker gone away) raises CancelledError out
+        of `stop()` before the client's connections are closed. Leaving `async with
+        InferenceClient(...)` after the stack stopped crashed that way."""
+        try:
+            await super().stop()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the caller's own cancellation
+            log.debug("event=consumer_stop_fetch_cancelled (closing the rest)")
+            fetcher = self._fetcher
+            pending = list(getattr(fetcher, "_pending_tasks", ())) if fetcher else []
+            for fetch in pending:
+                fetch.cancel()
+            if pending:
+                await asyncio.wait(pending)  # their cancellation is theirs, not raised here
+            await self._client.close()
+
 
 class SecureAdmin(_ExplainsRefusal, AIOKafkaAdminClient):  # type: ignore[misc]
     """An AIOKafkaAdminClient with the security options applied (built by `make_admin`)."""
