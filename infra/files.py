@@ -1,10 +1,22 @@
-"""Files that readers never see half-written."""
+"""Files that readers never see half-written, and a lock file one process holds."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from pathlib import Path
+from typing import IO
+
+from schemas.errors import InferbusError
+
+
+class AlreadyRunning(InferbusError):
+    """Another process holds the lock file: the command it runs must not run twice here."""
+
+    def __init__(self, message: str, *, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -18,3 +30,24 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def hold_lock(path: Path) -> IO[str]:
+    """Take `path`'s exclusive lock for as long as the returned file stays open, and write
+    this process's pid in it. The lock goes with the process however it ends (SIGKILL
+    too): a stale file never blocks. Raises AlreadyRunning naming the holder's pid."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        text = handle.read().strip()
+        handle.close()
+        pid = int(text) if text.isdigit() else None
+        raise AlreadyRunning(f"{path} is held by pid {pid or 'unknown'}", pid=pid) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
 from infra import eventloop
+from infra.files import AlreadyRunning, hold_lock
 from infra.gc_tuning import tune_for_service
 from schemas.topics import TIERS, Tier
 from services.cli.common import OneLineErrors, load_settings, run, run_service, setup_logging
@@ -268,11 +269,29 @@ def up(
         idle_hold_every_s=scaler_settings.idle_hold_every_s,
         scaler_metrics_port=scaler_settings.metrics_port,
     )
+    lock = _one_stack_per_log_dir(log_dir)
     tune_for_service()
     try:
         eventloop.run(Stack(options).run())
     except KeyboardInterrupt:
         typer.echo("stopped")
+    finally:
+        lock.close()
+
+
+def _one_stack_per_log_dir(log_dir: Path) -> IO[str]:
+    """A second `inferbus up` beside a running one started a whole second stack on another
+    port, its ingest writing into the same log files: refused, saying where the first runs."""
+    try:
+        return hold_lock(log_dir / "up.lock")
+    except AlreadyRunning as exc:
+        pid = exc.pid if exc.pid is not None else "?"
+        raise AlreadyRunning(
+            f"inferbus up already runs here (pid {pid}, logs in {log_dir}): stop it first "
+            f"(Ctrl-C in its terminal, or kill -INT {pid}), or run this one with another "
+            "--log-dir (and its own --port)",
+            pid=exc.pid,
+        ) from None
 
 
 def scaler_run(
