@@ -13,9 +13,11 @@ import pytest
 import yaml
 
 from infra.models.config import ModelConfig
+from infra.models.repository import ModelRepository
 from scaler.actuators.compose import service_name
 from scaler.actuators.kubernetes import deployment_name
 from schemas.topics import TIERS, worker_group
+from services.models.demo import write_demo_models
 
 ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "infra" / "k8s"
@@ -166,3 +168,41 @@ def test_kustomization_lists_every_manifest() -> None:
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     files = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
     assert set(kustomization["resources"]) == files
+
+
+def _served_groups(configs: list[ModelConfig]) -> set[str]:
+    return {worker_group(config.name, tier) for config in configs for tier in config.tiers}
+
+
+def test_compose_runs_a_worker_service_for_every_group_the_image_models_declare(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    """Regression: demo-mlp's critical tier and demo-encoder's batch and critical tiers had
+    no service: their requests were routed to topics no worker read, never answered. The
+    image serves `inferbus models init`'s demo repository (Dockerfile)."""
+    write_demo_models(tmp_path)
+    repository = ModelRepository(tmp_path)
+    declared = _served_groups([repository.config(name) for name in repository.names()])
+    running = {
+        group_of(service["command"])
+        for name, service in compose["services"].items()
+        if name.startswith("worker-")
+    }
+
+    assert running == declared
+
+
+def test_k8s_runs_a_deployment_for_every_tier_its_models_declare_and_no_other() -> None:
+    """A tier in model.yaml with no Deployment: ingest routes its requests to a topic no
+    worker reads. Each Deployment takes a GPU, so the models declare only what runs."""
+    models = next(d for d in k8s_docs() if d["metadata"]["name"] == "inferbus-models")
+    declared = _served_groups(
+        [ModelConfig.model_validate(yaml.safe_load(text)) for text in models["data"].values()]
+    )
+    running = {
+        group_of(d["spec"]["template"]["spec"]["containers"][0]["args"])
+        for d in k8s_docs()
+        if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("inferbus-worker-")
+    }
+
+    assert running == declared
