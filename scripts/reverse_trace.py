@@ -2,7 +2,7 @@
 
     python scripts/reverse_trace.py ../shared/traces/azure_llm_conv_2023.csv /tmp/conv-reversed.csv
 
-Each request keeps its token counts and moves to (last + first − its time): rises become
+Each request keeps its token counts and moves to (last + first - its time): rises become
 falls and the trace's burst order is new to a policy tuned on the original.
 """
 

@@ -15,7 +15,7 @@ from schemas.request import InferenceRequest
 from services.chaos.events import Event, digest
 from services.chaos.ledger import Sent
 from services.client import InferenceClient
-from services.client.client import WireRequest
+from services.client.wire import WireRequest
 
 log = logging.getLogger(__name__)
 

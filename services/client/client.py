@@ -8,13 +8,11 @@ import logging
 import math
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
-import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
@@ -26,13 +24,14 @@ from infra.pacing import FetchPacer
 from infra.tasks import end_and_say
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
-from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
-from schemas.frames import FrameError, join_frame
+from schemas.frames import FrameError
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
-from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
 from schemas.topics import INSTANCES, RESULTS, Tier, ingest_topic
 from services.client.pending import PendingRequests
+from services.client.restarts import RestartDetector, resend_after_s, restart_suspects
+from services.client.seen import SeenIds
+from services.client.wire import InputValue, WireRequest, to_frame_inputs, to_wire_inputs
 from services.runtime.publisher import Outgoing, Publisher
 from tracing.attributes import RequestAttrs
 from tracing.kafka import extract, inject, process_span, record_error, send_span, set_delivery
@@ -41,10 +40,6 @@ from tracing.setup import tracing_enabled
 
 RESTART_WATCH_S = 60.0
 """For this long after a broker restart, requests left without a result are sent again."""
-RESEND_AFTER_RESTART_S = 5.0
-"""...once they have waited this long since they were last sent (`resend_after_s`)."""
-RESEND_FLOOR_S = 1.0
-"""...and never sooner than this."""
 RESTART_CHECK_S = 1.0
 """How often the restart watch looks while it resends (otherwise every 2 s)."""
 READER_RETRY_S = 0.1
@@ -53,98 +48,9 @@ READER_RETRY_MAX_S = 5.0
 """...up to this (after a first failure it tries again at once)."""
 
 log = logging.getLogger(__name__)
-InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str]
-
-
-def _is_text(value: InputValue) -> bool:
-    return isinstance(value, str) or (
-        isinstance(value, list) and all(isinstance(item, str) for item in value)
-    )
-
-
-def to_wire_inputs(inputs: Mapping[str, InputValue]) -> dict[str, Tensor | TextInput]:
-    """Numpy arrays become tensors (base64), strings become text inputs: the JSON form."""
-    out: dict[str, Tensor | TextInput] = {}
-    for name, value in inputs.items():
-        if isinstance(value, Tensor | TextInput):
-            out[name] = value
-        elif _is_text(value):
-            out[name] = TextInput(text=value)
-        else:
-            out[name] = Tensor.from_numpy(np.asarray(value), encoding="b64")
-    return out
-
-
-def to_frame_inputs(
-    inputs: Mapping[str, InputValue],
-) -> tuple[dict[str, Tensor | TextInput], list[bytes]]:
-    """Numpy arrays become `raw` tensors and the frame payload that holds their bytes."""
-    out: dict[str, Tensor | TextInput] = {}
-    payload: list[bytes] = []
-    offset = 0
-    for name, value in inputs.items():
-        if isinstance(value, Tensor | TextInput):
-            out[name] = value
-        elif _is_text(value):
-            out[name] = TextInput(text=value)
-        else:
-            array = np.asarray(value)
-            wire = dtype_name(array.dtype)
-            raw = np.ascontiguousarray(array, dtype=DTYPES[wire]).tobytes()
-            out[name] = Tensor(
-                dtype=wire, shape=list(array.shape), raw=RawSlice(offset=offset, nbytes=len(raw))
-            )
-            payload.append(raw)
-            offset += len(raw)
-    return out, payload
-
 
 STREAM_KEPT = 10_000
 """Results kept for `results()` while nobody reads them; the oldest beyond go (counted)."""
-
-
-@dataclass(frozen=True)
-class WireRequest:
-    """A request ready to produce: its envelope and, for a binary frame, the payload."""
-
-    envelope: InferenceRequest
-    payload: tuple[bytes, ...] | None = None
-    """None: a JSON event; else the bytes the envelope's `raw` tensors point into."""
-
-    @property
-    def request_id(self) -> str:
-        return self.envelope.request_id
-
-    def encode(self) -> tuple[bytes, bytes]:
-        """(value, content type) as produced to `inferbus.ingest`."""
-        document = self.envelope.model_dump_json(exclude_none=True).encode()
-        if self.payload is None:
-            return document, h.JSON
-        return join_frame(document, self.payload), FRAME_CONTENT_TYPE
-
-
-class _SeenIds:
-    """Bounded memory of answered request ids, to drop at-least-once repeats."""
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
-
-    def __contains__(self, request_id: object) -> bool:
-        return request_id in self._ids
-
-    def add(self, request_id: str) -> bool:
-        """True the first time an id is seen."""
-        if request_id in self._ids:
-            return False
-        self._ids[request_id] = None
-        if len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
-        return True
-
-    def discard(self, request_id: str) -> None:
-        """Forget an id: it is being sent again, and its next result is an answer."""
-        self._ids.pop(request_id, None)
 
 
 class InferenceClient:
@@ -175,7 +81,7 @@ class InferenceClient:
         a rebuilt consumer reads on."""
         self._waiters: dict[str, asyncio.Future[InferenceResult]] = {}
         self._mine = PendingRequests()
-        self._seen = _SeenIds()
+        self._seen = SeenIds()
         self._stream: deque[InferenceResult] = deque()
         self._streamed = asyncio.Event()
         self.results_unread_dropped = 0
@@ -714,42 +620,3 @@ def reader_retry_s(failures: int) -> float:
     if failures <= 1:
         return 0.0
     return min(READER_RETRY_MAX_S, READER_RETRY_S * 2.0 ** (failures - 2))
-
-
-def resend_after_s(left_s: float | None) -> float:
-    """How long a request awaited after a broker restart waits since its last ack before
-    it is sent again: `RESEND_AFTER_RESTART_S`, or half the time its caller still waits
-    (`left_s`; None: no limit) when that is shorter, never under `RESEND_FLOOR_S`.
-
-    A restarted Tansu can ack a record and lose it (docs/reliability.md); a request sent
-    while the broker was away is acked late, when little of its time is left, and must be
-    sent again while an answer can still come in time.
-    """
-    if left_s is None:
-        return RESEND_AFTER_RESTART_S
-    return max(RESEND_FLOOR_S, min(RESEND_AFTER_RESTART_S, left_s / 2))
-
-
-class RestartDetector:
-    """The highest offset acked on each partition written to since the broker (last) started:
-    a log that now ends before one of them is a suspect of a restart."""
-
-    def __init__(self) -> None:
-        self._acked: dict[tuple[str, int], int] = {}
-
-    def acked(self, tp: tuple[str, int], offset: int) -> None:
-        """Record an ack: the partition's log holds `offset` from now on."""
-        self._acked[tp] = max(offset, self._acked.get(tp, -1))
-
-    def snapshot(self) -> dict[tuple[str, int], int]:
-        """The acks so far; taken before asking for ends, which acks in flight may pass."""
-        return dict(self._acked)
-
-
-def restart_suspects(
-    acked: Mapping[tuple[str, int], int], ends: Mapping[tuple[str, int], int]
-) -> dict[tuple[str, int], int]:
-    """Partitions (-> reported end) whose end is not past an offset acked there before the
-    ends were asked for. Only suspects: Tansu reports the last batch's first offset + 1, so an
-    ack inside a batch of several records is past the reported end with nothing lost."""
-    return {tp: end for tp, end in ends.items() if tp in acked and end <= acked[tp]}

@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
 from schemas.topics import RESULTS, Tier
-from services.client.client import InferenceClient, InputValue, WireRequest
+from services.client.client import InferenceClient
+from services.client.wire import InputValue, WireRequest
 
 T = TypeVar("T")
 

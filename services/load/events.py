@@ -14,7 +14,7 @@ import numpy as np
 from infra.models.config import ModelConfig, TensorSpec
 from schemas.request import InferenceRequest
 from schemas.topics import Tier
-from services.client.client import InputValue, WireRequest, to_frame_inputs
+from services.client.wire import InputValue, WireRequest, to_frame_inputs
 
 ID_SLOT = "0" * 32
 """Where the request id goes; uuid4().hex has the same length, so the frame stays valid."""

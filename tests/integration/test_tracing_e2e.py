@@ -47,7 +47,7 @@ from schemas.topics import (
     worker_group,
 )
 from services.client import InferenceClient
-from services.client.client import to_wire_inputs
+from services.client.wire import to_wire_inputs
 from services.models.demo import ENCODER, MLP
 from tests.integration.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tracing.setup import attach_exporter, init_tracing

@@ -17,15 +17,11 @@ from schemas.parse import parse_request
 from schemas.result import InferenceResult, error_result
 from schemas.tensors import Tensor, TextInput
 from services.client import client as client_module
-from services.client.client import (
-    InferenceClient,
-    RestartDetector,
-    _SeenIds,
-    resend_after_s,
-    restart_suspects,
-    to_wire_inputs,
-)
+from services.client.client import InferenceClient
 from services.client.pending import PendingRequests
+from services.client.restarts import RestartDetector, resend_after_s, restart_suspects
+from services.client.seen import SeenIds
+from services.client.wire import to_wire_inputs
 
 REPLY = "inferbus.results"
 
@@ -79,11 +75,11 @@ def test_arrays_travel_as_base64() -> None:
     assert wire.data is None
 
 
-# ---- _SeenIds ------------------------------------------------------------------------------
+# ---- SeenIds ------------------------------------------------------------------------------
 
 
 def test_seen_ids_report_the_first_sighting_only() -> None:
-    seen = _SeenIds(capacity=10)
+    seen = SeenIds(capacity=10)
 
     assert [seen.add(i) for i in ("a", "b", "a", "b", "c")] == [True, True, False, False, True]
     assert "a" in seen
@@ -91,7 +87,7 @@ def test_seen_ids_report_the_first_sighting_only() -> None:
 
 
 def test_seen_ids_forget_the_oldest_beyond_capacity() -> None:
-    seen = _SeenIds(capacity=3)
+    seen = SeenIds(capacity=3)
     for request_id in ("a", "b", "c", "d"):
         seen.add(request_id)
 

@@ -15,7 +15,8 @@ from aiokafka.structs import ConsumerRecord, RecordMetadata, TopicPartition
 
 from schemas.result import InferenceResult
 from services.client import client as client_module
-from services.client.client import InferenceClient, WireRequest, reader_retry_s
+from services.client.client import InferenceClient, reader_retry_s
+from services.client.wire import WireRequest
 from tests.unit.client.test_client import REPLY, record
 
 TP = TopicPartition(REPLY, 0)

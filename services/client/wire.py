@@ -1,0 +1,80 @@
+"""Requests in their wire form: inputs as tensors or text, an envelope, a frame's payload."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from schemas import headers as h
+from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
+from schemas.frames import join_frame
+from schemas.request import InferenceRequest
+from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
+
+InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str]
+
+
+def _is_text(value: InputValue) -> bool:
+    return isinstance(value, str) or (
+        isinstance(value, list) and all(isinstance(item, str) for item in value)
+    )
+
+
+def to_wire_inputs(inputs: Mapping[str, InputValue]) -> dict[str, Tensor | TextInput]:
+    """Numpy arrays become tensors (base64), strings become text inputs: the JSON form."""
+    out: dict[str, Tensor | TextInput] = {}
+    for name, value in inputs.items():
+        if isinstance(value, Tensor | TextInput):
+            out[name] = value
+        elif _is_text(value):
+            out[name] = TextInput(text=value)
+        else:
+            out[name] = Tensor.from_numpy(np.asarray(value), encoding="b64")
+    return out
+
+
+def to_frame_inputs(
+    inputs: Mapping[str, InputValue],
+) -> tuple[dict[str, Tensor | TextInput], list[bytes]]:
+    """Numpy arrays become `raw` tensors and the frame payload that holds their bytes."""
+    out: dict[str, Tensor | TextInput] = {}
+    payload: list[bytes] = []
+    offset = 0
+    for name, value in inputs.items():
+        if isinstance(value, Tensor | TextInput):
+            out[name] = value
+        elif _is_text(value):
+            out[name] = TextInput(text=value)
+        else:
+            array = np.asarray(value)
+            wire = dtype_name(array.dtype)
+            raw = np.ascontiguousarray(array, dtype=DTYPES[wire]).tobytes()
+            out[name] = Tensor(
+                dtype=wire, shape=list(array.shape), raw=RawSlice(offset=offset, nbytes=len(raw))
+            )
+            payload.append(raw)
+            offset += len(raw)
+    return out, payload
+
+
+@dataclass(frozen=True)
+class WireRequest:
+    """A request ready to produce: its envelope and, for a binary frame, the payload."""
+
+    envelope: InferenceRequest
+    payload: tuple[bytes, ...] | None = None
+    """None: a JSON event; else the bytes the envelope's `raw` tensors point into."""
+
+    @property
+    def request_id(self) -> str:
+        return self.envelope.request_id
+
+    def encode(self) -> tuple[bytes, bytes]:
+        """(value, content type) as produced to `inferbus.ingest`."""
+        document = self.envelope.model_dump_json(exclude_none=True).encode()
+        if self.payload is None:
+            return document, h.JSON
+        return join_frame(document, self.payload), FRAME_CONTENT_TYPE
