@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -757,13 +758,32 @@ def test_route_headers_carry_the_absolute_deadline(
 # ---- a real repository behind the catalog ---------------------------------------------------
 
 
+def _demo_catalog(root: Path, served: Sequence[Tier] = TIERS) -> CachedModelCatalog:
+    return CachedModelCatalog(
+        ModelRepository(root),
+        refresh_s=60,
+        depths=QueueDepths("unused:9092", refresh_ms=500),
+        served_tiers=served,
+    )
+
+
+def _handled(
+    catalog: CachedModelCatalog, settings: IngestSettings, **changes: Any
+) -> Route | Answer:
+    return handle_event(
+        encode(mlp_event(**changes)),
+        produced_at=PRODUCED_AT,
+        catalog=catalog,
+        settings=settings,
+        now=NOW,
+    )
+
+
 @pytest.fixture(scope="module")
 def repository_catalog(tmp_path_factory: pytest.TempPathFactory) -> CachedModelCatalog:
     root = tmp_path_factory.mktemp("models")
     write_demo_models(root)
-    return CachedModelCatalog(
-        ModelRepository(root), refresh_s=60, depths=QueueDepths("unused:9092", refresh_ms=500)
-    )
+    return _demo_catalog(root)
 
 
 @pytest.mark.parametrize(
@@ -790,13 +810,7 @@ def test_demo_repository_behind_the_catalog(
     repository_catalog: CachedModelCatalog,
     settings: IngestSettings,
 ) -> None:
-    outcome = handle_event(
-        encode(mlp_event(**changes)),
-        produced_at=PRODUCED_AT,
-        catalog=repository_catalog,
-        settings=settings,
-        now=NOW,
-    )
+    outcome = _handled(repository_catalog, settings, **changes)
 
     if status is None:
         assert isinstance(outcome, Route), outcome
@@ -806,40 +820,44 @@ def test_demo_repository_behind_the_catalog(
 
 
 @pytest.mark.parametrize(
-    ("served", "tier", "words"),
+    ("served", "model_tiers", "tier", "words"),
     [
-        pytest.param(["interactive"], "interactive", None, id="served"),
+        pytest.param(["interactive"], None, "interactive", None, id="served"),
         pytest.param(
-            ["interactive"], "batch", "not served on tier 'batch' (tiers: interactive)", id="other"
+            ["interactive"],
+            None,
+            "batch",
+            "not served on tier 'batch' (tiers: interactive)",
+            id="other",
         ),
         pytest.param(
             ["critical", "interactive"],
+            None,
             "batch",
             "(tiers: critical, interactive)",
             id="two-served",
         ),
+        pytest.param(
+            ["interactive"], "- batch", "batch", "(tiers: none in this deployment)", id="none"
+        ),
     ],
 )
 def test_a_tier_the_deployment_runs_no_workers_for_is_refused(
-    served: list[Tier], tier: str, words: str | None, tmp_path: Path, settings: IngestSettings
+    served: list[Tier],
+    model_tiers: str | None,
+    tier: str,
+    words: str | None,
+    tmp_path: Path,
+    settings: IngestSettings,
 ) -> None:
     """Regression: `inferbus up --tiers interactive` took a batch request and routed it to
     a topic no worker reads: never answered, not even at its deadline."""
     write_demo_models(tmp_path)
-    catalog = CachedModelCatalog(
-        ModelRepository(tmp_path),
-        refresh_s=60,
-        depths=QueueDepths("unused:9092", refresh_ms=500),
-        served_tiers=served,
-    )
+    if model_tiers is not None:  # demo-mlp's own `tiers` in its model.yaml
+        yaml = tmp_path / "demo-mlp" / "model.yaml"
+        yaml.write_text(yaml.read_text().replace("- critical\n- interactive\n- batch", model_tiers))
 
-    outcome = handle_event(
-        encode(mlp_event(tier=tier)),
-        produced_at=PRODUCED_AT,
-        catalog=catalog,
-        settings=settings,
-        now=NOW,
-    )
+    outcome = _handled(_demo_catalog(tmp_path, served), settings, tier=tier)
 
     if words is None:
         assert isinstance(outcome, Route), outcome
@@ -847,32 +865,6 @@ def test_a_tier_the_deployment_runs_no_workers_for_is_refused(
     assert isinstance(outcome, Answer)
     assert outcome.result.status == "invalid_input"
     assert outcome.result.error is not None and words in outcome.result.error.message
-
-
-def test_a_model_on_no_tier_the_deployment_serves_says_so(
-    tmp_path: Path, settings: IngestSettings
-) -> None:
-    write_demo_models(tmp_path)
-    yaml = tmp_path / "demo-mlp" / "model.yaml"
-    yaml.write_text(yaml.read_text().replace("- critical\n- interactive\n- batch", "- batch"))
-    catalog = CachedModelCatalog(
-        ModelRepository(tmp_path),
-        refresh_s=60,
-        depths=QueueDepths("unused:9092", refresh_ms=500),
-        served_tiers=["interactive"],
-    )
-
-    outcome = handle_event(
-        encode(mlp_event(tier="batch")),
-        produced_at=PRODUCED_AT,
-        catalog=catalog,
-        settings=settings,
-        now=NOW,
-    )
-
-    assert isinstance(outcome, Answer)
-    assert outcome.result.error is not None
-    assert "(tiers: none in this deployment)" in outcome.result.error.message
 
 
 def test_served_narrows_a_config_only_where_it_must(tmp_path: Path) -> None:
