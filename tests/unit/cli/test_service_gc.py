@@ -39,8 +39,14 @@ class _Stack:
     ids=["ingest", "worker", "scaler", "up"],
 )
 def test_a_service_command_tunes_gc_before_it_serves(
-    args: list[str], service: str, demo_models: Path, monkeypatch: pytest.MonkeyPatch
+    args: list[str],
+    service: str,
+    demo_models: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
+    if args[0] == "up":  # its lock and logs: not the checkout's, where `make up` may run
+        args = [*args, "--log-dir", str(tmp_path / "logs")]
     EVENTS.clear()
     monkeypatch.setattr(services.cli.common, "tune_for_service", lambda: EVENTS.append("tuned"))
     monkeypatch.setattr(services.cli.main, "tune_for_service", lambda: EVENTS.append("tuned"))

@@ -38,6 +38,7 @@ def test_the_lock_of_a_killed_holder_is_free(tmp_path: Path) -> None:
         ],
         stdout=subprocess.PIPE,
         text=True,
+        cwd=Path(__file__).resolve().parents[3],  # the checkout: `infra` importable
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
