@@ -248,12 +248,17 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
 
 def _backlog_unmeasured_arrival(plan: Plan, lag: int, mu: float, config: PolicyConfig) -> Plan:
     """No arrival rate yet (the scaler's first tick, a broker that started over) but a
-    backlog whose oldest request waits past the queue budget: drain it in
-    `backlog_drain_s` on top of the replicas there are, which are taken to keep up with
-    what arrives. A backlog that waits no longer than the budget asks for nothing."""
+    backlog whose oldest request waits past the queue budget (of unknown age: more than the
+    ready replicas clear within it): drain it in `backlog_drain_s` on top of the replicas
+    there are, which are taken to keep up with what arrives. A backlog that waits no longer
+    than the budget asks for nothing."""
     s = plan.signals
     budget = queue_budget_ms(s)
     if s.oldest_age_ms is not None and s.oldest_age_ms <= budget:
+        return plan
+    # Of unknown age, a lag the ready replicas clear within the budget is in flight, not late.
+    drains_in_budget = mu * min(s.ready_replicas, s.partitions) * budget / 1000
+    if s.oldest_age_ms is None and lag <= drains_in_budget:
         return plan
     if s.starting_replicas > 0:  # capacity is on its way; the rate is measured by then
         return plan

@@ -154,6 +154,13 @@ def _one(s: GroupSignals, state: ScalerState | None = None, now: float = 0.0, **
             "backlog",
             id="no-arrival-backlog-of-unknown-age-drains",
         ),
+        # Of unknown age, 100 is what 4 replicas at 300/s clear within the queue budget.
+        pytest.param(
+            {"arrival_rps": None, "lag": 100, "oldest_age_ms": None},
+            4,
+            "arrival_unknown",
+            id="no-arrival-small-lag-of-unknown-age-holds",
+        ),
         # Scaled to zero, nothing is measured: arrivals or lag start one replica.
         pytest.param(
             {
