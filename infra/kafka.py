@@ -98,7 +98,10 @@ class SecureConsumer(_ExplainsRefusal, AIOKafkaConsumer):  # type: ignore[misc]
                 raise  # the caller's own cancellation
             log.debug("event=consumer_stop_fetch_cancelled (closing the rest)")
             fetcher = self._fetcher
-            pending = list(getattr(fetcher, "_pending_tasks", ())) if fetcher else []
+            pending = [
+                *([fetcher._fetch_task] if fetcher is not None else []),
+                *(getattr(fetcher, "_pending_tasks", ()) if fetcher is not None else ()),
+            ]
             for fetch in pending:
                 fetch.cancel()
             if pending:
