@@ -261,7 +261,7 @@ def _route(
     if request.tier not in config.tiers:
         raise InvalidInput(
             f"model {request.model!r} is not served on tier {request.tier!r} "
-            f"(tiers: {', '.join(config.tiers) or 'none in this deployment'})",
+            f"(tiers: {', '.join(config.tiers) or 'none'})",
             tier=request.tier,
         )
     if config.allowed_tenants is not None and request.tenant not in config.allowed_tenants:

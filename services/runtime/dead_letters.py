@@ -87,7 +87,7 @@ async def _deliver_all_but_too_large(
             # The error is named: a refusal that trying again cannot mend (an ACL on the
             # DLQ topic) holds its partition here, and the operator must see why.
             log.error(
-                "event=dlq_unreachable left=%d attempt=%d topic=%s error=%s",
+                "event=dlq_unreachable left=%d attempt=%d topic=%s error=%r",
                 len(pending),
                 attempt,
                 pending[0].topic,

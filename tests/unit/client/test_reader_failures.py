@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
@@ -13,7 +14,10 @@ import pytest
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, RecordMetadata, TopicPartition
 
+from infra.gaps import GapGuard
+from infra.topics import BROKER_EVENT_KEY
 from schemas.result import InferenceResult
+from schemas.topics import INSTANCES
 from services.client import client as client_module
 from services.client.client import InferenceClient, reader_retry_s
 from services.client.wire import WireRequest
@@ -285,6 +289,35 @@ async def test_a_result_that_cannot_be_handled_costs_the_rest_of_its_poll_nothin
     assert "offset=2" in said.getMessage(), "names the record"
     assert said.exc_info is not None, "with its traceback"
     assert not [r for r in caplog.records if "client_reader_failed" in r.getMessage()], "once"
+
+
+async def test_a_restart_that_cannot_be_handled_still_lets_its_poll_deliver(
+    client: InferenceClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker note and results in one poll: the restart's failure is raised (to the
+    reader, which fails the waiting requests) only once the poll's results are delivered."""
+    note = dataclasses.replace(
+        record(b"restart-1"), topic=INSTANCES, key=BROKER_EVENT_KEY, offset=0
+    )
+    result = InferenceResult(request_id="r1", model="m", status="ok")
+    answer = record(result.model_dump_json().encode(), offset=5)
+    waiting: asyncio.Future[InferenceResult] = asyncio.get_running_loop().create_future()
+    client._waiters["r1"] = waiting
+
+    async def one_poll(*_: Any, **__: Any) -> dict[TopicPartition, list[Any]]:
+        return {TopicPartition(INSTANCES, 0): [note], TP: [answer]}
+
+    async def restart_fails() -> None:
+        raise RuntimeError("restart handling failed")
+
+    monkeypatch.setattr(client_module, "getmany_in_order", one_poll)
+    monkeypatch.setattr(client, "_broker_restarted", restart_fails)
+
+    with pytest.raises(RuntimeError, match="restart handling failed"):
+        await client._read_once(GapGuard())
+
+    assert waiting.done() and waiting.result().request_id == "r1", "delivered first"
+    assert client._positions[TP] == 6
 
 
 @pytest.mark.parametrize(

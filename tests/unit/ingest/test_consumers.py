@@ -79,3 +79,13 @@ async def test_no_fetch_parks_across_a_position_check(
 def test_a_critical_lane_cannot_also_wait_for_company(paced: dict[str, bool]) -> None:
     with pytest.raises(ValueError, match="critical lane"):
         ConsumerOptions(critical=True, **paced)
+
+
+async def test_ingest_narrows_its_models_to_the_tiers_it_is_told_run(tmp_path: Path) -> None:
+    """`INFERBUS_INGEST_TIERS` reaches the catalog every request is checked against."""
+    write_demo_models(tmp_path)
+    ingest = IngestService(
+        "127.0.0.1:1", IngestSettings(models_dir=tmp_path, tiers=["interactive"])
+    )
+
+    assert ingest.catalog.config("demo-mlp").tiers == ["interactive"]

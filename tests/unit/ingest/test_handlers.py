@@ -837,9 +837,7 @@ def test_demo_repository_behind_the_catalog(
             "(tiers: critical, interactive)",
             id="two-served",
         ),
-        pytest.param(
-            ["interactive"], "- batch", "batch", "(tiers: none in this deployment)", id="none"
-        ),
+        pytest.param(["interactive"], "- batch", "batch", "(tiers: none)", id="none"),
     ],
 )
 def test_a_tier_the_deployment_runs_no_workers_for_is_refused(
