@@ -7,7 +7,7 @@ import base64
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,36 +64,50 @@ class EncoderEvents:
     def __init__(
         self,
         model: str,
+        *,
         seed: int = 1,
         variants: int = 16,
         encoding: str = "frame",
         tier: Tier = "interactive",
+        keep_every: int = 0,
     ) -> None:
+        """`keep_every`: remember the inputs of every that-many-th request (`kept`), at most
+        `KEPT_MOST`, so that their answers can be checked (0: none)."""
         self.model = model
         self.variants = variants
         self.encoding = encoding
         self.tier: Tier = tier
+        self.keep_every = keep_every
+        self.kept: dict[str, dict[str, np.ndarray[Any, Any]]] = {}
+        """Request id -> the inputs it was sent with, for every `keep_every`-th request."""
         self._rng = np.random.default_rng(seed)
-        self._templates: dict[int, list[bytes]] = {}
+        self._templates: dict[int, list[tuple[bytes, dict[str, np.ndarray[Any, Any]]]]] = {}
         self._next = 0
 
     def __call__(self, request_id: str, seq_len: int) -> bytes:
         templates = self._templates.get(seq_len)
         if templates is None:
-            templates = [
-                encoder_event(
+            templates = []
+            for _ in range(self.variants):
+                inputs = encoder_inputs(seq_len, self._rng)
+                event = encoder_event(
                     REQUEST_ID_SLOT.decode(),
                     self.model,
-                    seq_len,
-                    self._rng,
+                    inputs,
                     encoding=self.encoding,
                     tier=self.tier,
                 )
-                for _ in range(self.variants)
-            ]
+                templates.append((event, inputs))
             self._templates[seq_len] = templates
         self._next += 1
-        return templates[self._next % self.variants].replace(REQUEST_ID_SLOT, request_id.encode())
+        event, inputs = templates[self._next % self.variants]
+        if self.keep_every and self._next % self.keep_every == 0 and len(self.kept) < KEPT_MOST:
+            self.kept[request_id] = inputs
+        return event.replace(REQUEST_ID_SLOT, request_id.encode())
+
+
+KEPT_MOST = 1024
+"""Most requests whose inputs `EncoderEvents` keeps for the output check."""
 
 
 def _int64_tensor(array: np.ndarray[Any, Any], encoding: str) -> dict[str, Any]:
@@ -105,22 +119,29 @@ def _int64_tensor(array: np.ndarray[Any, Any], encoding: str) -> dict[str, Any]:
     return tensor
 
 
+def encoder_inputs(seq_len: int, rng: np.random.Generator) -> dict[str, np.ndarray[Any, Any]]:
+    """One request's token ids (random) and full attention mask, `seq_len` tokens."""
+    return {
+        "input_ids": rng.integers(5, 1000, size=(1, seq_len)).astype("<i8"),
+        "attention_mask": np.ones((1, seq_len), dtype="<i8"),
+    }
+
+
 def encoder_event(
     request_id: str,
     model: str,
-    seq_len: int,
-    rng: np.random.Generator,
+    inputs: Mapping[str, np.ndarray[Any, Any]],
     *,
     encoding: str = "frame",
     tier: Tier = "interactive",
 ) -> bytes:
-    """A demo-encoder request of `seq_len` tokens, as any producer would write it.
+    """A demo-encoder request of `encoder_inputs`, as any producer would write it.
 
     `encoding` is the tensor form: `frame` (a binary frame: raw bytes after a JSON envelope,
     the Python client's default), `b64` (JSON, base64 tensors) or `list` (JSON, nested
     lists). Results come back in the same form."""
-    ids = rng.integers(5, 1000, size=(1, seq_len)).astype("<i8")
-    mask = np.ones((1, seq_len), dtype="<i8")
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    seq_len = ids.shape[1]
     event: dict[str, Any] = {
         "schema_version": 1,
         "request_id": request_id,
@@ -171,13 +192,21 @@ class LoadGenerator:
     """Produces events and matches results by request id."""
 
     def __init__(
-        self, bootstrap: str, make_event: Callable[[str, int], bytes], *, tier: Tier | None = None
+        self,
+        bootstrap: str,
+        make_event: Callable[[str, int], bytes],
+        *,
+        tier: Tier | None = None,
+        keep_results_of: Container[str] | None = None,
     ) -> None:
         """`tier`: send to that tier's ingest topic (None: the shared one, each event naming
         its tier). A critical load's result reader waits as a critical lane and follows no
-        rhythm, as the client's does while a critical request is out."""
+        rhythm, as the client's does while a critical request is out. `keep_results_of`:
+        the request ids whose first result's bytes are kept (`kept_results`), to check."""
         self.bootstrap = bootstrap
         self.make_event = make_event
+        self._keep_results_of = keep_results_of
+        self.kept_results: dict[str, bytes] = {}
         self._topic = ingest_topic(tier)
         self._producer = make_producer(bootstrap, client_id="inferbus-bench")
         self._publisher = Publisher(self._producer)
@@ -239,6 +268,8 @@ class LoadGenerator:
                             self.repeats.setdefault(request_id, []).append(result["status"])
                         continue
                     self._answered.add(request_id)
+                    if self._keep_results_of is not None and request_id in self._keep_results_of:
+                        self.kept_results[request_id] = record.value
                     t = result.get("timings") or {}
                     engine = sum(
                         t.get(k) or 0.0 for k in ("preprocess_ms", "infer_ms", "postprocess_ms")

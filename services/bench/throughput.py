@@ -2,9 +2,10 @@
 
 Phases: (1) the raw engine alone at the configured batch size; (2) saturation through
 broker, ingest and one worker (closed loop); (3) half that rate open loop, Poisson arrivals
-(as the peers' load generator draws them), for the overhead the bus adds over engine time.
-Broker, ingest, worker and load generator share this machine's cores: the report says how
-many.
+(as the peers' load generator draws them), for the overhead the bus adds over engine time;
+then (4) every `KEEP_EVERY`-th answer is compared with ONNX Runtime run directly on the
+same inputs (`outputs.py`; a mismatch fails the command). Broker, ingest, worker and load
+generator share this machine's cores: the report says how many.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from schemas.topics import Tier
 from services.bench.cpu import CpuMeter
 from services.bench.loadgen import Completed, EncoderEvents, LoadGenerator, LoadReport
 from services.bench.otlp_sink import OtlpSink
+from services.bench.outputs import FP16_TOLERANCE, TOLERANCE, Kept, OutputCheck, check_outputs
 from services.bench.stats import (
     batch_histogram,
     percentiles,
@@ -423,13 +425,13 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
         )
         bootstrap = await deployment.start()
         rng = np.random.default_rng(1)
-        gen = LoadGenerator(
-            bootstrap,
-            EncoderEvents(
-                options.model, encoding=options.encoding, tier=options.tier or "interactive"
-            ),
-            tier=options.tier,
+        events = EncoderEvents(
+            options.model,
+            encoding=options.encoding,
+            tier=options.tier or "interactive",
+            keep_every=KEEP_EVERY if options.engine == "model" else 0,
         )
+        gen = LoadGenerator(bootstrap, events, tier=options.tier, keep_results_of=events.kept)
         try:
             await gen.start()
             progress("waiting for ingest and the worker to serve")
@@ -467,6 +469,8 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
         finally:
             await gen.stop()
             await deployment.stop()
+        outputs = await asyncio.to_thread(answers_checked, version, options.engine, events, gen)
+        progress(outputs.line() if outputs is not None else "outputs: not checked (simulated)")
         return {
             "benchmark": "throughput",
             "model": options.model,
@@ -491,11 +495,35 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
                 options.engine, saturated["samples_per_s"], raw["samples_per_s"]
             ),
             "half_load": {"rate_rps": half_rate, "arrivals": "poisson", **half},
+            "outputs": outputs.to_json() if outputs is not None else None,
         }
     finally:
         if sink is not None:
             sink.__exit__(None, None, None)
         shutil.rmtree(models_dir, ignore_errors=True)
+
+
+KEEP_EVERY = 32
+"""Every that-many-th request's answer is checked against ONNX Runtime run directly."""
+
+
+def answers_checked(
+    version: ModelVersion, engine: str, events: EncoderEvents, gen: LoadGenerator
+) -> OutputCheck | None:
+    """The kept answers against a direct ONNX Runtime run; None for a simulated engine,
+    whose outputs are made up."""
+    if engine != "model":
+        return None
+    kept = [
+        Kept(request_id, events.kept[request_id], value)
+        for request_id, value in gen.kept_results.items()
+    ]
+    return check_outputs(
+        version.model_file,
+        [spec.name for spec in version.config.outputs],
+        kept,
+        tolerance=FP16_TOLERANCE if version.config.engine.fp16 else TOLERANCE,
+    )
 
 
 def _lengths(options: ThroughputOptions, rng: np.random.Generator) -> Callable[[], int]:

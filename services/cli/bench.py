@@ -156,6 +156,10 @@ def throughput(
     )
     if sat.get("window_bound"):
         typer.echo(f"note: {sat['window_bound']}")
+    checked = report["outputs"]
+    if checked is not None and checked["mismatched"]:
+        # Fast wrong answers are no throughput: the run fails, its report written all the same.
+        raise typer.Exit(1)
 
 
 @bench_app.command("idle")

@@ -35,3 +35,17 @@ async def test_a_small_null_engine_run_answers_everything_and_reports_its_costs(
     assert {"broker", "loadgen", "ingest-0"} <= set(cpu)
     assert all(value >= 0 for value in cpu.values())
     assert report["tier"] == (tier or "interactive (shared ingest topic)")
+
+
+async def test_a_model_run_checks_its_answers_against_onnx_runtime_run_directly() -> None:
+    """A bench that reported a fast rate of wrong answers would measure nothing."""
+    said: list[str] = []
+    options = ThroughputOptions(requests=400, window=64, raw_seconds=0.5, open_rate=50.0)
+
+    report = await bench_throughput(options, said.append)
+
+    outputs = report["outputs"]
+    assert outputs["checked"] >= 10, said[-5:]
+    assert outputs["matched"], outputs
+    assert outputs["max_abs_diff"] <= outputs["tolerance"]
+    assert any(line.startswith("outputs: ") for line in said)
