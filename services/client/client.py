@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
@@ -137,14 +137,25 @@ class InferenceClient:
             for tp in partitions:
                 self._consumer.seek(tp, ends[tp])
             self._positions = {tp: ends[tp] for tp in partitions}
+        except KafkaConnectionError as exc:
+            await self._close_unstarted()
+            # aiokafka says only "Unable to bootstrap from [...]": say what to do about it.
+            raise KafkaConnectionError(
+                f"cannot reach Kafka at {self.bootstrap}: start the stack (`inferbus up`) or "
+                f"give the client the broker's address ({exc})"
+            ) from exc
         except BaseException:
-            # A failed start leaves nothing open behind the caller's error.
-            await self._consumer.stop()
-            await self._producer.stop()
+            await self._close_unstarted()
             raise
         self._reader = asyncio.create_task(self._read(), name="client-results")
         self._publisher = Publisher(self._producer, patience_s=self.patience_s)
         self._watcher = asyncio.create_task(self._watch_restarts(), name="client-restarts")
+
+    async def _close_unstarted(self) -> None:
+        """A failed start leaves nothing open behind the caller's error."""
+        assert self._consumer is not None and self._producer is not None
+        await self._consumer.stop()
+        await self._producer.stop()
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         """The result consumer, not started. No group: every client sees every result on

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.structs import ConsumerRecord, RecordMetadata, TopicPartition
 
 from infra.gaps import GapGuard
@@ -399,3 +399,26 @@ async def test_a_resubmit_that_fails_otherwise_than_kafka_is_seen(
     else:
         [said] = [r for r in caplog.records if "resubmit_failed" in r.getMessage()]
         assert said.levelno == logging.ERROR and said.exc_info is not None
+
+
+async def test_a_client_that_cannot_reach_kafka_says_what_to_do(
+    bus: _Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newcomer with the stack stopped got aiokafka's bare "Unable to bootstrap from"."""
+
+    async def refused() -> None:
+        raise KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 9092, <AF_INET>)]")
+
+    async def once(start: Any, *, what: str) -> Any:
+        return await start()
+
+    monkeypatch.setattr(bus.producer, "start", refused)
+    monkeypatch.setattr(client_module, "start_with_retry", once)
+    client = InferenceClient("127.0.0.1:9092", reply_to=REPLY)
+
+    with pytest.raises(KafkaConnectionError, match="start the stack") as failed:
+        await client.start()
+
+    assert "cannot reach Kafka at 127.0.0.1:9092" in str(failed.value)
+    assert "Unable to bootstrap" in str(failed.value), "aiokafka's own words kept"
+    assert bus.producer.stopped and bus.consumers[0].stopped, "nothing left open"
