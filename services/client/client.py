@@ -140,9 +140,10 @@ class InferenceClient:
         except KafkaConnectionError as exc:
             await self._close_unstarted()
             # aiokafka says only "Unable to bootstrap from [...]": say what to do about it.
+            said = str(exc).removeprefix(f"{type(exc).__name__}: ")  # aiokafka names it
             raise KafkaConnectionError(
                 f"cannot reach Kafka at {self.bootstrap}: start the stack (`inferbus up`) or "
-                f"give the client the broker's address ({exc})"
+                f"give the client the broker's address ({said})"
             ) from exc
         except BaseException:
             await self._close_unstarted()

@@ -421,4 +421,5 @@ async def test_a_client_that_cannot_reach_kafka_says_what_to_do(
 
     assert "cannot reach Kafka at 127.0.0.1:9092" in str(failed.value)
     assert "Unable to bootstrap" in str(failed.value), "aiokafka's own words kept"
+    assert str(failed.value).count("KafkaConnectionError") == 1, "its name said once"
     assert bus.producer.stopped and bus.consumers[0].stopped, "nothing left open"
