@@ -429,7 +429,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             options.model,
             encoding=options.encoding,
             tier=options.tier or "interactive",
-            keep_every=KEEP_EVERY if options.engine == "model" else 0,
+            keep_every=KEEP_EVERY if computes_outputs(options.engine, version) else 0,
         )
         gen = LoadGenerator(bootstrap, events, tier=options.tier, keep_results_of=events.kept)
         try:
@@ -507,12 +507,17 @@ KEEP_EVERY = 32
 """Every that-many-th request's answer is checked against ONNX Runtime run directly."""
 
 
+def computes_outputs(engine: str, version: ModelVersion) -> bool:
+    """Whether the served engine computes the model's outputs: not `null` or `sim` runs,
+    nor a model whose own model.yaml names the simulated engine (its outputs are made up)."""
+    return engine == "model" and version.config.engine.kind != "sim"
+
+
 def answers_checked(
     version: ModelVersion, engine: str, events: EncoderEvents, gen: LoadGenerator
 ) -> OutputCheck | None:
-    """The kept answers against a direct ONNX Runtime run; None for a simulated engine,
-    whose outputs are made up."""
-    if engine != "model":
+    """The kept answers against a direct ONNX Runtime run; None for a simulated engine."""
+    if not computes_outputs(engine, version):
         return None
     kept = [
         Kept(request_id, events.kept[request_id], value)

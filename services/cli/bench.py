@@ -159,6 +159,12 @@ def throughput(
     checked = report["outputs"]
     if checked is not None and checked["mismatched"]:
         # Fast wrong answers are no throughput: the run fails, its report written all the same.
+        typer.echo(
+            f"error: {checked['mismatched']} of {checked['checked']} answers checked differ from "
+            f"ONNX Runtime run directly (max |diff| {checked['max_abs_diff']:.3g}, request "
+            f"{checked['worst_request_id']})",
+            err=True,
+        )
         raise typer.Exit(1)
 
 

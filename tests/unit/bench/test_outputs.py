@@ -11,9 +11,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from infra.models.repository import ModelRepository
+from infra.models.repository import ModelRepository, ModelVersion
 from services.bench.loadgen import EncoderEvents, encoder_inputs
 from services.bench.outputs import TOLERANCE, Kept, check_outputs
+from services.bench.throughput import computes_outputs
 from services.models.demo import write_demo_models
 from services.runtime.result_wire import encode_result
 
@@ -87,3 +88,27 @@ def test_the_events_keep_the_inputs_each_kept_request_was_sent_with() -> None:
         tensor = json.loads(sent[request_id])["inputs"]["input_ids"]
         decoded = np.frombuffer(base64.b64decode(tensor["b64"]), "<i8").reshape(tensor["shape"])
         assert np.array_equal(decoded, ids)
+
+
+@pytest.mark.parametrize(
+    ("engine", "kind", "checked"),
+    [
+        pytest.param("model", "onnxruntime", True, id="onnxruntime"),
+        pytest.param("model", "tensorrt", True, id="tensorrt"),
+        pytest.param("model", "sim", False, id="model-yaml-names-sim"),
+        pytest.param("null", "onnxruntime", False, id="null-run"),
+        pytest.param("sim", "onnxruntime", False, id="sim-run"),
+    ],
+)
+def test_only_an_engine_that_computes_its_outputs_is_checked(
+    engine: str, kind: str, checked: bool, model_file: Path
+) -> None:
+    """A model whose model.yaml names the simulated engine (sim-encoder) answers made-up
+    outputs: compared with ONNX Runtime, every run would fail."""
+    version = ModelRepository(model_file.parents[1].parent).resolve("demo-encoder")
+    config = version.config.model_copy(
+        update={"engine": version.config.engine.model_copy(update={"kind": kind})}
+    )
+    version = ModelVersion(version.name, version.version, version.directory, config)
+
+    assert computes_outputs(engine, version) is checked
