@@ -57,6 +57,10 @@ REQUEST_ID_SLOT = b"0" * 32
 binary frame's envelope length stays right after the swap."""
 
 
+KEPT_MOST = 1024
+"""Most requests whose inputs `EncoderEvents` keeps for the output check."""
+
+
 class EncoderEvents:
     """Pre-serialized demo-encoder events (a few per length), so the load generator spends
     its CPU on sending, not on encoding: each event is a template with an id slot."""
@@ -104,10 +108,6 @@ class EncoderEvents:
         if self.keep_every and self._next % self.keep_every == 0 and len(self.kept) < KEPT_MOST:
             self.kept[request_id] = inputs
         return event.replace(REQUEST_ID_SLOT, request_id.encode())
-
-
-KEPT_MOST = 1024
-"""Most requests whose inputs `EncoderEvents` keeps for the output check."""
 
 
 def _int64_tensor(array: np.ndarray[Any, Any], encoding: str) -> dict[str, Any]:
