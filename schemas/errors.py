@@ -10,6 +10,18 @@ from pydantic_core import ErrorDetails
 
 from schemas.result import Status
 
+MESSAGE_MAX_CHARS = 1000
+"""The longest error message a result or a log line carries: one that quotes what a
+request sent (10,000 unknown input names, a shape of rank 10,000) is cut, said, so a bad
+event never earns a result larger than itself."""
+
+
+def bounded(text: str, limit: int = MESSAGE_MAX_CHARS) -> str:
+    """`text`, or its first `limit` characters and how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… (+{len(text) - limit} characters)"
+
 
 class InferbusError(Exception):
     """Base of every inferbus error; carries keyword context for logs and results."""
@@ -17,6 +29,7 @@ class InferbusError(Exception):
     status: ClassVar[Status] = "internal_error"
 
     def __init__(self, message: str, **context: Any) -> None:
+        message = bounded(message)
         super().__init__(message)
         self.message = message
         self.context = context
@@ -25,7 +38,7 @@ class InferbusError(Exception):
         if not self.context:
             return self.message
         details = " ".join(f"{k}={v}" for k, v in sorted(self.context.items()))
-        return f"{self.message} ({details})"
+        return bounded(f"{self.message} ({details})")
 
 
 class InvalidInput(InferbusError):

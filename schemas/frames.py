@@ -44,7 +44,8 @@ def split_frame(value: bytes) -> tuple[memoryview, memoryview]:
     end = HEADER_BYTES + length
     if end > len(value):
         raise FrameError(
-            f"frame says its envelope is {length} bytes; only {len(value) - HEADER_BYTES} follow"
+            f"frame says its envelope is {length} bytes; only {len(value) - HEADER_BYTES} follow "
+            "(bytes 4-7 hold the envelope's length as an unsigned 32-bit big-endian number)"
         )
     view = memoryview(value)
     return view[HEADER_BYTES:end], view[end:]

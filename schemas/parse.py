@@ -22,6 +22,8 @@ from schemas.tensors import Buffer
 from schemas.topics import RESULTS, TIERS, is_reply_topic
 
 _TIERS = frozenset(TIERS)
+_BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte order mark."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +71,11 @@ def parse_request(value: bytes | None) -> ParsedRequest:
         return ParsedRequest(InferenceRequest.model_validate_json(envelope), payload)
     except ValidationError as exc:
         failure = exc
-    raw = load_object(envelope)
-    raise RejectedEvent(
-        describe_validation_error(failure), salvage(raw, framed=payload is not None)
-    )
+    raw = load_object(envelope, framed=payload is not None)
+    message = describe_validation_error(failure)
+    if "hex escape" in message:  # the JSON parser's words for a lone surrogate escape
+        message += " (a \\uD800-\\uDFFF escape must be one half of a surrogate pair)"
+    raise RejectedEvent(message, salvage(raw, framed=payload is not None))
 
 
 def split_event(value: bytes | None) -> tuple[bytes, memoryview | None]:
@@ -85,7 +88,8 @@ def split_event(value: bytes | None) -> tuple[bytes, memoryview | None]:
                 f"event starts with {bytes(value[:4])!r}, a binary frame of an unknown magic or "
                 f"version: this inferbus reads {MAGIC!r} frames and JSON"
             )
-        return value, None
+        # RFC 8259 lets a parser ignore a byte order mark, and some .NET writers add one.
+        return (value[len(_BOM) :] if value.startswith(_BOM) else value), None
     try:
         envelope, payload = split_frame(value)
     except FrameError as exc:
@@ -93,33 +97,57 @@ def split_event(value: bytes | None) -> tuple[bytes, memoryview | None]:
     return bytes(envelope), payload
 
 
-def load_object(envelope: bytes) -> dict[str, Any]:
+def load_object(envelope: bytes, *, framed: bool = False) -> dict[str, Any]:
     """The event's JSON object with a usable request id, or Unparseable: nothing to answer.
 
-    orjson bounds nesting (1,024 levels); Python's parser is the fallback only for the
-    NaN and Infinity that many producers write, so such an event is answered, not lost.
+    orjson bounds nesting (1,024 levels); Python's parser is the fallback for the JSON
+    orjson refuses (NaN and Infinity, which many producers write, integers past 64 bits,
+    lone surrogate escapes), so such an event is answered, not lost.
+    `framed`: the JSON is a binary frame's envelope (its messages say so).
     """
-    raw = _loads(envelope)
+    raw = _loads(envelope, framed=framed)
     if not isinstance(raw, dict):
-        kind = "NoneType" if raw is None else type(raw).__name__
-        raise Unparseable(f"event is JSON {kind}, not an object")
-    rid = raw.get("request_id")
-    if not isinstance(rid, str) or not 0 < len(rid) <= 128:
-        raise Unparseable("event has no usable `request_id` (1-128 chars)")
+        what = "the frame's envelope" if framed else "event"
+        raise Unparseable(f"{what} is a JSON {_json_kind(raw)}, not an object")
+    rid = _text(raw.get("request_id"))
+    if rid is None or not 0 < len(rid) <= 128:
+        raise Unparseable("event has no usable `request_id` (1-128 chars of Unicode text)")
     return raw
 
 
-def _loads(envelope: Buffer) -> Any:
+def _text(value: Any) -> str | None:
+    """`value` if it is a string that UTF-8 can carry (Python's parser lets a lone surrogate
+    escape through, which no answer could then be encoded with), else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return None
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    """What JSON calls the type of a parsed value (not Python's name for it)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return "string" if isinstance(value, str) else "array"
+
+
+def _loads(envelope: Buffer, *, framed: bool = False) -> Any:
     try:
         return orjson.loads(envelope)
     except orjson.JSONDecodeError as exc:
         strict_error = exc
     data = bytes(envelope)
-    if b"NaN" in data or b"Infinity" in data:
-        try:
-            return json.loads(data)
-        except (ValueError, RecursionError):
-            pass
+    try:  # JSON that orjson does not take: NaN, Infinity, an integer past 64 bits, a lone
+        return json.loads(data)  # surrogate escape: its id is read, and it is answered
+    except (ValueError, RecursionError):
+        pass
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -127,20 +155,23 @@ def _loads(envelope: Buffer) -> Any:
             f"event is not UTF-8 text (byte 0x{data[exc.start]:02x} at position {exc.start}): "
             "send UTF-8 JSON or a binary frame"
         ) from None
+    if framed:
+        raise Unparseable(
+            f"the frame's envelope (the {len(data)} bytes its length at bytes 4-7 names) is not "
+            f"JSON: {str(strict_error)[:200]}"
+        )
     raise Unparseable(f"event is not JSON: {str(strict_error)[:200]}")
 
 
 def salvage(raw: dict[str, Any], *, framed: bool = False) -> Salvage:
     """Where to answer an event whose request id is known, from whatever else it holds."""
     reply_to = raw.get("reply_to")
-    model = raw.get("model")
-    tenant = raw.get("tenant")
     tier = raw.get("tier", "interactive")
     return Salvage(
         request_id=str(raw["request_id"]),
         reply_to=reply_to if isinstance(reply_to, str) and is_reply_topic(reply_to) else RESULTS,
-        model=model if isinstance(model, str) else "",
-        tenant=tenant if isinstance(tenant, str) else None,
+        model=_text(raw.get("model")) or "",
+        tenant=_text(raw.get("tenant")),
         tier=tier if isinstance(tier, str) and tier in _TIERS else "-",
         framed=framed,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -17,6 +17,14 @@ MAX_TIMEOUT_MS = 2**31 - 1
 RequestId = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/-]+$")
 ]
+
+
+def _zone_optional(schema: dict[str, Any]) -> None:
+    """A date-time field's JSON Schema without `format: date-time`: that format is RFC 3339,
+    which needs a zone, and a producer validating with it would refuse what inferbus takes
+    (a date-time with no zone is UTC)."""
+    for option in schema.get("anyOf", []):
+        option.pop("format", None)
 
 
 class InferenceRequest(BaseModel):
@@ -35,7 +43,9 @@ class InferenceRequest(BaseModel):
         min_length=1, fail_fast=True
     )
     deadline: datetime | None = Field(
-        default=None, description="Absolute, an ISO 8601 date-time (no zone: UTC)."
+        default=None,
+        description="Absolute, an ISO 8601 date-time (no zone: UTC).",
+        json_schema_extra=_zone_optional,
     )
     timeout_ms: int | None = Field(
         default=None,
@@ -46,7 +56,11 @@ class InferenceRequest(BaseModel):
     )
     reply_to: str = RESULTS
     tenant: str | None = Field(default=None, max_length=128)
-    created_at: datetime | None = Field(default=None, description="When the producer made it.")
+    created_at: datetime | None = Field(
+        default=None,
+        description="When the producer made it: an ISO 8601 date-time (no zone: UTC).",
+        json_schema_extra=_zone_optional,
+    )
     metadata: dict[str, str] = Field(default_factory=dict, fail_fast=True)
 
     @field_validator("reply_to")
@@ -67,8 +81,8 @@ class InferenceRequest(BaseModel):
     @classmethod
     def _the_integer_one(cls, value: object) -> object:
         """1, not true or 1.0 (lax mode took both as 1; `timeout_ms: true` is refused)."""
-        if isinstance(value, bool | float):
-            raise ValueError("must be the integer 1")
+        if isinstance(value, bool | float | str) or value is None:
+            raise ValueError("must be the integer 1 (or left out)")
         return value
 
     @field_validator("deadline", "created_at", mode="before")
@@ -82,6 +96,11 @@ class InferenceRequest(BaseModel):
         if isinstance(value, str) and _is_date_only(value):
             # Lax mode read "2026-12-06" as its midnight: a deadline hours off what was meant.
             raise ValueError("must be an ISO 8601 date-time with a time of day, not a date")
+        if isinstance(value, str) and not _DATE_START.match(value):
+            # pydantic's own words for "tomorrow" offer "a valid datetime or date".
+            raise ValueError(
+                "must be an ISO 8601 date-time string such as 2026-12-06T12:00:00Z (no zone: UTC)"
+            )
         return value
 
     @field_validator("deadline", "created_at")
@@ -113,6 +132,8 @@ class InferenceRequest(BaseModel):
         return start + self.timeout_ms
 
 
+_DATE_START = re.compile(r"\s*[+-]?\d{4,}-\d{2}-\d{2}")
+"""How every date-time pydantic reads begins: a date."""
 _DATE_ONLY = re.compile(r"\s*[+-]?\d{4,}-\d{2}-\d{2}z?\s*", re.IGNORECASE)
 
 

@@ -27,6 +27,19 @@ Arrays = dict[str, np.ndarray[Any, Any]]
 """Named arrays: a request's inputs, a batch, an engine's outputs."""
 
 
+def count_text(n: int) -> str:
+    """A whole number as a message quotes it; one of more than 18 digits by its length (a
+    request's shape may declare any size, and a product of them more)."""
+    text = str(n)
+    return text if len(text) <= 18 else f"<a {len(text)}-digit number>"
+
+
+def shape_text(shape: list[int], shown: int = 8) -> str:
+    """A declared shape as a message quotes it: its first `shown` dimensions (`count_text`)."""
+    head = ", ".join(count_text(d) for d in shape[:shown])
+    return f"[{head}, …] (rank {len(shape)})" if len(shape) > shown else f"[{head}]"
+
+
 class TensorDecodeError(ValueError):
     """The tensor's data does not match its declared dtype and shape."""
 
@@ -47,10 +60,21 @@ class RawSlice(BaseModel):
 class Tensor(BaseModel):
     """A tensor with a leading batch dimension: exactly one of `data`, `b64` or `raw`."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(
+        frozen=True,
+        # What `_one_payload` checks, for producers that validate against the JSON Schema:
+        # exactly one of the three forms is given and not null.
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["data"], "properties": {"data": {"not": {"type": "null"}}}},
+                {"required": ["b64"], "properties": {"b64": {"type": "string"}}},
+                {"required": ["raw"], "properties": {"raw": {"type": "object"}}},
+            ]
+        },
+    )
 
     dtype: DType
-    shape: list[Annotated[int, Field(strict=True)]] = Field(
+    shape: list[Annotated[int, Field(strict=True, json_schema_extra={"minimum": 0})]] = Field(
         min_length=1, fail_fast=True, description="Leading dimension is the batch."
     )
     data: Any = Field(default=None, description="Nested list matching `shape`.")
@@ -65,7 +89,7 @@ class Tensor(BaseModel):
         if given != 1:
             raise ValueError("a tensor carries exactly one of `data` (nested list), `b64` or `raw`")
         if min(self.shape) < 0:  # shape has at least one dimension
-            raise ValueError(f"shape {self.shape} has a negative dimension")
+            raise ValueError(f"shape {shape_text(self.shape)} has a negative dimension")
         return self
 
     def to_numpy(self, payload: Buffer | None = None) -> np.ndarray[Any, Any]:
@@ -119,8 +143,8 @@ def decode_tensor(
             )
         if nbytes != expected * dtype.itemsize:
             raise TensorDecodeError(
-                f"`raw` holds {nbytes} bytes; shape {shape} of {dtype_name} "
-                f"needs {expected * dtype.itemsize}"
+                f"`raw` holds {nbytes} bytes; shape {shape_text(shape)} of {dtype_name} "
+                f"needs {count_text(expected * dtype.itemsize)}"
             )
         # One call for view and shape: a third of frombuffer-then-reshape's cost, per tensor.
         return np.ndarray(shape, dtype, payload, offset)
@@ -128,11 +152,14 @@ def decode_tensor(
         try:
             decoded = base64.b64decode(b64, validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise TensorDecodeError(f"`b64` is not valid base64: {exc}") from exc
+            raise TensorDecodeError(
+                f"`b64` is not valid base64: {exc} (RFC 4648 section 4: the standard alphabet "
+                "A-Z a-z 0-9 + /, padded with = to a multiple of 4 characters, no line breaks)"
+            ) from exc
         if len(decoded) != expected * dtype.itemsize:
             raise TensorDecodeError(
-                f"`b64` holds {len(decoded)} bytes; shape {shape} of {dtype_name} "
-                f"needs {expected * dtype.itemsize}"
+                f"`b64` holds {len(decoded)} bytes; shape {shape_text(shape)} of {dtype_name} "
+                f"needs {count_text(expected * dtype.itemsize)}"
             )
         return np.frombuffer(decoded, dtype=dtype).reshape(shape)
     array = _from_nested_list(data, dtype, dtype_name)
@@ -141,7 +168,7 @@ def decode_tensor(
         array = array.reshape(shape)
     if list(array.shape) != list(shape):
         raise TensorDecodeError(
-            f"`data` has shape {list(array.shape)} but the tensor declares {shape}"
+            f"`data` has shape {list(array.shape)} but the tensor declares {shape_text(shape)}"
         )
     return array
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any, cast
 
@@ -12,7 +12,16 @@ import numpy as np
 from infra.models.config import ModelConfig
 from schemas.errors import InvalidInput
 from schemas.request import InferenceRequest
-from schemas.tensors import DTYPES, Arrays, Buffer, Tensor, TensorDecodeError, TextInput
+from schemas.tensors import (
+    DTYPES,
+    Arrays,
+    Buffer,
+    Tensor,
+    TensorDecodeError,
+    TextInput,
+    count_text,
+    shape_text,
+)
 
 
 def _fail(message: str, **context: Any) -> InvalidInput:
@@ -62,6 +71,8 @@ def validate_inputs(
     if text_inputs:
         texts = _text_samples(request, text_inputs, config)
         samples = len(texts)
+        if payload is not None:
+            _check_payload_read((), len(payload))
     else:  # every input is a tensor (the common case: no second dict per request)
         tensor_inputs = cast(dict[str, Tensor], request.inputs)
         arrays, samples = _decoded_tensors(
@@ -138,7 +149,7 @@ def _decoded_tensors(
             )
         if not spec.matches_shape(tensor.shape):
             raise _fail(
-                f"input {spec.name!r} has shape {tensor.shape}; the model takes "
+                f"input {spec.name!r} has shape {shape_text(tensor.shape)}; the model takes "
                 f"{spec.shape} (-1 = any)",
                 input=spec.name,
             )
@@ -147,8 +158,8 @@ def _decoded_tensors(
         nbytes = tensor_nbytes(tensor)
         if nbytes > max_tensor_bytes:
             raise _fail(
-                f"input {spec.name!r} is {nbytes} bytes; the limit is {max_tensor_bytes}"
-                + _setting(named, "max_tensor_bytes"),
+                f"input {spec.name!r} is {count_text(nbytes)} bytes; "
+                f"the limit is {max_tensor_bytes}" + _setting(named, "max_tensor_bytes"),
                 input=spec.name,
             )
         try:
@@ -170,7 +181,28 @@ def _decoded_tensors(
             )
         arrays[spec.name] = array
     assert samples is not None
+    if payload is not None:
+        _check_payload_read(tensor_inputs.values(), len(payload))
     return arrays, samples
+
+
+def _check_payload_read(tensors: Iterable[Tensor], payload_bytes: int) -> None:
+    """Every byte of a frame's payload belongs to a `raw` tensor: a stray byte before a
+    tensor (a framer that counted the envelope one byte short) would shift what is read,
+    and the request would be answered `ok` on the wrong numbers."""
+    covered = 0
+    for offset, nbytes in sorted((t.raw.offset, t.raw.nbytes) for t in tensors if t.raw):
+        if offset > covered:
+            break
+        covered = max(covered, offset + nbytes)
+    if covered >= payload_bytes:
+        return
+    raise _fail(
+        f"the frame's payload holds {payload_bytes} bytes and byte {covered} is in no tensor's "
+        "`raw` slice: a payload holds exactly the tensors' bytes, each at the offset its entry "
+        "names, counted from the first byte after the envelope (is the envelope's length at "
+        "bytes 4-7 right?)"
+    )
 
 
 def index_errors(
@@ -265,12 +297,18 @@ def _check_names(tensor_inputs: dict[str, Tensor], config: ModelConfig) -> None:
     unknown = sorted(set(tensor_inputs) - declared)
     if unknown:
         raise _fail(
-            f"unknown input(s) {unknown}; model {config.name!r} takes {sorted(declared)}",
+            f"unknown input(s) {_first(unknown)}; model {config.name!r} takes {sorted(declared)}",
             model=config.name,
         )
     missing = sorted(declared - set(tensor_inputs))
     if missing:
         raise _fail(f"missing input(s) {missing} for model {config.name!r}", model=config.name)
+
+
+def _first(names: list[str], shown: int = 5) -> str:
+    """The first `shown` names as a list, and how many more there are."""
+    more = len(names) - shown
+    return f"{names[:shown]}" + (f" (+{more} more)" if more > 0 else "")
 
 
 def _check_indices(arrays: Arrays, config: ModelConfig, limits: Mapping[str, int]) -> None:

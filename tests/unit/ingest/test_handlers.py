@@ -25,6 +25,7 @@ from schemas.errors import (
     Unauthorized,
     Unparseable,
 )
+from schemas.frames import join_frame
 from schemas.topics import RESULTS, TIERS, Tier
 from services.ingest.catalog import CachedModelCatalog, QueueDepths, served
 from services.ingest.handlers import (
@@ -94,10 +95,11 @@ DEAD_LETTERS = [
     pytest.param(b"IBF2\x00\x00\x00\x02{}", "unknown magic or version", id="frame-v2"),
     pytest.param(b"ibf1\x00\x00\x00\x02{}", "unknown magic or version", id="frame-lowercase"),
     pytest.param(b"", "not JSON", id="empty-bytes"),
-    pytest.param(b"[1, 2, 3]", "JSON list, not an object", id="json-array"),
-    pytest.param(b'"r-1"', "JSON str, not an object", id="json-string"),
-    pytest.param(b"null", "JSON NoneType, not an object", id="json-null"),
-    pytest.param(b"42", "JSON int, not an object", id="json-number"),
+    pytest.param(b"[1, 2, 3]", "a JSON array, not an object", id="json-array"),
+    pytest.param(b'"r-1"', "a JSON string, not an object", id="json-string"),
+    pytest.param(b"null", "a JSON null, not an object", id="json-null"),
+    pytest.param(b"42", "a JSON number, not an object", id="json-number"),
+    pytest.param(b"true", "a JSON boolean, not an object", id="json-boolean"),
     pytest.param(encode(mlp_event(request_id=...)), "request_id", id="no-request-id"),
     pytest.param(encode(mlp_event(request_id="")), "request_id", id="empty-request-id"),
     pytest.param(encode(mlp_event(request_id="r" * 129)), "request_id", id="request-id-too-long"),
@@ -288,6 +290,12 @@ ANSWERS = [
         "invalid_input",
         "`b64` is not valid base64",
         id="b64-not-base64",
+    ),
+    pytest.param(
+        mlp_event(inputs={"x": x_tensor(data=..., b64="AAAA-_AA")}),
+        "invalid_input",
+        "the standard alphabet A-Z a-z 0-9 + /, padded with =",
+        id="b64-url-safe-alphabet",
     ),
     pytest.param(
         mlp_event(inputs={"x": x_tensor(b64=b64(np.zeros((1, 16), dtype="<f4")))}),
@@ -982,3 +990,93 @@ def test_batch_is_shed_first_when_ingest_falls_behind(
         assert "batch requests are shed first" in outcome.result.error.message  # type: ignore[union-attr]
     else:
         assert isinstance(outcome, Route)
+
+
+def framed_mlp(*payload: bytes, **raw: int) -> bytes:
+    """A demo-mlp frame whose one tensor points at `raw` in `payload`."""
+    x = {"dtype": "float32", "shape": [1, 16], "raw": raw}
+    return join_frame(encode(mlp_event(inputs={"x": x})).replace(b" ", b""), payload)
+
+
+X_BYTES = np.arange(16, dtype="<f4").tobytes()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param(
+            framed_mlp(b"   ", X_BYTES, offset=0, nbytes=64),
+            "byte 64 is in no tensor's `raw` slice",
+            id="stray-bytes-before-the-tensor",
+        ),
+        pytest.param(
+            framed_mlp(b"   ", X_BYTES, offset=3, nbytes=64),
+            "byte 0 is in no tensor's `raw` slice",
+            id="a-gap-before-the-tensor",
+        ),
+        pytest.param(
+            framed_mlp(X_BYTES, b"\0" * 8, offset=0, nbytes=64),
+            "holds 72 bytes and byte 64",
+            id="trailing-bytes",
+        ),
+    ],
+)
+def test_a_frame_payload_with_bytes_no_tensor_reads_is_refused(
+    value: bytes, message: str, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    """A framer that counts the envelope short shifts every tensor: answered `ok` on the
+    wrong numbers until the payload had to be exactly the tensors' bytes."""
+    outcome = run(value, catalog, settings)
+
+    assert isinstance(outcome, Answer), outcome
+    assert outcome.result.status == "invalid_input"
+    assert outcome.result.error is not None
+    assert message in outcome.result.error.message
+    assert outcome.framed
+
+
+def test_a_frame_whose_payload_is_exactly_its_tensors_is_routed(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    assert isinstance(run(framed_mlp(X_BYTES, offset=0, nbytes=64), catalog, settings), Route)
+
+
+def test_a_json_event_after_a_byte_order_mark_is_routed(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    """RFC 8259 lets a parser ignore a BOM, and some .NET writers add one."""
+    assert isinstance(run(b"\xef\xbb\xbf" + encode(mlp_event()), catalog, settings), Route)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "words"),
+    [
+        pytest.param(
+            {"x": x_tensor(), **{f"extra{i:05d}": x_tensor() for i in range(10_000)}},
+            "(+9995 more)",
+            id="ten-thousand-unknown-inputs",
+        ),
+        pytest.param(
+            {"x": x_tensor(shape=[1] * 10_000, data=..., b64="AAAA")},
+            "(rank 10000)",
+            id="rank-ten-thousand",
+        ),
+        pytest.param(
+            {"x": x_tensor(shape=[1, 10**400], data=..., b64="AAAA")},
+            "<a 401-digit number>",
+            id="a-401-digit-dimension",
+        ),
+    ],
+)
+def test_an_error_message_stays_short_whatever_the_event_quotes(
+    inputs: dict[str, Any], words: str, catalog: FakeCatalog
+) -> None:
+    """An error quoted what the event sent: 10,000 unknown names made an 89 KB result."""
+    roomy = IngestSettings(max_event_bytes=4_000_000)
+    outcome = run(encode(mlp_event(inputs=inputs)), catalog, roomy)
+
+    assert isinstance(outcome, Answer), outcome
+    assert outcome.result.error is not None
+    message = outcome.result.error.message
+    assert words in message
+    assert len(message) <= 1_100

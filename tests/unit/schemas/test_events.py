@@ -116,7 +116,10 @@ def test_effective_deadline(fields: dict[str, Any], expected: datetime | None) -
         pytest.param("created_at", '"2026-12-06"', "not a date", id="created-at-date-only"),
         pytest.param("schema_version", "true", "integer 1", id="schema-version-bool"),
         pytest.param("schema_version", "1.0", "integer 1", id="schema-version-float"),
-        pytest.param("schema_version", "null", "Input should be 1", id="schema-version-null"),
+        pytest.param("schema_version", "null", r"1 \(or left out", id="schema-version-null"),
+        pytest.param("schema_version", '"1"', r"1 \(or left out", id="schema-version-str"),
+        pytest.param("deadline", '"tomorrow"', "such as 2026-12-06T12:00:00Z", id="deadline-word"),
+        pytest.param("created_at", '"now"', "such as 2026-12-06T12:00:00Z", id="created-at-word"),
     ],
 )
 def test_what_the_json_schema_forbids_is_refused(field: str, value: str, words: str) -> None:

@@ -99,3 +99,44 @@ def test_a_raw_tensor_in_plain_json_needs_a_frame() -> None:
     parsed = parse_request(json.dumps(envelope(raw={"offset": 0, "nbytes": 16})).encode())
     with pytest.raises(TensorDecodeError, match="needs a binary frame"):
         parsed.request.inputs["x"].to_numpy(parsed.payload)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param(
+            join_frame(b'{"request_id"'),
+            "the frame's envelope (the 13 bytes its length at bytes 4-7 names) is not JSON",
+            id="envelope-cut-short",
+        ),
+        pytest.param(
+            MAGIC + b"\x10\x00\x00\x00{}",
+            "unsigned 32-bit big-endian",
+            id="little-endian-length",
+        ),
+        pytest.param(join_frame(b"true"), "a JSON boolean, not an object", id="envelope-boolean"),
+    ],
+)
+def test_a_broken_frame_says_which_part_is_broken(value: bytes, message: str) -> None:
+    with pytest.raises(Unparseable) as caught:
+        parse_request(value)
+    assert message in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            '"tenant": "\\ud800"', "one half of a surrogate pair", id="lone-surrogate-escape"
+        ),
+        pytest.param('"metadata": {"n": 1' + "0" * 400 + "}", "metadata.n", id="huge-integer"),
+    ],
+)
+def test_json_that_orjson_refuses_is_still_answered(text: str, message: str) -> None:
+    """Valid JSON grammar that the fast parser does not take: the id is read all the same,
+    so the producer gets an answer, not a DLQ record it may never read."""
+    document = json.dumps(envelope(data=[[1, 2, 3, 4]]))
+    with pytest.raises(RejectedEvent) as caught:
+        parse_request(f"{document[:-1]}, {text}}}".encode())
+    assert caught.value.salvage.request_id == "r-1"
+    assert message in caught.value.message
