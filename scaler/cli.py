@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -15,12 +16,12 @@ from scaler.config import PolicyConfig, load_config
 from scaler.policy import POLICIES
 from scaler.signals import SignalsError
 from scaler.sim.params import ServiceModel, SimParams, read_service_model
-from scaler.sim.report import compare, table, write_json
+from scaler.sim.report import compare, output_problem, table, write_json
 from scaler.sim.scenarios import SCENARIOS, scenario
 from scaler.sim.summary import markdown, rows
 from scaler.sim.traffic import FAMILIES, generate, write_csv
 from scaler.sim.workload import Workload, WorkloadError, from_trace
-from scaler.snapshot import load_snapshot
+from scaler.snapshot import finite_or_null, load_snapshot
 from schemas.topics import TIERS, Tier
 
 scaler_app = typer.Typer(
@@ -73,7 +74,9 @@ def decide_command(
         typer.echo(f"error: {policy_defect(policy, signals, exc)}", err=True)
         raise typer.Exit(code=2) from exc
     for group in decision.groups:
-        typer.echo(json.dumps(group.to_dict(), indent=2))
+        # A number the policy's arithmetic took past a float (1e308 arrivals) is null, not
+        # `Infinity`, which no JSON reader takes.
+        typer.echo(json.dumps(finite_or_null(group.to_dict()), indent=2, allow_nan=False))
         if explain:
             typer.echo(group.line(), err=True)
 
@@ -149,6 +152,8 @@ def _output_problem(json_out: Path | None, plot_out: Path | None) -> str | None:
     """Why the report or the plot could not be written, found before an hour is simulated."""
     if json_out is not None and json_out.is_dir():
         return f"--json {json_out} is a directory; name a file (report.json or report.json.gz)"
+    if json_out is not None and (why := output_problem(json_out)) is not None:
+        return f"--json {json_out}: {why}"
     if plot_out is not None:
         from scaler.sim.plot import plot_path_problem
 
@@ -156,6 +161,27 @@ def _output_problem(json_out: Path | None, plot_out: Path | None) -> str | None:
         if why is not None:
             return f"--plot {plot_out}: {why}"
     return None
+
+
+_FLAGS = {
+    "collection_interval_s": "--interval-s",
+    "partitions": "--partitions",
+    "time_to_ready_s": "--time-to-ready-s",
+    "handover_pause_s": "--handover-pause-s",
+    "rebalance_pause_s": "--rebalance-pause-s",
+    "min_replicas": "--min-replicas",
+    "max_replicas": "--max-replicas",
+    "initial_replicas": "--initial-replicas",
+    "max_total_replicas": "--max-total-replicas",
+}
+"""The simulator's settings that `sim` takes as flags, for its error messages."""
+
+
+def _with_flags(message: str) -> str:
+    """A simulator error with each setting's flag beside its name (`partitions (--partitions)`)."""
+    for name, flag in _FLAGS.items():
+        message = re.sub(rf"\b{name}\b", f"{name} ({flag})", message, count=1)
+    return message
 
 
 def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
@@ -265,8 +291,9 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         if slo_ms is not None:
             traced = {tier: slo_ms for tier in workload.tiers}
             params = dataclasses.replace(params, slo_p99_e2e_ms={**params.slo_p99_e2e_ms, **traced})
+        params.check_span(workload.duration_s)
     except (SignalsError, WorkloadError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {_with_flags(str(exc))}", markup=False)
         raise typer.Exit(code=2) from exc
     console.print(
         f"{workload.source}: {workload.total()} requests over {workload.duration_s:.0f} s"

@@ -59,7 +59,7 @@ def release_to_floor(memory: BurstMemory, keep_cost_s: float) -> bool:
 def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
     """The remembered load plus this tick's sample, split into bursts and gaps."""
     s, state = plan.signals, plan.state
-    samples = window(state.load_samples, config.burst_memory_s)
+    samples = window(state.load_samples, config.burst_memory_s, s.collected_at)
     mu = s.service_rps_per_replica or state.service_rps_per_replica
     arriving = arriving_rps(s, state)
     if arriving is not None and (mu or arriving == 0):

@@ -69,8 +69,11 @@ class Pipeline:
             state = dataclasses.replace(state, observed_since=now)
         plan = self.size(signals, state, config, now)
         plan = apply_bounds(plan, warm_floor=self.warm_floor, partition_cap=self.partition_cap)
-        plan = self.stabilizer(plan, config, now).top_up_standby()
-        return cap_standby(plan)
+        plan = self.stabilizer(plan, config, now)
+        # A scale-down the stabilizer holds keeps the current count, which may be over the
+        # max or the partitions (max lowered, replicas started by hand): those go at once.
+        plan = apply_bounds(plan, warm_floor=self.warm_floor, partition_cap=self.partition_cap)
+        return cap_standby(plan.top_up_standby())
 
 
 def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:

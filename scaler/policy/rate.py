@@ -17,7 +17,7 @@ def arrival_estimate(plan: Plan, config: PolicyConfig) -> RateEstimate | None:
     if s.arrival_rps is None:
         return None
     samples = (
-        *window(plan.state.arrival_samples, config.forecast_window_s),
+        *window(plan.state.arrival_samples, config.forecast_window_s, s.collected_at),
         (s.collected_at, s.arrival_rps),
     )
     try:
@@ -63,13 +63,13 @@ def arriving_rps(s: GroupSignals, state: GroupState) -> float | None:
 
 
 def window(
-    samples: tuple[tuple[float, float], ...], window_s: float
+    samples: tuple[tuple[float, float], ...], window_s: float, until: float
 ) -> tuple[tuple[float, float], ...]:
-    """The samples a running policy would still hold: within `window_s` of the newest one.
+    """The samples within `window_s` before `until` (the tick's collection time).
 
-    The pipeline prunes its memory at each tick; a snapshot's `history` can be longer.
+    The pipeline prunes its memory at each fresh tick; a snapshot's `history` can be
+    longer, and after stale ticks (a collector outage) the memory is as old as the outage:
+    measured from the newest sample instead, a first fresh tick fitted its rate across the
+    outage to samples from before it.
     """
-    if not samples:
-        return samples
-    newest = samples[-1][0]
-    return tuple((t, v) for t, v in samples if newest - t <= window_s)
+    return tuple((t, v) for t, v in samples if until - t <= window_s)

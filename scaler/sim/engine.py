@@ -295,6 +295,7 @@ def simulate(
     """Run `policy` on `workload`; deterministic for a given workload and settings."""
     if policy not in POLICIES:
         raise KeyError(f"unknown policy {policy!r}; choose one of {sorted(POLICIES)}")
+    params.check_span(workload.duration_s)
     started = time.perf_counter()
     loop = _Loop(workload, params, policy, config)
     loop.run(progress)

@@ -16,6 +16,22 @@ from infra.models.config import BatchingConfig, SimConfig
 from scaler.sim.workload import WorkloadError
 from schemas.topics import Tier
 
+MAX_TICKS = 200_000
+"""The most policy ticks (or oracle steps) one run takes: 11 days at the default 5 s."""
+MAX_PARTITIONS = 100_000
+"""The most partitions a simulated topic may have: each membership change assigns them all
+(100,000 simulate in seconds; 10^8 took gigabytes)."""
+
+
+def _below(least: float, **values: float) -> list[str]:
+    """'name must be >= least, got v' for each value under `least`."""
+    return [f"{k} must be >= {least}, got {v}" for k, v in values.items() if v < least]
+
+
+def _at_most(bound: float, **values: float) -> list[str]:
+    """'name must be > bound, got v' for each value at or under `bound`."""
+    return [f"{k} must be > {bound}, got {v}" for k, v in values.items() if v <= bound]
+
 
 def not_finite(**values: float) -> list[str]:
     """`name must be finite, got nan` for each value that is NaN or infinite (NaN passes
@@ -149,26 +165,54 @@ class SimParams:
         unmeetable = {t: v for t, v in self.slo_p99_e2e_ms.items() if v <= 0}
         if unmeetable:
             raise WorkloadError(f"slo_p99_e2e_ms must be > 0, got {unmeetable}")
-        pauses = (self.rebalance_pause_s, self.handover_pause_s, self.standby_promote_s)
-        if self.time_to_ready_s < 0 or min(pauses) < 0 or self.drain_s < 0:
-            raise WorkloadError("time_to_ready_s, pauses, standby_promote_s, drain_s must be >= 0")
         if self.pause_model not in get_args(PauseModel):
             raise WorkloadError(f"pause_model must be one of {get_args(PauseModel)}")
         if self.queues not in get_args(QueueModel):
             raise WorkloadError(f"queues must be one of {get_args(QueueModel)}")
-        if self.partitions < 1 or self.collection_interval_s <= 0 or self.metrics_window_s <= 0:
-            raise WorkloadError("partitions >= 1, intervals > 0")
-        counts = (self.initial_replicas or 0, self.min_replicas, self.warm_replicas)
-        if min(counts) < 0 or self.oracle_step_s <= 0:
-            raise WorkloadError("replica counts must be >= 0 and oracle_step_s > 0")
-        if self.max_total_replicas is not None and self.max_total_replicas < 0:
-            raise WorkloadError(f"max_total_replicas must be >= 0, got {self.max_total_replicas}")
+        problems = [
+            *_below(0, time_to_ready_s=self.time_to_ready_s, drain_s=self.drain_s),
+            *_below(0, rebalance_pause_s=self.rebalance_pause_s),
+            *_below(0, handover_pause_s=self.handover_pause_s),
+            *_below(0, standby_promote_s=self.standby_promote_s),
+            *_below(0, min_replicas=self.min_replicas, warm_replicas=self.warm_replicas),
+            *_below(0, initial_replicas=self.initial_replicas or 0),
+            *_below(0, max_total_replicas=self.max_total_replicas or 0),
+            *_below(1, partitions=self.partitions),
+            *_at_most(0, collection_interval_s=self.collection_interval_s),
+            *_at_most(0, metrics_window_s=self.metrics_window_s),
+            *_at_most(0, oracle_step_s=self.oracle_step_s),
+        ]
+        if self.partitions > MAX_PARTITIONS:
+            problems.append(
+                f"partitions must be at most {MAX_PARTITIONS} (each membership change assigns "
+                f"every one), got {self.partitions}"
+            )
+        if problems:
+            raise WorkloadError("; ".join(problems))
         floor = max(self.min_replicas, self.warm_replicas)
         if self.max_replicas is not None and self.max_replicas < floor:
-            raise WorkloadError(
-                f"max_replicas {self.max_replicas} < min_replicas {self.min_replicas} "
-                f"or warm_replicas {self.warm_replicas}"
+            which = (
+                f"min_replicas {self.min_replicas}"
+                if self.min_replicas >= self.warm_replicas
+                else f"warm_replicas {self.warm_replicas}"
             )
+            raise WorkloadError(f"max_replicas {self.max_replicas} < {which}")
+
+    def check_span(self, duration_s: float) -> None:
+        """WorkloadError when `duration_s` of arrivals (plus the drain) take more policy ticks
+        or oracle steps than a run should: a trace with one row dated 2099 spans 75 years,
+        and simulated them without a word."""
+        span = duration_s + self.drain_s
+        ticks = span / self.collection_interval_s
+        steps = span / self.oracle_step_s
+        if ticks <= MAX_TICKS and steps <= MAX_TICKS:
+            return
+        raise WorkloadError(
+            f"{duration_s:.0f} s of arrivals and {self.drain_s:.0f} s of drain are "
+            f"{max(ticks, steps):.3g} policy ticks (every {self.collection_interval_s:g} s) or "
+            f"oracle steps (every {self.oracle_step_s:g} s); the simulator runs at most "
+            f"{MAX_TICKS}: are the trace's timestamps right, or is collection_interval_s too small?"
+        )
 
     def with_overrides(self, overrides: Mapping[str, float | str | bool]) -> SimParams:
         """A copy with scenario overrides (`time_to_ready_s`, `max_total_replicas`, ...)."""

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: never open a window, also on machines with a display
 import matplotlib.pyplot as plt
 
-from scaler.sim.report import Comparison
+from scaler.sim.report import Comparison, output_problem
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 """What `plot` writes (by the name's extension): formats matplotlib needs nothing else for."""
@@ -21,10 +21,7 @@ def plot_path_problem(path: Path) -> str | None:
         return f"is a directory; name an image file in it, such as {path / 'sim.png'}"
     if path.suffix.lower() not in IMAGE_SUFFIXES:
         return f"the name must end in {', '.join(IMAGE_SUFFIXES)} (the image's format)"
-    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
-    if blocking is not None:
-        return f"{blocking} is a file, not a directory"
-    return None
+    return output_problem(path)
 
 
 def plot(cmp: Comparison, path: Path) -> None:

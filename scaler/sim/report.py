@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from scaler.sim.engine import GroupOutcome, Progress, SimRun, simulate
 from scaler.sim.oracle import OracleSchedule, oracle
 from scaler.sim.params import SimParams
 from scaler.sim.workload import FloatArray, Workload
+from scaler.snapshot import finite_or_null
 from schemas.topics import TIERS, Tier
 
 
@@ -110,6 +112,7 @@ def compare(
 
     The oracle sizes each tier alone and ignores `params.max_total_replicas` (`oracle`); the
     policies run within it (`engine.policy_config`, `engine.initial_counts`)."""
+    params.check_span(workload.duration_s)
     tiers = [t for t in TIERS if t in workload.tiers]
     cap = min(params.partitions, params.max_replicas or params.partitions)
     floor = max(params.min_replicas, params.warm_replicas, 1)
@@ -209,12 +212,22 @@ def to_json(cmp: Comparison) -> dict[str, Any]:
 
 def write_json(cmp: Comparison, path: Path) -> None:
     """Write the report (gzipped if the name ends in .gz); NaN becomes null for any reader."""
-    text = json.dumps(to_json(cmp), indent=1, default=str).replace("NaN", "null")
+    text = json.dumps(finite_or_null(to_json(cmp)), indent=1, default=str, allow_nan=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".gz":
         path.write_bytes(gzip.compress(text.encode(), mtime=0))
     else:
         path.write_text(text)
+
+
+def output_problem(path: Path) -> str | None:
+    """Why a file could not be written at `path`, found before a run rather than after it."""
+    nearest = next((p for p in path.parents if p.exists()), None)
+    if nearest is not None and not nearest.is_dir():
+        return f"{nearest} is a file, not a directory"
+    if nearest is not None and not os.access(nearest, os.W_OK):
+        return f"{nearest} is not writable"
+    return None
 
 
 def table(cmp: Comparison) -> str:

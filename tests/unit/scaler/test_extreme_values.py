@@ -157,6 +157,15 @@ def test_decide_on_extreme_snapshot_exits_cleanly(tmp_path: Path) -> None:
     assert '"desired": 12' in result.output
 
 
+def test_decide_prints_json_a_reader_takes_when_numbers_overflow(tmp_path: Path) -> None:
+    """1e308 arrivals on a 1e-10/s replica: `Infinity` busy replicas, which is not JSON."""
+    result = _decide(tmp_path, arrival_rps=1e308, service_rps_per_replica=1e-10)
+    assert result.exit_code == 0, result.output
+    decoded = json.loads(result.stdout)
+    assert decoded["desired"] >= 1
+    assert "Infinity" not in result.stdout
+
+
 def test_decide_reports_a_policy_failure_as_a_defect(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

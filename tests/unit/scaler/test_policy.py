@@ -327,3 +327,38 @@ def test_a_rate_read_from_the_samples_names_the_last_window_too() -> None:
     (g,) = decide([s], state, PolicyConfig(), 0.0)[0].groups
     line = g.line()
     assert "(read from 60 s of samples; the last window measured 400/s)" in line, line
+
+
+@pytest.mark.parametrize(
+    "age_s", [0.0, 940.0], ids=["recent-history", "history-from-before-an-outage"]
+)
+def test_samples_older_than_the_window_before_the_tick_are_not_read(age_s: float) -> None:
+    """A collector outage leaves the memory as old as the outage: the first fresh tick read
+    its rate from samples a window before the newest old one, not before the tick."""
+    group = "inferbus.workers.m.interactive"
+    old = tuple((float(t) - age_s, 1000.0 if t % 10 else 200.0) for t in range(-55, 0, 5))
+    state = ScalerState(groups=(GroupState(group=group, arrival_samples=old),))
+    s = make_signals(arrival_rps=400.0, collected_at=0.0)
+    (g,) = decide([s], state, PolicyConfig(), 0.0)[0].groups
+    read = "read from 60 s of samples" in g.line()
+    assert read is (age_s == 0.0), g.line()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "desired", "code"),
+    [
+        pytest.param({"max_replicas": 12}, 12, "max_capped", id="over-the-max"),
+        pytest.param({"partitions": 12}, 12, "partition_capped", id="over-the-partitions"),
+    ],
+)
+def test_a_held_scale_down_still_obeys_the_max_and_the_partitions(
+    overrides: dict[str, int], desired: int, code: str
+) -> None:
+    """A fresh scaler holds a scale-down until it has history, at the current count: 20
+    replicas over a max of 12 stayed 20 (a max lowered, replicas started by hand)."""
+    s = make_signals(replicas=20, ready_replicas=20, partitions=32, arrival_rps=100.0)
+    (g,) = decide([dataclasses.replace(s, **overrides)], ScalerState(), PolicyConfig(), 0.0)[
+        0
+    ].groups
+    assert g.desired == desired
+    assert {"scale_down_waits_for_history", code} <= {r.code for r in g.reasons}, g.line()

@@ -3,6 +3,7 @@ settings, rate scales, traces, tiers, model.yaml and output paths are refused cl
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -121,7 +122,7 @@ def test_simulated_cluster_stays_within_its_budget(policy: str, shares_budget: b
             {"slo_p99_e2e_ms": {"interactive": 0.0}}, "slo_p99_e2e_ms must be > 0", id="slo-0"
         ),
         pytest.param({"max_replicas": 0}, "max_replicas 0 < min_replicas 1", id="max-below-min"),
-        pytest.param({"warm_replicas": -1}, "replica counts must be >= 0", id="warm-negative"),
+        pytest.param({"warm_replicas": -1}, "warm_replicas must be >= 0, got -1", id="warm-negative"),
     ],
 )
 def test_sim_params_refuse(change: dict[str, Any], message: str) -> None:
@@ -267,10 +268,35 @@ def _app() -> typer.Typer:
         pytest.param(["sim", "--max-total-replicas", "-3"], "must be >= 0", id="budget"),
         pytest.param(["sim", "--interval-s", "nan"], "must be finite", id="interval-nan"),
         pytest.param(["sim", "--rate-scale", "inf"], "finite number > 0", id="rate-inf"),
+        pytest.param(
+            ["sim", "--partitions", "100000000"],
+            "partitions (--partitions) must be at most 100000",
+            id="partitions-past-memory",
+        ),
+        pytest.param(
+            ["sim", "--interval-s", "0"],
+            "collection_interval_s (--interval-s) must be > 0, got 0",
+            id="interval-zero",
+        ),
+        pytest.param(
+            ["sim", "--min-replicas", "5", "--max-replicas", "2"],
+            "max_replicas (--max-replicas) 2 < min_replicas (--min-replicas) 5",
+            id="max-below-min",
+        ),
+        pytest.param(
+            ["sim", "--interval-s", "0.0001"], "the simulator runs at most", id="ticks-past-bound"
+        ),
+        pytest.param(
+            ["sim", "--json", "file.csv/report.json"],
+            "is a file, not a directory",
+            id="json-parent",
+        ),
     ],
 )
 def test_cli_refuses_before_simulating(tmp_path: Path, args: list[str], message: str) -> None:
     trace = str(_trace(tmp_path))
+    (tmp_path / "file.csv").write_text("x")
+    args = [str(tmp_path / a) if a.startswith("file.csv/") else a for a in args]
     if args[0] == "sim":
         args = [*args, "--trace", trace, "--policy", "slo"]
     else:
@@ -288,3 +314,27 @@ def test_cli_says_where_the_plot_went(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert f"plot written to {out}" in result.output
     assert out.stat().st_size > 0
+
+
+def test_a_trace_spanning_years_is_refused_before_simulating(tmp_path: Path) -> None:
+    """One row dated 2099 made a 75-year run that no one was told about."""
+    trace = tmp_path / "typo.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2024-01-01 00:00:00,100,10\n2099-01-01 00:00:00,100,10\n"
+    )
+    args = ["sim", "--trace", str(trace), "--policy", "slo"]
+    result = CliRunner().invoke(_app(), args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert "are the trace's timestamps right" in result.output
+
+
+def test_a_report_keeps_nan_in_names_and_nulls_only_numbers(tmp_path: Path) -> None:
+    """NaN was replaced in the report's text: a trace named NaN-night.csv read null-night."""
+    trace = _trace(tmp_path).rename(tmp_path / "NaN-night.csv")
+    out = tmp_path / "r.json"
+    args = ["sim", "--trace", str(trace), "--policy", "slo", "--json", str(out)]
+    result = CliRunner().invoke(_app(), args, env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert "NaN-night" in report["source"]
