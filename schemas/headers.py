@@ -8,6 +8,8 @@ from typing import Literal
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 CONTENT_TYPE = "content-type"
+PREFIX = "inferbus-"
+"""Every header inferbus writes starts with it."""
 SCHEMA = "inferbus-schema"
 TIER = "inferbus-tier"
 DEADLINE = "inferbus-deadline"

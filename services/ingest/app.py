@@ -442,7 +442,11 @@ class IngestService:
         if span is not None:
             span.failed("unparseable")
         headers = dead_letter_headers(
-            outcome, topic=record.topic, partition=record.partition, offset=record.offset
+            outcome,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            original=record.headers,
         )
         return Outgoing(DLQ, record.key, outcome.value, headers)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -384,9 +385,20 @@ def _check_queue(
 
 
 def dead_letter_headers(
-    dead: DeadLetter, *, topic: str, partition: int, offset: int
+    dead: DeadLetter,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    original: Sequence[tuple[str, bytes]] = (),
 ) -> list[tuple[str, bytes]]:
-    """Headers of a DLQ record: why, and where the original came from."""
-    return h.dead_letter(
-        str(dead.error), topic=topic, partition=partition, offset=offset, code=dead.code
-    )
+    """Headers of a DLQ record: the original record's own (its content type, trace and
+    whatever the producer set, for a tool that replays it), then why and where it came from.
+    An original `inferbus-*` header is left out: the DLQ's own say what happened."""
+    kept = [(k, v) for k, v in original if not k.startswith(h.PREFIX)]
+    return [
+        *kept,
+        *h.dead_letter(
+            str(dead.error), topic=topic, partition=partition, offset=offset, code=dead.code
+        ),
+    ]

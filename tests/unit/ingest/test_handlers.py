@@ -141,6 +141,18 @@ def test_dead_letter_headers_say_why_and_where_from() -> None:
     assert headers[h.SOURCE_OFFSET] == b"41"
 
 
+def test_a_dead_letter_keeps_the_producers_headers_but_not_a_forged_inferbus_one() -> None:
+    """A replay tool needs the original content type and trace; a producer's own
+    `inferbus-error` must not pass for the DLQ's."""
+    dead = DeadLetter(b"x", Unparseable("event is not JSON"))
+    original = [("content-type", b"application/json"), ("team", b"a"), (h.ERROR_CODE, b"ok")]
+
+    headers = dead_letter_headers(dead, topic="t", partition=0, offset=1, original=original)
+
+    assert headers[:2] == original[:2]
+    assert [v for k, v in headers if k == h.ERROR_CODE] == [b"unparseable"]
+
+
 # ---- answered with a named status ----------------------------------------------------------
 
 ANSWERS = [
