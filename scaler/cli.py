@@ -97,6 +97,10 @@ def traffic_command(
     seed: Annotated[int, typer.Option("--seed", min=0, help="Same seed, same requests.")] = 1,
 ) -> None:
     """Write one seeded instance of a traffic family as a trace CSV for `inferbus sim --trace`."""
+    problem = "is a directory" if out.is_dir() else output_problem(out)
+    if problem is not None:
+        typer.echo(f"error: --out {out}: {problem}", err=True)
+        raise typer.Exit(code=2)
     try:
         traffic = generate(family, seed)
     except WorkloadError as exc:

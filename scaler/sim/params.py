@@ -67,8 +67,10 @@ def read_service_model(path: Path) -> ServiceModel:
     """The `engine.sim` and `batching` blocks of a model.yaml, validated by the model schema."""
     try:
         raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise WorkloadError(f"cannot read {path}: {exc}", path=str(path)) from exc
+    except OSError as exc:
+        raise WorkloadError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise WorkloadError(f"cannot read {path}: {exc}") from exc
     if not isinstance(raw, dict):
         raise WorkloadError(f"{path} must hold a mapping")
     engine = raw.get("engine") or {}

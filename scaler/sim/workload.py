@@ -63,26 +63,31 @@ class Workload:
         return sum(int(a.times.size) for a in self.tiers.values())
 
 
-def _parse_time(text: str) -> float:
-    """Epoch seconds of an ISO date and time; UTC unless it names its offset."""
+def _parse_time(text: str) -> tuple[float, bool]:
+    """Epoch seconds of an ISO date and time (UTC unless it names its offset), and whether
+    it names one."""
     # The Azure trace has 7 fractional digits; datetime takes at most 6.
     head, _, rest = text.strip().partition(".")
     digits = "".join(itertools.takewhile(str.isdigit, rest))
     zone = rest[len(digits) :]
     fraction = f".{(digits + '000000')[:6]}" if digits else ""
     stamp = dt.datetime.fromisoformat(head + fraction + zone)
-    if stamp.tzinfo is None:
+    zoned = stamp.tzinfo is not None
+    if not zoned:
         stamp = stamp.replace(tzinfo=dt.UTC)
-    return stamp.timestamp()
+    return stamp.timestamp(), zoned
 
 
-def _parse_row(row: Mapping[str, str | None], path: Path, *, line: int) -> tuple[float, float]:
-    """(epoch s, context tokens) of one CSV row, or a WorkloadError naming the line."""
+def _parse_row(
+    row: Mapping[str, str | None], path: Path, *, line: int
+) -> tuple[float, float, bool]:
+    """(epoch s, context tokens, whether the time names its zone) of one CSV row, or a
+    WorkloadError naming the line."""
     stamp, count = row.get("TIMESTAMP"), row.get("ContextTokens")
     if stamp is None or count is None:
         raise WorkloadError(f"{path}:{line}: the row has fewer fields than the header")
     try:
-        t = _parse_time(stamp)
+        t, zoned = _parse_time(stamp)
     except ValueError:
         raise WorkloadError(
             f"{path}:{line}: TIMESTAMP {stamp!r} is not an ISO date and time "
@@ -94,7 +99,7 @@ def _parse_row(row: Mapping[str, str | None], path: Path, *, line: int) -> tuple
         raise WorkloadError(f"{path}:{line}: ContextTokens {count!r} is not a number") from None
     if not math.isfinite(tokens) or tokens < 0:
         raise WorkloadError(f"{path}:{line}: ContextTokens {count!r} must be a count >= 0")
-    return t, tokens
+    return t, tokens, zoned
 
 
 def read_trace(path: Path) -> tuple[FloatArray, FloatArray]:
@@ -103,19 +108,32 @@ def read_trace(path: Path) -> tuple[FloatArray, FloatArray]:
         with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
             rows = list(reader)
-            header = set(reader.fieldnames or ())
+            names = list(reader.fieldnames or ())
+            header = set(names)
     except OSError as exc:
         raise WorkloadError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError:
         raise WorkloadError(f"{path} is not UTF-8 text (a CSV trace expected)") from None
     if not {"TIMESTAMP", "ContextTokens"} <= header:
-        raise WorkloadError(f"{path}: need a header with TIMESTAMP and ContextTokens")
+        found = ",".join(names)[:200] or "nothing"
+        raise WorkloadError(
+            f"{path}: need a header with TIMESTAMP and ContextTokens (comma-separated, "
+            f"in these cases); found {found!r}"
+        )
     if not rows:
         raise WorkloadError(f"{path}: no requests after the header")
     times = np.empty(len(rows), dtype=np.float64)
     tokens = np.empty(len(rows), dtype=np.float64)
+    first_of: dict[bool, int] = {}
     for index, row in enumerate(rows):
-        times[index], tokens[index] = _parse_row(row, path, line=index + 2)
+        times[index], tokens[index], zoned = _parse_row(row, path, line=index + 2)
+        first_of.setdefault(zoned, index + 2)
+    if len(first_of) == 2:
+        # Read as UTC, the times without a zone land hours from those with one.
+        raise WorkloadError(
+            f"{path}: line {first_of[True]}'s TIMESTAMP names a time zone and line "
+            f"{first_of[False]}'s does not: give every row a zone, or none (UTC)"
+        )
     order = np.argsort(times, kind="stable")
     times, tokens = times[order], tokens[order]
     if times[-1] == times[0]:

@@ -155,6 +155,11 @@ def test_trace_reader(tmp_path: Path) -> None:
     [
         ("", "need a header"),
         ("time,tokens\n1,2\n", "need a header"),
+        ("timestamp;ContextTokens\n1;2\n", "found 'timestamp;ContextTokens'"),
+        (
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46Z,1\n2023-11-16 18:15:47,2\n",
+            "line 2's TIMESTAMP names a time zone and line 3's does not",
+        ),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no requests after the header"),
         ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,abc\n", ":2: ContextTokens 'abc' is not a"),
         ("TIMESTAMP,ContextTokens\nyesterday,12\n", ":2: TIMESTAMP 'yesterday' is not an ISO"),

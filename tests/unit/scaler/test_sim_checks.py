@@ -122,7 +122,7 @@ def test_simulated_cluster_stays_within_its_budget(policy: str, shares_budget: b
             {"slo_p99_e2e_ms": {"interactive": 0.0}}, "slo_p99_e2e_ms must be > 0", id="slo-0"
         ),
         pytest.param({"max_replicas": 0}, "max_replicas 0 < min_replicas 1", id="max-below-min"),
-        pytest.param({"warm_replicas": -1}, "warm_replicas must be >= 0, got -1", id="warm-negative"),
+        pytest.param({"warm_replicas": -1}, "warm_replicas must be >= 0", id="warm-negative"),
     ],
 )
 def test_sim_params_refuse(change: dict[str, Any], message: str) -> None:
@@ -338,3 +338,11 @@ def test_a_report_keeps_nan_in_names_and_nulls_only_numbers(tmp_path: Path) -> N
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert "NaN-night" in report["source"]
+
+
+def test_traffic_says_why_it_cannot_write_before_generating(tmp_path: Path) -> None:
+    (tmp_path / "file.csv").write_text("x")
+    out = tmp_path / "file.csv" / "t.csv"
+    result = CliRunner().invoke(_app(), ["scaler", "traffic", "on-off", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "is a file, not a directory" in result.output
