@@ -16,12 +16,12 @@ from scaler.config import PolicyConfig, load_config
 from scaler.policy import POLICIES
 from scaler.signals import SignalsError
 from scaler.sim.params import ServiceModel, SimParams, read_service_model
-from scaler.sim.report import compare, output_problem, table, write_json
+from scaler.sim.report import compare, finite_or_null, output_problem, table, write_json
 from scaler.sim.scenarios import SCENARIOS, scenario
 from scaler.sim.summary import markdown, rows
 from scaler.sim.traffic import FAMILIES, generate, write_csv
 from scaler.sim.workload import Workload, WorkloadError, from_trace
-from scaler.snapshot import finite_or_null, load_snapshot
+from scaler.snapshot import load_snapshot
 from schemas.topics import TIERS, Tier
 
 scaler_app = typer.Typer(
@@ -276,6 +276,10 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             max_queue_delay_ms=service.max_queue_delay_ms,
         )
         params = SimParams(service=service).with_overrides(workload.overrides)
+    except (SignalsError, WorkloadError) as exc:
+        console.print(f"[red]error:[/red] {exc}", markup=False)
+        raise typer.Exit(code=2) from exc
+    try:
         given: dict[str, float | str | bool | None] = {
             "time_to_ready_s": time_to_ready_s,
             "pause_model": pause_model,
@@ -296,7 +300,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             traced = {tier: slo_ms for tier in workload.tiers}
             params = dataclasses.replace(params, slo_p99_e2e_ms={**params.slo_p99_e2e_ms, **traced})
         params.check_span(workload.duration_s)
-    except (SignalsError, WorkloadError) as exc:
+    except WorkloadError as exc:  # the settings' own words: each with its flag
         console.print(f"[red]error:[/red] {_with_flags(str(exc))}", markup=False)
         raise typer.Exit(code=2) from exc
     console.print(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,14 +204,3 @@ def load_snapshot(path: Path) -> Snapshot:
 def _history_after(state: ScalerState, now: float) -> list[str]:
     """Groups whose history holds a sample later than `now` (a sample not yet taken)."""
     return [g.group for g in state.groups if any(t > now for t, _ in g.arrival_samples)]
-
-
-def finite_or_null(value: Any) -> Any:
-    """`value` with every NaN or infinite float inside it as None (JSON has neither)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite_or_null(v) for v in value]
-    return value

@@ -16,11 +16,17 @@ request sent (10,000 unknown input names, a shape of rank 10,000) is cut, said, 
 event never earns a result larger than itself."""
 
 
+CONTEXT_MAX_CHARS = 200
+"""The longest keyword context an error's text adds after its message."""
+
+
 def bounded(text: str, limit: int = MESSAGE_MAX_CHARS) -> str:
-    """`text`, or its first `limit` characters and how many more there were."""
+    """`text`, or as much of it as fits in `limit` characters with a note of how many more
+    there were."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… (+{len(text) - limit} characters)"
+    note = f"… (+{len(text)} characters in all)"
+    return text[: max(0, limit - len(note))] + note
 
 
 class InferbusError(Exception):
@@ -38,7 +44,7 @@ class InferbusError(Exception):
         if not self.context:
             return self.message
         details = " ".join(f"{k}={v}" for k, v in sorted(self.context.items()))
-        return bounded(f"{self.message} ({details})")
+        return f"{self.message} ({bounded(details, CONTEXT_MAX_CHARS)})"
 
 
 class InvalidInput(InferbusError):

@@ -78,9 +78,14 @@ def dead_letter(
     partition: int,
     offset: int,
     code: DeadLetterCode = "unparseable",
+    original: Sequence[tuple[str, bytes | None]] = (),
 ) -> Headers:
-    """Headers of a DLQ record: why it could not be answered, and where it came from."""
-    return encode(
+    """Headers of a DLQ record: the original record's own (its content type, trace and
+    whatever its producer set, for a tool that replays it), then why it could not be
+    answered and where it came from. An original `inferbus-*` header is left out: the
+    DLQ's own say what happened."""
+    kept = [(k, v or b"") for k, v in original if not k.startswith(PREFIX)]
+    return kept + encode(
         [
             (ERROR_CODE, code),
             (ERROR_MESSAGE, reason[:1000]),

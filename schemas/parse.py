@@ -73,9 +73,15 @@ def parse_request(value: bytes | None) -> ParsedRequest:
         failure = exc
     raw = load_object(envelope, framed=payload is not None)
     message = describe_validation_error(failure)
-    if "hex escape" in message:  # the JSON parser's words for a lone surrogate escape
+    if _lone_surrogate(failure):
         message += " (a \\uD800-\\uDFFF escape must be one half of a surrogate pair)"
     raise RejectedEvent(message, salvage(raw, framed=payload is not None))
+
+
+def _lone_surrogate(failure: ValidationError) -> bool:
+    """The JSON parser refused the event over a lone surrogate escape (its words for it)."""
+    first = failure.errors(include_url=False)[0]
+    return first["type"] == "json_invalid" and "hex escape" in first["msg"]
 
 
 def split_event(value: bytes | None) -> tuple[bytes, memoryview | None]:
@@ -144,23 +150,30 @@ def _loads(envelope: Buffer, *, framed: bool = False) -> Any:
     except orjson.JSONDecodeError as exc:
         strict_error = exc
     data = bytes(envelope)
-    try:  # JSON that orjson does not take: NaN, Infinity, an integer past 64 bits, a lone
-        return json.loads(data)  # surrogate escape: its id is read, and it is answered
-    except (ValueError, RecursionError):
-        pass
     try:
-        data.decode("utf-8")
+        # Strictly UTF-8 first: given bytes, Python's parser would guess UTF-16 or UTF-32.
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Unparseable(
             f"event is not UTF-8 text (byte 0x{data[exc.start]:02x} at position {exc.start}): "
             "send UTF-8 JSON or a binary frame"
         ) from None
+    try:  # JSON that orjson does not take: NaN, Infinity, an integer past 64 bits, a lone
+        return json.loads(text)  # surrogate escape: its id is read, and it is answered
+    except (ValueError, RecursionError):
+        pass
     if framed:
         raise Unparseable(
             f"the frame's envelope (the {len(data)} bytes its length at bytes 4-7 names) is not "
             f"JSON: {str(strict_error)[:200]}"
         )
     raise Unparseable(f"event is not JSON: {str(strict_error)[:200]}")
+
+
+def salvage_event(envelope: bytes, payload: memoryview | None) -> Salvage:
+    """Where to answer an event (`split_event`'s parts); Unparseable when it names no id."""
+    framed = payload is not None
+    return salvage(load_object(envelope, framed=framed), framed=framed)
 
 
 def salvage(raw: dict[str, Any], *, framed: bool = False) -> Salvage:

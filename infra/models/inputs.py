@@ -72,7 +72,7 @@ def validate_inputs(
         texts = _text_samples(request, text_inputs, config)
         samples = len(texts)
         if payload is not None:
-            _check_payload_read((), len(payload))
+            _check_payload_covered((), len(payload))
     else:  # every input is a tensor (the common case: no second dict per request)
         tensor_inputs = cast(dict[str, Tensor], request.inputs)
         arrays, samples = _decoded_tensors(
@@ -182,26 +182,27 @@ def _decoded_tensors(
         arrays[spec.name] = array
     assert samples is not None
     if payload is not None:
-        _check_payload_read(tensor_inputs.values(), len(payload))
+        _check_payload_covered(tensor_inputs.values(), len(payload))
     return arrays, samples
 
 
-def _check_payload_read(tensors: Iterable[Tensor], payload_bytes: int) -> None:
+def _check_payload_covered(tensors: Iterable[Tensor], payload_bytes: int) -> None:
     """Every byte of a frame's payload belongs to a `raw` tensor: a stray byte before a
     tensor (a framer that counted the envelope one byte short) would shift what is read,
     and the request would be answered `ok` on the wrong numbers."""
-    covered = 0
+    covered, gap_end = 0, payload_bytes
     for offset, nbytes in sorted((t.raw.offset, t.raw.nbytes) for t in tensors if t.raw):
         if offset > covered:
+            gap_end = offset
             break
         covered = max(covered, offset + nbytes)
     if covered >= payload_bytes:
         return
     raise _fail(
-        f"the frame's payload holds {payload_bytes} bytes and byte {covered} is in no tensor's "
-        "`raw` slice: a payload holds exactly the tensors' bytes, each at the offset its entry "
-        "names, counted from the first byte after the envelope (is the envelope's length at "
-        "bytes 4-7 right?)"
+        f"the frame's payload holds {payload_bytes} bytes and bytes {covered}-{gap_end - 1} are "
+        "in no tensor's `raw` slice: a payload holds exactly the tensors' bytes, each at the "
+        "offset its entry names, counted from the first byte after the envelope (is the "
+        "envelope's length at bytes 4-7 right?)"
     )
 
 

@@ -66,6 +66,12 @@ def apply_bounds(plan: Plan, *, warm_floor: bool, partition_cap: bool) -> Plan:
                 {"floor": floor, "wanted": desired},
             ),
         )
+    return apply_caps(plan, partition_cap=partition_cap)
+
+
+def apply_caps(plan: Plan, *, partition_cap: bool) -> Plan:
+    """Clamp to max and the topic's partitions, saying which."""
+    s = plan.signals
     if s.max_replicas is not None and plan.desired > s.max_replicas:
         plan = plan.with_(
             desired=s.max_replicas,

@@ -28,6 +28,7 @@ from scaler.config import PolicyConfig
 from scaler.decision import Reason, reason_number
 from scaler.policy.counts import ceil_count
 from scaler.policy.plan import Plan
+from scaler.policy.rate import window
 from scaler.policy.rebalance import queue_budget_ms
 from scaler.signals import GroupSignals, GroupState
 
@@ -90,7 +91,8 @@ def _clean(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float)
         return False  # a consumer joined that the scaler did not order (a crash's replacement)
     if not s.ready_replicas or s.arrival_rps is None:
         return False
-    before = [v for t, v in state.arrival_samples if t <= now - config.metrics_window_s]
+    recent = window(state.arrival_samples, config.forecast_window_s, s.collected_at)
+    before = [v for t, v in recent if t <= now - config.metrics_window_s]
     if not before:
         return False
     return abs(s.arrival_rps - before[-1]) <= _STEADY_SHARE * max(s.arrival_rps, before[-1])

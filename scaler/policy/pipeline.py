@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from scaler.config import PolicyConfig
 from scaler.decision import Decision
 from scaler.policy.budget import share_budget
-from scaler.policy.guards import apply_bounds, blind, cap_standby, is_stale, stabilize
+from scaler.policy.guards import (
+    apply_bounds,
+    apply_caps,
+    blind,
+    cap_standby,
+    is_stale,
+    stabilize,
+)
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arriving_rps
 from scaler.signals import GroupSignals, GroupState, ScalerState
@@ -68,11 +75,12 @@ class Pipeline:
         if state.observed_since is None:
             state = dataclasses.replace(state, observed_since=now)
         plan = self.size(signals, state, config, now)
-        plan = apply_bounds(plan, warm_floor=self.warm_floor, partition_cap=self.partition_cap)
-        plan = self.stabilizer(plan, config, now)
-        # A scale-down the stabilizer holds keeps the current count, which may be over the
-        # max or the partitions (max lowered, replicas started by hand): those go at once.
-        plan = apply_bounds(plan, warm_floor=self.warm_floor, partition_cap=self.partition_cap)
+        bounded = apply_bounds(plan, warm_floor=self.warm_floor, partition_cap=self.partition_cap)
+        plan = self.stabilizer(bounded, config, now)
+        if plan.desired > bounded.desired:
+            # A held scale-down keeps the current count, which may be over the max or the
+            # partitions (a max lowered, workers started by hand): those go at once.
+            plan = apply_caps(plan, partition_cap=self.partition_cap)
         return cap_standby(plan.top_up_standby())
 
 

@@ -23,12 +23,12 @@ MAX_PARTITIONS = 100_000
 (100,000 simulate in seconds; 10^8 took gigabytes)."""
 
 
-def _below(least: float, **values: float) -> list[str]:
+def _must_reach(least: float, **values: float) -> list[str]:
     """'name must be >= least, got v' for each value under `least`."""
     return [f"{k} must be >= {least}, got {v}" for k, v in values.items() if v < least]
 
 
-def _at_most(bound: float, **values: float) -> list[str]:
+def _must_exceed(bound: float, **values: float) -> list[str]:
     """'name must be > bound, got v' for each value at or under `bound`."""
     return [f"{k} must be > {bound}, got {v}" for k, v in values.items() if v <= bound]
 
@@ -172,17 +172,17 @@ class SimParams:
         if self.queues not in get_args(QueueModel):
             raise WorkloadError(f"queues must be one of {get_args(QueueModel)}")
         problems = [
-            *_below(0, time_to_ready_s=self.time_to_ready_s, drain_s=self.drain_s),
-            *_below(0, rebalance_pause_s=self.rebalance_pause_s),
-            *_below(0, handover_pause_s=self.handover_pause_s),
-            *_below(0, standby_promote_s=self.standby_promote_s),
-            *_below(0, min_replicas=self.min_replicas, warm_replicas=self.warm_replicas),
-            *_below(0, initial_replicas=self.initial_replicas or 0),
-            *_below(0, max_total_replicas=self.max_total_replicas or 0),
-            *_below(1, partitions=self.partitions),
-            *_at_most(0, collection_interval_s=self.collection_interval_s),
-            *_at_most(0, metrics_window_s=self.metrics_window_s),
-            *_at_most(0, oracle_step_s=self.oracle_step_s),
+            *_must_reach(0, time_to_ready_s=self.time_to_ready_s, drain_s=self.drain_s),
+            *_must_reach(0, rebalance_pause_s=self.rebalance_pause_s),
+            *_must_reach(0, handover_pause_s=self.handover_pause_s),
+            *_must_reach(0, standby_promote_s=self.standby_promote_s),
+            *_must_reach(0, min_replicas=self.min_replicas, warm_replicas=self.warm_replicas),
+            *_must_reach(0, initial_replicas=self.initial_replicas or 0),
+            *_must_reach(0, max_total_replicas=self.max_total_replicas or 0),
+            *_must_reach(1, partitions=self.partitions),
+            *_must_exceed(0, collection_interval_s=self.collection_interval_s),
+            *_must_exceed(0, metrics_window_s=self.metrics_window_s),
+            *_must_exceed(0, oracle_step_s=self.oracle_step_s),
         ]
         if self.partitions > MAX_PARTITIONS:
             problems.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,6 @@ from scaler.sim.engine import GroupOutcome, Progress, SimRun, simulate
 from scaler.sim.oracle import OracleSchedule, oracle
 from scaler.sim.params import SimParams
 from scaler.sim.workload import FloatArray, Workload
-from scaler.snapshot import finite_or_null
 from schemas.topics import TIERS, Tier
 
 
@@ -218,6 +218,17 @@ def write_json(cmp: Comparison, path: Path) -> None:
         path.write_bytes(gzip.compress(text.encode(), mtime=0))
     else:
         path.write_text(text)
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` with every NaN or infinite float inside it as None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(v) for v in value]
+    return value
 
 
 def output_problem(path: Path) -> str | None:

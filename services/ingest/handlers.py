@@ -25,9 +25,8 @@ from schemas.parse import (
     ParsedRequest,
     RejectedEvent,
     Salvage,
-    load_object,
     parse_request,
-    salvage,
+    salvage_event,
     split_event,
 )
 from schemas.request import InferenceRequest
@@ -186,7 +185,9 @@ def handle_event(
                 size=len(value),
             )
             return answer(
-                salvage(load_object(envelope), framed=payload is not None), error, elapsed_ms()
+                salvage_event(envelope, payload),
+                error,
+                elapsed_ms(),
             )
         parsed = parse_request(value)
     except Unparseable as exc:
@@ -219,7 +220,7 @@ def failed_event(value: bytes | None, exc: Exception, *, elapsed_ms: float) -> A
     error = InferbusError(f"ingest failed while handling this event: {type(exc).__name__}: {exc}")
     try:
         envelope, payload = split_event(value)
-        where = salvage(load_object(envelope), framed=payload is not None)
+        where = salvage_event(envelope, payload)
     except Exception:  # nothing to answer to: the DLQ takes it, with the first error's reason
         return DeadLetter(value or b"", error, code="internal_error")
     return answer(where, error, elapsed_ms)
@@ -392,13 +393,12 @@ def dead_letter_headers(
     offset: int,
     original: Sequence[tuple[str, bytes]] = (),
 ) -> list[tuple[str, bytes]]:
-    """Headers of a DLQ record: the original record's own (its content type, trace and
-    whatever the producer set, for a tool that replays it), then why and where it came from.
-    An original `inferbus-*` header is left out: the DLQ's own say what happened."""
-    kept = [(k, v) for k, v in original if not k.startswith(h.PREFIX)]
-    return [
-        *kept,
-        *h.dead_letter(
-            str(dead.error), topic=topic, partition=partition, offset=offset, code=dead.code
-        ),
-    ]
+    """Headers of a DLQ record: the original's own, why, and where it came from."""
+    return h.dead_letter(
+        str(dead.error),
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        code=dead.code,
+        original=original,
+    )

@@ -20,9 +20,15 @@ log = logging.getLogger(__name__)
 def dead_letter_of(
     record: ConsumerRecord[bytes, bytes], reason: str, *, code: h.DeadLetterCode
 ) -> Outgoing:
-    """The DLQ record for a consumed record: its own key and bytes, why, and where from."""
+    """The DLQ record for a consumed record: its own key, bytes and headers, why, and where
+    from."""
     headers = h.dead_letter(
-        reason, topic=record.topic, partition=record.partition, offset=record.offset, code=code
+        reason,
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        code=code,
+        original=record.headers,
     )
     return Outgoing(DLQ, record.key, record.value or b"", headers)
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from infra.models.repository import ModelRepository
 from schemas import headers as h
 from schemas.errors import (
+    MESSAGE_MAX_CHARS,
     DeadlineExceeded,
     InvalidInput,
     ModelNotFound,
@@ -135,7 +136,8 @@ def test_dead_letter_headers_say_why_and_where_from() -> None:
 
     assert headers[h.ERROR_CODE] == b"unparseable"
     assert headers[h.ERROR_MESSAGE].startswith(b"event is not JSON")
-    assert len(headers[h.ERROR_MESSAGE]) == 1000
+    assert len(headers[h.ERROR_MESSAGE].decode()) == 1000
+    assert headers[h.ERROR_MESSAGE].endswith(b"(+5019 characters in all)")
     assert headers[h.SOURCE_TOPIC] == b"inferbus.ingest"
     assert headers[h.SOURCE_PARTITION] == b"3"
     assert headers[h.SOURCE_OFFSET] == b"41"
@@ -1018,17 +1020,17 @@ X_BYTES = np.arange(16, dtype="<f4").tobytes()
     [
         pytest.param(
             framed_mlp(b"   ", X_BYTES, offset=0, nbytes=64),
-            "byte 64 is in no tensor's `raw` slice",
+            "holds 67 bytes and bytes 64-66 are in no tensor's `raw` slice",
             id="stray-bytes-before-the-tensor",
         ),
         pytest.param(
             framed_mlp(b"   ", X_BYTES, offset=3, nbytes=64),
-            "byte 0 is in no tensor's `raw` slice",
+            "bytes 0-2 are in no tensor's `raw` slice",
             id="a-gap-before-the-tensor",
         ),
         pytest.param(
             framed_mlp(X_BYTES, b"\0" * 8, offset=0, nbytes=64),
-            "holds 72 bytes and byte 64",
+            "holds 72 bytes and bytes 64-71",
             id="trailing-bytes",
         ),
     ],
@@ -1078,6 +1080,11 @@ def test_a_json_event_after_a_byte_order_mark_is_routed(
             "<a 401-digit number>",
             id="a-401-digit-dimension",
         ),
+        pytest.param(
+            {"x": x_tensor(), "y" * 5000: x_tensor()},
+            "characters in all)",
+            id="a-5000-character-input-name",
+        ),
     ],
 )
 def test_an_error_message_stays_short_whatever_the_event_quotes(
@@ -1091,4 +1098,42 @@ def test_an_error_message_stays_short_whatever_the_event_quotes(
     assert outcome.result.error is not None
     message = outcome.result.error.message
     assert words in message
-    assert len(message) <= 1_100
+    assert len(message) <= MESSAGE_MAX_CHARS + len(" (model=demo-mlp)")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(encode(mlp_event()).decode().encode("utf-16-le"), id="utf-16"),
+        pytest.param(b"\xef\xbb\xbf\xef\xbb\xbf" + encode(mlp_event()), id="two-byte-order-marks"),
+    ],
+)
+def test_an_event_that_is_not_utf8_json_is_dead_lettered_not_guessed_at(
+    value: bytes, catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    """Python's parser, the fallback for JSON orjson refuses, guesses UTF-16 from bytes."""
+    assert isinstance(run(value, catalog, settings), DeadLetter)
+
+
+def test_a_lone_surrogate_in_the_tenant_is_answered_without_it(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    """The answer must encode: a tenant no UTF-8 can carry is left out of it."""
+    value = encode(mlp_event(tenant="T")).replace(b'"T"', b'"\\ud800"')
+    outcome = run(value, catalog, settings)
+
+    assert isinstance(outcome, Answer), outcome
+    assert outcome.result.status == "invalid_input"
+    assert outcome.result.tenant is None
+    assert b"surrogate pair" in outcome.result.model_dump_json().encode()
+
+
+def test_a_text_request_in_a_frame_with_payload_bytes_is_refused(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    event = mlp_event(model="demo-encoder", inputs={"text": {"text": "hello"}})
+    outcome = run(join_frame(encode(event), [b"\0" * 4]), catalog, settings)
+
+    assert isinstance(outcome, Answer), outcome
+    assert outcome.result.error is not None
+    assert "bytes 0-3 are in no tensor's `raw` slice" in outcome.result.error.message

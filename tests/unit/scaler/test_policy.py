@@ -361,4 +361,23 @@ def test_a_held_scale_down_still_obeys_the_max_and_the_partitions(
         0
     ].groups
     assert g.desired == desired
-    assert {"scale_down_waits_for_history", code} <= {r.code for r in g.reasons}, g.line()
+    codes = [r.code for r in g.reasons]
+    assert {"scale_down_waits_for_history", code} <= set(codes), g.line()
+    assert len(codes) == len(set(codes)), g.line()
+
+
+@pytest.mark.parametrize("policy", sorted(p for p in POLICIES if POLICIES[p].partition_cap))
+def test_each_bound_is_said_once_when_the_floor_is_over_the_partitions(policy: str) -> None:
+    """min 4 on 2 partitions: raised to the floor, capped at the partitions, once each."""
+    s = make_signals(
+        replicas=2,
+        ready_replicas=2,
+        partitions=2,
+        min_replicas=4,
+        warm_replicas=4,
+        arrival_rps=10.0,
+    )
+    (g,) = POLICIES[policy]([s], ScalerState(), PolicyConfig(), 0.0)[0].groups
+    codes = [r.code for r in g.reasons]
+    assert g.desired == 2
+    assert codes.count("floor") == 1 and codes.count("partition_capped") == 1, g.line()

@@ -19,6 +19,7 @@ from scaler.config import PolicyConfig
 from scaler.sim.engine import initial_counts, policy_config, simulate
 from scaler.sim.params import ServiceModel, SimParams, read_service_model
 from scaler.sim.plot import plot_path_problem
+from scaler.sim.report import finite_or_null
 from scaler.sim.scenarios import poisson_arrivals
 from scaler.sim.workload import (
     TierArrivals,
@@ -338,6 +339,28 @@ def test_a_report_keeps_nan_in_names_and_nulls_only_numbers(tmp_path: Path) -> N
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert "NaN-night" in report["source"]
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        pytest.param(float("nan"), None, id="nan"),
+        pytest.param({"a": [1.5, float("inf")]}, {"a": [1.5, None]}, id="nested-inf"),
+        pytest.param(("NaN", -float("inf")), ["NaN", None], id="a-string-stays"),
+    ],
+)
+def test_finite_or_null(value: object, written: object) -> None:
+    assert finite_or_null(value) == written
+
+
+def test_a_path_that_names_a_setting_keeps_its_name(tmp_path: Path) -> None:
+    """Each setting's flag goes beside its name in the settings' errors, not into paths."""
+    trace = tmp_path / "partitions.csv"
+    trace.write_text("time,tokens\n1,2\n")
+    result = CliRunner().invoke(_app(), ["sim", "--trace", str(trace)], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert "partitions.csv" in result.output
+    assert "(--partitions)" not in result.output
 
 
 def test_traffic_says_why_it_cannot_write_before_generating(tmp_path: Path) -> None:
