@@ -64,6 +64,13 @@ class PolicyConfig:
     at most this busy at the measured arrivals (`policy/shares.py`; 0.8, the default sizing
     ceiling `target_utilization + utilization_band`, a fixed number that does not follow
     them); None: size for the mean only."""
+    burst_floor_busiest_max_utilization: float | None = 1.0
+    """slo: add consumers to a burst floor until its busiest member (the one with the most
+    partitions) would run at most this busy at the load the floor is kept for
+    (`policy/hold.py`). 1.0, not `busiest_max_utilization`: the floor's count already holds
+    the learned spare, so the rule only keeps the busiest member within its capacity (30
+    consumers of 32 partitions left two of them with twice the others' share of a spike);
+    None: size the floor for the mean only."""
     scale_down_min_step_share: float = 0.0
     """slo: skip a scale-down smaller than this share of current (min 1 replica)."""
     scale_down_hold_s: float | None = None
@@ -176,8 +183,10 @@ class PolicyConfig:
         problems: list[str] = []
         if not (self.scale_up_min_step_share >= 0 and 0 <= self.scale_down_min_step_share < 1):
             problems.append("scale_up_min_step_share >= 0, scale_down_min_step_share in [0, 1)")
-        if self.busiest_max_utilization is not None and self.busiest_max_utilization <= 0:
-            problems.append("busiest_max_utilization must be > 0 or null")
+        for name in ("busiest_max_utilization", "burst_floor_busiest_max_utilization"):
+            most = getattr(self, name)
+            if most is not None and most <= 0:
+                problems.append(f"{name} must be > 0 or null")
         if not (
             self.regret_window_s > 0
             and self.regret_hold_growth >= 1

@@ -43,6 +43,7 @@ from scaler.policy.bursts import BurstMemory, remember
 from scaler.policy.headroom import replicas_for
 from scaler.policy.plan import Plan
 from scaler.policy.rate import arriving_rps, window
+from scaler.policy.shares import busiest_share, shares_count
 
 
 def release_to_floor(memory: BurstMemory, keep_cost_s: float) -> bool:
@@ -65,6 +66,16 @@ def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
     if arriving is not None and (mu or arriving == 0):
         samples = (*samples, (s.collected_at, arriving / mu if mu else 0.0))
     return remember(samples, config.burst_low_share, lead_s=config.keep_cost_s(s))
+
+
+def _shares_note(by_mean: int, floor: int, partitions: int) -> str:
+    """How a floor raised for partition shares says so (nothing when it was not)."""
+    if floor <= by_mean:
+        return ""
+    return (
+        f" ({reason_number(by_mean)} would leave one of them {busiest_share(by_mean, partitions)}"
+        f" of the {reason_number(partitions)} partitions)"
+    )
 
 
 def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
@@ -98,7 +109,10 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     # ramp's lead is part of a ramp, and `burst_rise` sizes the rest at its onset.
     margin = config.burst_unknown_margin if not known and rise <= keep else 0.0
     lead *= 1 + margin
-    floor = replicas_for(lead, plan.state, config)
+    by_mean = replicas_for(lead, plan.state, config)
+    # Each consumer serves its own partitions: a floor that leaves some with more of them
+    # than the rest leaves those over capacity when the burst comes (`shares.py`).
+    floor = shares_count(by_mean, lead, s, config.burst_floor_busiest_max_utilization)
     plan = dataclasses.replace(plan, burst_floor=floor, floor_known=known, release_to_floor=release)
     if floor <= plan.desired:
         return plan
@@ -111,6 +125,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         "keep_cost_s": keep,
         "in_gap_s": memory.in_gap_s,
         "floor": floor,
+        "floor_by_mean": by_mean,
         "release_to_floor": float(release),
         "floor_known": float(known),
         "unknown_margin": margin,
@@ -127,7 +142,8 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         f"{reason_number(ttr)} s to start one), "
         f"{reason_number(lead, 1)} busy replicas (p{config.burst_peak_quantile * 100:.0f}"
         f"{f', the highest of a few + {reason_percent(margin)}' if margin else ''}) within "
-        f"{reason_number(keep)} s of their start needs {reason_number(floor)}; {kept_for}"
+        f"{reason_number(keep)} s of their start needs {reason_number(floor)}"
+        f"{_shares_note(by_mean, floor, s.partitions)}; {kept_for}"
     )
     after = config.standby_after_gap_s
     early = after is not None and memory.in_gap_s >= after

@@ -21,6 +21,7 @@ import math
 from scaler.config import PolicyConfig
 from scaler.decision import Reason, reason_number, reason_percent
 from scaler.policy.plan import Plan, direction
+from scaler.signals import GroupSignals
 
 
 def busiest_share(replicas: int, partitions: int) -> int:
@@ -55,6 +56,15 @@ def stable_count(desired: int, busy: float, partitions: int, most: float, cap: i
     return high
 
 
+def shares_count(count: int, busy: float, signals: GroupSignals, most: float | None) -> int:
+    """`count` raised until its busiest member runs at most `most` busy with `busy`
+    replicas' worth of work spread over the partitions (None: `count` as it is)."""
+    if most is None or count <= 0 or busy <= 0:
+        return count
+    cap = min(signals.partitions, signals.max_replicas or signals.partitions)
+    return stable_count(count, busy, signals.partitions, most, cap)
+
+
 def even_shares(plan: Plan, config: PolicyConfig) -> Plan:
     """Raise `desired` until no member carries more than it can serve (see module)."""
     s = plan.signals
@@ -63,8 +73,7 @@ def even_shares(plan: Plan, config: PolicyConfig) -> Plan:
     if most is None or plan.desired <= 0 or not lam or not mu or plan.diagnosis == "engine_bound":
         return plan
     busy = lam / mu
-    cap = min(s.partitions, s.max_replicas or s.partitions)
-    raised = stable_count(plan.desired, busy, s.partitions, most, cap)
+    raised = shares_count(plan.desired, busy, s, most)
     if raised == plan.desired:
         return plan
     before = busiest_utilization(busy, plan.desired, s.partitions)

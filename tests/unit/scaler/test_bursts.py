@@ -65,7 +65,7 @@ def test_sawtooth_base_counts_as_gap() -> None:
     assert memory.bursty(2, 2.5)
 
 
-def _tick(load_rps: float, replicas: int, **extra: object) -> GroupSignals:
+def _tick(load_rps: float, replicas: int, partitions: int = 64, **extra: object) -> GroupSignals:
     return make_signals(
         replicas=replicas,
         ready_replicas=replicas,
@@ -75,7 +75,7 @@ def _tick(load_rps: float, replicas: int, **extra: object) -> GroupSignals:
         # No request, no queue to measure (the collector and the simulator report none).
         queue_p99_ms=30.0 if load_rps > 0 else None,
         oldest_age_ms=10.0,
-        partitions=64,
+        partitions=partitions,
         **extra,
     )
 
@@ -85,6 +85,7 @@ def _drive(
     rps: list[float],
     config: PolicyConfig,
     standby: bool = False,
+    partitions: int = 64,
 ) -> list[tuple[float, GroupDecision]]:
     """Tick every 5 s through `rps`, applying each decision at once (replicas ready at once)."""
     state, replicas, spare, out = ScalerState(), 4, 0, []
@@ -93,7 +94,7 @@ def _drive(
         extra: dict[str, object] = {}
         if standby:
             extra = {"standby_replicas": spare, "standby_ready_replicas": spare}
-        s = dataclasses.replace(_tick(lam, replicas, **extra), collected_at=now)
+        s = dataclasses.replace(_tick(lam, replicas, partitions, **extra), collected_at=now)
         decision, state = decide([s], state, config, now)
         g = decision.groups[0]
         replicas, spare = g.desired, g.standby
@@ -114,6 +115,28 @@ def test_hold_through_short_gaps(clock: FakeClock) -> None:
     assert min(g.desired for g in late) >= 11
     reason = next(r for r in gaps[-1].reasons if r.code == "burst_hold")
     assert reason.numbers["median_gap_s"] <= 4 * reason.numbers["keep_cost_s"]
+
+
+@pytest.mark.parametrize(
+    ("partitions", "floor", "said"),
+    [
+        pytest.param(64, 13, False, id="even-enough-shares"),
+        pytest.param(16, 16, True, id="thirteen-of-sixteen-leave-three-with-two"),
+    ],
+)
+def test_a_burst_floor_leaves_no_consumer_over_capacity(
+    clock: FakeClock, partitions: int, floor: int, said: bool
+) -> None:
+    """A 10-busy burst kept as 13 consumers (with the spare) of 16 partitions: three own 2,
+    an eighth of the burst each, 1.25x what one serves; the floor goes to 16. Of 64
+    partitions the busiest owns 5 (0.78x): it stays."""
+    seen = _drive(clock, BURSTY, PolicyConfig(initial_spare_replicas=1.0), partitions=partitions)
+    held = [g for t, g in seen if t > 14 * 5 * 4 and "burst_hold" in {r.code for r in g.reasons}]
+    assert held, "no hold once the bursts are remembered"
+    reason = next(r for r in held[-1].reasons if r.code == "burst_hold")
+    assert reason.numbers["floor_by_mean"] == 13
+    assert reason.numbers["floor"] == floor
+    assert ("13 would leave one of them 2 of the 16" in reason.message) is said, reason.message
 
 
 def test_long_gaps_are_not_held(clock: FakeClock) -> None:
