@@ -61,3 +61,15 @@ def limit_log_rate(burst: int = 10, window_s: float = 10.0) -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, RateLimitFilter) for f in handler.filters):
             handler.addFilter(RateLimitFilter(burst, window_s))
+
+
+def limit_logger_rate(prefix: str, burst: int = 10, window_s: float = 10.0) -> None:
+    """Put a `RateLimitFilter` on the logger `prefix` and on every logger under it that
+    exists now (idempotent): for a library's own loggers in a process whose handlers are
+    not ours, such as an application using the Python client (aiokafka logs every failed
+    reconnect, ~10 lines a second while a broker is away)."""
+    names = [prefix, *(n for n in logging.root.manager.loggerDict if n.startswith(f"{prefix}."))]
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RateLimitFilter) for f in logger.filters):
+            logger.addFilter(RateLimitFilter(burst, window_s))

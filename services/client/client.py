@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, read_from_start, start_with_retry
 from infra.log_end import LogEndProbe, true_ends
+from infra.lograte import limit_logger_rate
 from infra.pacing import FetchPacer
 from infra.tasks import end_and_say
 from infra.topics import BROKER_EVENT_KEY
@@ -116,6 +117,8 @@ class InferenceClient:
         no earlier one is read)."""
         if self._reader is not None:
             return
+        # The application's handlers are its own: only aiokafka's repeats are held back.
+        limit_logger_rate("aiokafka")
         self._producer = make_producer(self.bootstrap, client_id=self.client_id)
         self._consumer = self._new_consumer()
         try:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from infra.lograte import RateLimitFilter
+import pytest
+
+from infra.lograte import RateLimitFilter, limit_logger_rate
 
 
 class Clock:
@@ -43,3 +45,19 @@ def test_keys_are_bounded() -> None:
     for i in range(50):
         assert limiter.filter(line(f"poison {i}"))
     assert len(limiter._windows) <= 5
+
+
+def test_a_librarys_loggers_hold_back_repeats_without_touching_the_apps_handlers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client's aiokafka logged every failed reconnect, ~10 lines a second."""
+    child = logging.getLogger("somelib-under-test.conn")
+    limit_logger_rate("somelib-under-test", burst=3, window_s=60.0)
+    limit_logger_rate("somelib-under-test", burst=3, window_s=60.0)  # idempotent
+    with caplog.at_level(logging.WARNING):
+        for _ in range(50):
+            child.warning("Unable connect to node with id %s", 0)
+        logging.getLogger("an-app").warning("the app's own line")
+    lines = [r for r in caplog.records if r.name == "somelib-under-test.conn"]
+    assert len(lines) == 3
+    assert any(r.name == "an-app" for r in caplog.records)
