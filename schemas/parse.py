@@ -133,6 +133,20 @@ def _text(value: Any) -> str | None:
     return value
 
 
+ECHO_MAX_CHARS = 128
+"""The most of a refused event's `model` or `tenant` its error answer echoes: a 500 KB
+model name made a 500 KB answer (the schema allows 63 and 128 characters)."""
+
+
+def _echo(value: Any, limit: int) -> str | None:
+    """A string field of a refused event as its answer carries it: at most `limit`
+    characters, and only text UTF-8 can carry (`_text`)."""
+    text = _text(value)
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}…"
+
+
 def _json_kind(value: Any) -> str:
     """What JSON calls the type of a parsed value (not Python's name for it)."""
     if value is None:
@@ -183,8 +197,8 @@ def salvage(raw: dict[str, Any], *, framed: bool = False) -> Salvage:
     return Salvage(
         request_id=str(raw["request_id"]),
         reply_to=reply_to if isinstance(reply_to, str) and is_reply_topic(reply_to) else RESULTS,
-        model=_text(raw.get("model")) or "",
-        tenant=_text(raw.get("tenant")),
+        model=_echo(raw.get("model"), ECHO_MAX_CHARS) or "",
+        tenant=_echo(raw.get("tenant"), ECHO_MAX_CHARS),
         tier=tier if isinstance(tier, str) and tier in _TIERS else "-",
         framed=framed,
     )

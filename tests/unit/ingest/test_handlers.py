@@ -1137,3 +1137,15 @@ def test_a_text_request_in_a_frame_with_payload_bytes_is_refused(
     assert isinstance(outcome, Answer), outcome
     assert outcome.result.error is not None
     assert "bytes 0-3 are in no tensor's `raw` slice" in outcome.result.error.message
+
+
+def test_an_oversized_model_or_tenant_is_echoed_cut(catalog: FakeCatalog) -> None:
+    """A refused event's answer echoed its 500 KB model name whole."""
+    roomy = IngestSettings(max_event_bytes=4_000_000)
+    outcome = run(encode(mlp_event(model="m" * 100_000, tenant="t" * 100_000)), catalog, roomy)
+
+    assert isinstance(outcome, Answer), outcome
+    assert outcome.result.status == "invalid_input"
+    assert outcome.result.model == "m" * 127 + "…"
+    assert outcome.result.tenant == "t" * 127 + "…"
+    assert len(outcome.result.model_dump_json()) < 3_000
