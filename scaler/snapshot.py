@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +196,10 @@ def load_snapshot(path: Path) -> Snapshot:
     ahead = [s.group for s in signals if s.collected_at > now]
     if ahead:
         raise SignalsError(f"{path}: collected_at of {ahead} is after 'now' ({now})")
+    unready = [s.group for s in signals if (s.newest_ready_at or -math.inf) > s.collected_at]
+    if unready:
+        # A replica ready after the snapshot was taken: it could not have been seen ready.
+        raise SignalsError(f"{path}: newest_ready_at of {unready} is after their collected_at")
     future = _history_after(state, now)
     if future:
         raise SignalsError(f"{path}: history of {future} has samples after 'now' ({now})")

@@ -19,10 +19,14 @@ def blind(signals: GroupSignals, state: GroupState, config: PolicyConfig, now: f
     """A group without fresh signals: hold, and after N failures raise to the fallback count."""
     failed = state.failed_collections + 1
     age_s = now - signals.collected_at
+    why = (
+        f"signals {reason_number(age_s)} s old"
+        if age_s > config.stale_after_s
+        else "signals flagged stale by the collector (a feed it could not read)"
+    )
     stale = Reason(
         "stale_signals",
-        f"signals {reason_number(age_s)} s old or incomplete ({failed} failed collection(s)): "
-        "not scaling down on missing data",
+        f"{why} ({failed} failed collection(s)): not scaling down on missing data",
         {"age_s": age_s, "failed_collections": failed},
     )
     plan = Plan(

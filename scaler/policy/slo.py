@@ -97,7 +97,7 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         return plan.with_(
             reason=Reason(
                 "within_band",
-                f"arrival {_small(lam)}/s{read} at {reason_number(mu)}/s per replica is "
+                f"arrival {_small(lam)}/s{read} at {_small(mu)}/s per replica is "
                 f"{_small(lam / mu)} busy + {_small(spare)} spare: {reason_number(needed)}, "
                 f"{reason_number(capacity)} within one",
                 numbers,
@@ -108,7 +108,7 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis=direction(needed, s.replicas),
         reason=Reason(
             "arrival",
-            f"arrival {_small(lam)}/s{read} at {reason_number(mu)}/s per replica is "
+            f"arrival {_small(lam)}/s{read} at {_small(mu)}/s per replica is "
             f"{_small(lam / mu)} busy + {_small(spare)} spare: {reason_number(needed)}",
             numbers,
         ),
@@ -277,7 +277,7 @@ def _backlog_unmeasured_arrival(plan: Plan, lag: int, mu: float, config: PolicyC
         reason=Reason(
             "backlog",
             f"lag {reason_number(lag)}{waited}: drain it in "
-            f"{reason_number(drain_s)} s at {reason_number(mu)}/s per replica beside the "
+            f"{reason_number(drain_s)} s at {_small(mu)}/s per replica beside the "
             f"{reason_number(s.replicas)} there are",
             {"lag": lag, "queue_budget_ms": budget, "drain_s": drain_s, "needed": needed},
         ),

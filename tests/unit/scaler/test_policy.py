@@ -381,3 +381,22 @@ def test_each_bound_is_said_once_when_the_floor_is_over_the_partitions(policy: s
     codes = [r.code for r in g.reasons]
     assert g.desired == 2
     assert codes.count("floor") == 1 and codes.count("partition_capped") == 1, g.line()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "now", "words"),
+    [
+        pytest.param({"stale": True}, 0.0, "flagged stale by the collector", id="flagged"),
+        pytest.param({}, 95.0, "signals 95 s old", id="old"),
+        pytest.param(
+            {"arrival_rps": 0.002, "service_rps_per_replica": 0.004, "utilization": 0.5},
+            0.0,
+            "at 0.004/s per replica",
+            id="a-slow-replica-is-not-0-a-second",
+        ),
+    ],
+)
+def test_a_reason_says_what_it_saw(overrides: dict[str, object], now: float, words: str) -> None:
+    s = make_signals(**overrides)
+    (g,) = decide([s], ScalerState(), PolicyConfig(), now)[0].groups
+    assert words in g.line(), g.line()

@@ -72,6 +72,11 @@ def _snapshot(history: Any = None, **top: Any) -> dict[str, Any]:
             json.dumps(_snapshot(now=float("inf"))), "'now' must be a finite number", id="now-inf"
         ),
         pytest.param(json.dumps(_snapshot(now="100")), "'now' must be a finite", id="now-str"),
+        pytest.param(
+            json.dumps({"groups": [{**_snapshot()["groups"][0], "newest_ready_at": 101.0}]}),
+            "newest_ready_at of .* is after their collected_at",
+            id="ready-after-collection",
+        ),
         pytest.param(json.dumps(_snapshot(now=True)), "'now' must be a finite", id="now-bool"),
     ],
 )
