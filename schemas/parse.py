@@ -72,9 +72,13 @@ def parse_request(value: bytes | None) -> ParsedRequest:
     except ValidationError as exc:
         failure = exc
     raw = load_object(envelope, framed=payload is not None)
-    message = describe_validation_error(failure)
-    if _lone_surrogate(failure):
-        message += " (a \\uD800-\\uDFFF escape must be one half of a surrogate pair)"
+    where = _lone_surrogate_at(raw) if _lone_surrogate(failure) else None
+    message = (
+        describe_validation_error(failure)
+        if where is None
+        else f"{where}: a lone \\uD800-\\uDFFF escape, which is half of a surrogate pair "
+        "and no character: escape the pair, or send the character as UTF-8"
+    )
     raise RejectedEvent(message, salvage(raw, framed=payload is not None))
 
 
@@ -82,6 +86,26 @@ def _lone_surrogate(failure: ValidationError) -> bool:
     """The JSON parser refused the event over a lone surrogate escape (its words for it)."""
     first = failure.errors(include_url=False)[0]
     return first["type"] == "json_invalid" and "hex escape" in first["msg"]
+
+
+def _lone_surrogate_at(value: Any, path: str = "") -> str | None:
+    """The field path (`metadata.k`, `inputs.x.text`) of the first key or string in a parsed
+    event that UTF-8 cannot carry; None if there is none."""
+    if isinstance(value, str):
+        return (path or "<event>") if _text(value) is None else None
+    if isinstance(value, dict):
+        items: list[tuple[Any, Any]] = list(value.items())
+    elif isinstance(value, list):
+        items = list(enumerate(value))
+    else:
+        return None
+    for key, item in items:
+        if isinstance(key, str) and _text(key) is None:
+            return f"{path or '<event>'} (a key)"
+        found = _lone_surrogate_at(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def split_event(value: bytes | None) -> tuple[bytes, memoryview | None]:

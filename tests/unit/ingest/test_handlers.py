@@ -1125,7 +1125,7 @@ def test_a_lone_surrogate_in_the_tenant_is_answered_without_it(
     assert isinstance(outcome, Answer), outcome
     assert outcome.result.status == "invalid_input"
     assert outcome.result.tenant is None
-    assert b"surrogate pair" in outcome.result.model_dump_json().encode()
+    assert b"tenant: a lone" in outcome.result.model_dump_json().encode()
 
 
 def test_a_text_request_in_a_frame_with_payload_bytes_is_refused(

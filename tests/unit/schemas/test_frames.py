@@ -127,7 +127,10 @@ def test_a_broken_frame_says_which_part_is_broken(value: bytes, message: str) ->
     ("text", "message"),
     [
         pytest.param(
-            '"tenant": "\\ud800"', "one half of a surrogate pair", id="lone-surrogate-escape"
+            '"tenant": "\\ud800"', "tenant: a lone \\uD800-\\uDFFF escape", id="lone-surrogate"
+        ),
+        pytest.param(
+            '"metadata": {"\\udc00": "v"}', "metadata (a key): a lone", id="lone-surrogate-key"
         ),
         pytest.param('"metadata": {"n": 1' + "0" * 400 + "}", "metadata.n", id="huge-integer"),
     ],
