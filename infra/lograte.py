@@ -59,8 +59,7 @@ class RateLimitFilter(logging.Filter):
 def limit_log_rate(burst: int = 10, window_s: float = 10.0) -> None:
     """Put a `RateLimitFilter` on every handler of the root logger (idempotent)."""
     for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, RateLimitFilter) for f in handler.filters):
-            handler.addFilter(RateLimitFilter(burst, window_s))
+        _limit(handler, burst, window_s)
 
 
 def limit_logger_rate(prefix: str, burst: int = 10, window_s: float = 10.0) -> None:
@@ -70,6 +69,10 @@ def limit_logger_rate(prefix: str, burst: int = 10, window_s: float = 10.0) -> N
     reconnect, ~10 lines a second while a broker is away)."""
     names = [prefix, *(n for n in logging.root.manager.loggerDict if n.startswith(f"{prefix}."))]
     for name in names:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, RateLimitFilter) for f in logger.filters):
-            logger.addFilter(RateLimitFilter(burst, window_s))
+        _limit(logging.getLogger(name), burst, window_s)
+
+
+def _limit(target: logging.Filterer, burst: int, window_s: float) -> None:
+    """A `RateLimitFilter` on a handler or a logger, unless it has one."""
+    if not any(isinstance(f, RateLimitFilter) for f in target.filters):
+        target.addFilter(RateLimitFilter(burst, window_s))

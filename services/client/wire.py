@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,8 +23,10 @@ def _is_text(value: InputValue) -> bool:
     )
 
 
-def to_wire_inputs(inputs: Mapping[str, InputValue]) -> dict[str, Tensor | TextInput]:
-    """Numpy arrays become tensors (base64), strings become text inputs: the JSON form."""
+def _wire_form(
+    inputs: Mapping[str, InputValue], tensor: Callable[[np.ndarray[Any, Any]], Tensor]
+) -> dict[str, Tensor | TextInput]:
+    """Tensors and text inputs kept, strings as text inputs, arrays through `tensor`."""
     out: dict[str, Tensor | TextInput] = {}
     for name, value in inputs.items():
         if isinstance(value, Tensor | TextInput):
@@ -32,32 +34,34 @@ def to_wire_inputs(inputs: Mapping[str, InputValue]) -> dict[str, Tensor | TextI
         elif _is_text(value):
             out[name] = TextInput(text=value)
         else:
-            out[name] = Tensor.from_numpy(np.asarray(value), encoding="b64")
+            out[name] = tensor(np.asarray(value))
     return out
+
+
+def to_wire_inputs(inputs: Mapping[str, InputValue]) -> dict[str, Tensor | TextInput]:
+    """Numpy arrays become tensors (base64), strings become text inputs: the JSON form."""
+    return _wire_form(inputs, lambda array: Tensor.from_numpy(array, encoding="b64"))
 
 
 def to_frame_inputs(
     inputs: Mapping[str, InputValue],
 ) -> tuple[dict[str, Tensor | TextInput], list[bytes]]:
     """Numpy arrays become `raw` tensors and the frame payload that holds their bytes."""
-    out: dict[str, Tensor | TextInput] = {}
     payload: list[bytes] = []
     offset = 0
-    for name, value in inputs.items():
-        if isinstance(value, Tensor | TextInput):
-            out[name] = value
-        elif _is_text(value):
-            out[name] = TextInput(text=value)
-        else:
-            array = np.asarray(value)
-            wire = dtype_name(array.dtype)
-            raw = np.ascontiguousarray(array, dtype=DTYPES[wire]).tobytes()
-            out[name] = Tensor(
-                dtype=wire, shape=list(array.shape), raw=RawSlice(offset=offset, nbytes=len(raw))
-            )
-            payload.append(raw)
-            offset += len(raw)
-    return out, payload
+
+    def raw_tensor(array: np.ndarray[Any, Any]) -> Tensor:
+        nonlocal offset
+        wire = dtype_name(array.dtype)
+        raw = np.ascontiguousarray(array, dtype=DTYPES[wire]).tobytes()
+        tensor = Tensor(
+            dtype=wire, shape=list(array.shape), raw=RawSlice(offset=offset, nbytes=len(raw))
+        )
+        payload.append(raw)
+        offset += len(raw)
+        return tensor
+
+    return _wire_form(inputs, raw_tensor), payload
 
 
 @dataclass(frozen=True)
