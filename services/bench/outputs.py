@@ -25,6 +25,8 @@ TOLERANCE = 1e-4
 change the order of a sum, not its value beyond ~1e-6 (the peers' check uses 1e-4)."""
 FP16_TOLERANCE = 1e-2
 """The same for an engine that runs in float16 (TensorRT's fp16)."""
+KEEP_EVERY = 32
+"""Every that-many-th request's answer is checked against ONNX Runtime run directly."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,27 @@ def check_outputs(
         tolerance=tolerance,
         reference=f"onnxruntime {ort.__version__} run directly (CPU)",
     )
+
+
+def check_failure(report: Mapping[str, Any] | None) -> str | None:
+    """Why a run's answer check (an `OutputCheck.to_json()`, None where the engine computes
+    no outputs) fails the run: a mismatch, or nothing checked at all (no kept request
+    answered `ok`, or too few requests to keep one), which would pass unverified."""
+    if report is None:
+        return None
+    if report["checked"] == 0:
+        return (
+            "no answer was checked against ONNX Runtime run directly: none of the requests "
+            f"kept for it was answered ok (one in {KEEP_EVERY} is kept: send more requests, "
+            "and see the errors above)"
+        )
+    if report["mismatched"]:
+        return (
+            f"{report['mismatched']} of {report['checked']} answers checked differ from "
+            f"ONNX Runtime run directly (max |diff| {report['max_abs_diff']:.3g}, request "
+            f"{report['worst_request_id']})"
+        )
+    return None
 
 
 def _max_abs_diff(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any]) -> float:

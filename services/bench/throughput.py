@@ -32,7 +32,14 @@ from schemas.topics import Tier
 from services.bench.cpu import CpuMeter
 from services.bench.loadgen import Completed, EncoderEvents, LoadGenerator, LoadReport
 from services.bench.otlp_sink import OtlpSink
-from services.bench.outputs import FP16_TOLERANCE, TOLERANCE, Kept, OutputCheck, check_outputs
+from services.bench.outputs import (
+    FP16_TOLERANCE,
+    KEEP_EVERY,
+    TOLERANCE,
+    Kept,
+    OutputCheck,
+    check_outputs,
+)
 from services.bench.stats import (
     batch_histogram,
     percentiles,
@@ -501,10 +508,6 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
         if sink is not None:
             sink.__exit__(None, None, None)
         shutil.rmtree(models_dir, ignore_errors=True)
-
-
-KEEP_EVERY = 32
-"""Every that-many-th request's answer is checked against ONNX Runtime run directly."""
 
 
 def computes_outputs(engine: str, version: ModelVersion) -> bool:

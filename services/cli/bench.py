@@ -96,6 +96,7 @@ def throughput(
 
     Prints the ratio, latency, and each process's CPU per request (its own counters).
     """
+    from services.bench.outputs import check_failure
     from services.bench.plot import plot_throughput
     from services.bench.throughput import ThroughputOptions, bench_throughput
 
@@ -156,15 +157,11 @@ def throughput(
     )
     if sat.get("window_bound"):
         typer.echo(f"note: {sat['window_bound']}")
-    checked = report["outputs"]
-    if checked is not None and checked["mismatched"]:
-        # Fast wrong answers are no throughput: the run fails, its report written all the same.
-        typer.echo(
-            f"error: {checked['mismatched']} of {checked['checked']} answers checked differ from "
-            f"ONNX Runtime run directly (max |diff| {checked['max_abs_diff']:.3g}, request "
-            f"{checked['worst_request_id']})",
-            err=True,
-        )
+    failure = check_failure(report["outputs"])
+    if failure is not None:
+        # Fast wrong (or unchecked) answers are no throughput: the run fails, its report
+        # written all the same.
+        typer.echo(f"error: {failure}", err=True)
         raise typer.Exit(1)
 
 

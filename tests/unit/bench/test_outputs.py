@@ -13,7 +13,7 @@ import pytest
 
 from infra.models.repository import ModelRepository, ModelVersion
 from services.bench.loadgen import EncoderEvents, encoder_inputs
-from services.bench.outputs import TOLERANCE, Kept, check_outputs
+from services.bench.outputs import TOLERANCE, Kept, check_failure, check_outputs
 from services.bench.throughput import computes_outputs
 from services.models.demo import write_demo_models
 from services.runtime.result_wire import encode_result
@@ -118,3 +118,23 @@ def test_only_an_engine_that_computes_its_outputs_is_checked(
     version = ModelVersion(version.name, version.version, version.directory, config)
 
     assert computes_outputs(engine, version) is checked
+
+
+CHECK = {"checked": 40, "mismatched": 0, "max_abs_diff": 4e-8, "worst_request_id": "r-7"}
+
+
+@pytest.mark.parametrize(
+    ("report", "words"),
+    [
+        pytest.param(None, None, id="a-simulated-engine-has-nothing-to-check"),
+        pytest.param(CHECK, None, id="every-answer-matched"),
+        pytest.param({**CHECK, "mismatched": 2, "max_abs_diff": 0.5}, "2 of 40", id="mismatch"),
+        pytest.param({**CHECK, "checked": 0}, "no answer was checked", id="nothing-checked"),
+    ],
+)
+def test_a_run_fails_on_a_wrong_or_an_unchecked_answer(
+    report: dict[str, Any] | None, words: str | None
+) -> None:
+    """A run whose kept requests all failed printed "none checked" and exited 0."""
+    failure = check_failure(report)
+    assert (failure is None) if words is None else (failure is not None and words in failure)
