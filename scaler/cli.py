@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 
 from scaler.config import PolicyConfig, load_config
@@ -181,6 +182,11 @@ _FLAGS = {
 """The simulator's settings that `sim` takes as flags, for its error messages."""
 
 
+def _print_error(console: Console, message: str) -> None:
+    """`error: MESSAGE` in red, the message printed as written (a `[` in it is not markup)."""
+    console.print(f"[red]error:[/red] {escape(message)}")
+
+
 def _with_flags(message: str) -> str:
     """A simulator error with each setting's flag beside its name (`partitions (--partitions)`)."""
     for name, flag in _FLAGS.items():
@@ -262,7 +268,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     console = Console(stderr=True)
     problem = _output_problem(json_out, plot_out)
     if problem is not None:
-        console.print(f"[red]error:[/red] {problem}")
+        _print_error(console, problem)
         raise typer.Exit(code=2)
     try:
         cfg = _config(config)
@@ -277,7 +283,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         )
         params = SimParams(service=service).with_overrides(workload.overrides)
     except (SignalsError, WorkloadError) as exc:
-        console.print(f"[red]error:[/red] {exc}", markup=False)
+        _print_error(console, str(exc))
         raise typer.Exit(code=2) from exc
     try:
         given: dict[str, float | str | bool | None] = {
@@ -301,7 +307,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             params = dataclasses.replace(params, slo_p99_e2e_ms={**params.slo_p99_e2e_ms, **traced})
         params.check_span(workload.duration_s)
     except WorkloadError as exc:  # the settings' own words: each with its flag
-        console.print(f"[red]error:[/red] {_with_flags(str(exc))}", markup=False)
+        _print_error(console, _with_flags(str(exc)))
         raise typer.Exit(code=2) from exc
     console.print(
         f"{workload.source}: {workload.total()} requests over {workload.duration_s:.0f} s"

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from services.chaos.report import lines, table
 from services.chaos.runner import run_scenarios, unknown
@@ -24,7 +25,7 @@ progress_console = Console(stderr=True, soft_wrap=True)
 
 
 def _progress(message: str) -> None:
-    progress_console.print(f"[dim]chaos[/dim] {message}", highlight=False)
+    progress_console.print(f"[dim]chaos[/dim] {escape(message)}", highlight=False)
 
 
 def chaos_command(

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from schemas.topics import TIERS
 from services.cli.common import run_service, setup_logging
@@ -21,7 +22,7 @@ console = Console(stderr=True)
 
 
 def _progress(message: str) -> None:
-    console.print(f"[dim]bench[/dim] {message}")
+    console.print(f"[dim]bench[/dim] {escape(message)}")
 
 
 def _write(report: dict[str, Any], json_out: Path | None) -> None:

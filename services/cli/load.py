@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -85,7 +86,7 @@ class _Bar:
             if status.scheduled == 0:
                 if status.stage != self.stage:
                     self.stage = status.stage
-                    self.progress.console.print(f"[dim]load[/dim] {status.stage}…")
+                    self.progress.console.print(f"[dim]load[/dim] {escape(status.stage)}…")
                 return
             self.task = self.progress.add_task("sending", total=status.scheduled, counts="")
         done = status.sent if status.stage == "sending" else status.answered
@@ -198,7 +199,7 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     folder = out or Path("bench-out/load") / f"{workload.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
     console.print(
-        f"[bold]load[/bold] {workload.source}: {workload.total()} requests over "
+        f"[bold]load[/bold] {escape(workload.source)}: {workload.total()} requests over "
         f"{workload.duration_s:.0f} s to {model} at {bootstrap}"
     )
     spec = LoadSpec(

@@ -24,6 +24,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from infra.broker import EmbeddedBroker
@@ -244,7 +245,7 @@ class Stack:
 
     def _say(self, text: str) -> None:
         # soft_wrap: a line written to a file or pipe stays one line (a command to copy).
-        self.console.print(f"[bold]inferbus[/bold] {text}", soft_wrap=True)
+        self.console.print(f"[bold]inferbus[/bold] {escape(text)}", soft_wrap=True)
 
     async def start(self) -> str:
         """Start broker, topics, ingest, the initial workers and the scaler's connections.

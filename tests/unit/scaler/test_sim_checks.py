@@ -369,3 +369,30 @@ def test_traffic_says_why_it_cannot_write_before_generating(tmp_path: Path) -> N
     result = CliRunner().invoke(_app(), ["scaler", "traffic", "on-off", "--out", str(out)])
     assert result.exit_code == 2, result.output
     assert "is a file, not a directory" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--json", "[a]"], "error: --json [a] is a directory", id="output-problem"),
+        pytest.param(
+            ["--trace", "[b]/t.csv"], "error: cannot read [b]/t.csv", id="workload-problem"
+        ),
+        pytest.param(
+            ["--interval-s", "0"], "error: collection_interval_s (--interval-s)", id="settings"
+        ),
+    ],
+)
+def test_cli_errors_print_their_words_not_markup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    """`[red]error:[/red]` was printed as such; a `[b]` in a path was read as markup."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "[a]").mkdir()
+    base = ["sim", "--policy", "slo"]
+    if "--trace" not in args:
+        base += ["--trace", str(_trace(tmp_path))]
+    result = CliRunner().invoke(_app(), [*base, *args], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(message), result.output
+    assert "[red]" not in result.output
