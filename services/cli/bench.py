@@ -278,14 +278,12 @@ def scale_step(
     """The live scaler under a load step: reaction, readiness, lag drain, answers, SLO;
     each partition's longest gap in service through every membership change and a killed
     worker; the simulator on the same step beside it."""
-    from services.bench.scale_step import (
-        ScaleStepOptions,
-        bench_scale_step,
-        build_report,
-        plot_scale_step,
-        summary_line,
-    )
+    from services.bench.scale_step import bench_scale_step
+    from services.bench.step_analysis import summary_line
+    from services.bench.step_build import build_report
+    from services.bench.step_plot import plot_scale_step
     from services.bench.step_report import handover_lines
+    from services.bench.step_schedule import ScaleStepOptions
 
     setup_logging("WARNING")
     options = ScaleStepOptions(

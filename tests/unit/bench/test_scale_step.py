@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from services.bench.scale_step import (
+from services.bench.step_analysis import (
     Answer,
-    ScaleStepOptions,
     Tick,
     analyze,
     attainment,
     completeness,
     direction_changes,
+    summary_line,
+)
+from services.bench.step_build import sim_model_config
+from services.bench.step_schedule import (
+    ScaleStepOptions,
     phase_at,
     phase_bounds,
     send_times,
-    sim_model_config,
     step_schedule,
-    summary_line,
 )
 
 

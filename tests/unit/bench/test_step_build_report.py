@@ -12,19 +12,20 @@ from __future__ import annotations
 import copy
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from schemas.telemetry import InstanceRecord, InstanceState
-from services.bench.scale_step import (
+from services.bench.step_build import (
     ASSUMED_HANDOVER_PAUSE_S,
     ASSUMED_TIME_TO_READY_S,
-    ScaleStepOptions,
     build_report,
-    send_times,
 )
+from services.bench.step_plot import plot_scale_step
 from services.bench.step_report import handover_lines
+from services.bench.step_schedule import ScaleStepOptions, send_times
 
 START_WALL = 1_700_000_000.0
 TOPIC = "inferbus.req.sim-encoder.interactive"
@@ -266,3 +267,11 @@ def test_the_printed_summary_names_the_assumptions_only_when_there_are_some() ->
     assert f"sim assumed (not measured in this run): {NO_READY}; {NO_MOVE}" in handover_lines(
         unmeasured
     )
+
+
+def test_a_built_report_plots(tmp_path: Path) -> None:
+    """The plot reads only the report (a report loaded back from JSON plots the same)."""
+    report = json.loads(json.dumps(build_report(_without_reply(_raw(), STEP_REQUEST), OPTIONS)))
+    out = tmp_path / "step.png"
+    plot_scale_step(report, out)
+    assert out.read_bytes().startswith(b"\x89PNG")
