@@ -13,7 +13,7 @@ from infra.lenient_fetch import unreadable_reason
 from infra.models.config import ModelConfig
 from infra.models.inputs import index_errors, validate_inputs
 from schemas import headers as h
-from schemas.errors import InferbusError, InvalidInput, Unparseable
+from schemas.errors import InferbusError, InvalidInput, ModelNotFound, Unparseable
 from schemas.parse import ParsedRequest, RejectedEvent, parse_request
 from schemas.tensors import Arrays, Tensor
 from schemas.topics import Tier
@@ -83,10 +83,13 @@ def decode_record(
     tokenize: Tokenize | None,
     max_samples: int,
     index_limits: Mapping[str, int] | None = None,
+    served_version: str | None = None,
 ) -> InHand:
     """Parse and check one record; errors become `InHand.error`, never exceptions. The
     token ids and table rows of a request that passes every other check are left to
     `check_indices`, with the rest of the poll (`index_limits`: for one that does not).
+    A request that names a `model_version` other than `served_version` (the version this
+    worker runs) is answered `model_not_found`, never run on another version.
 
     Raises Unparseable only when there is no request id to answer (the caller dead-letters).
     """
@@ -141,6 +144,7 @@ def decode_record(
             max_samples=max_samples,
             deadline_header=deadline_header,
             index_limits=index_limits,
+            served_version=served_version,
         )
     item.preprocess_ms = (time.perf_counter() - started) * 1000
     return item
@@ -170,6 +174,7 @@ def _fill(
     max_samples: int,
     deadline_header: float | None,
     index_limits: Mapping[str, int] | None,
+    served_version: str | None,
 ) -> None:
     request = parsed.request
     item.request_id, item.reply_to = request.request_id, request.reply_to
@@ -187,6 +192,14 @@ def _fill(
         if request.model != config.name:
             raise InvalidInput(
                 f"request for model {request.model!r} reached a worker of {config.name!r}",
+                model=request.model,
+            )
+        wanted = request.model_version
+        if wanted is not None and served_version is not None and wanted != served_version:
+            raise ModelNotFound(
+                f"model {request.model!r} version {wanted!r} is not served by this lane's "
+                f"workers (they serve version {served_version!r}); name a served version, "
+                "or none for the one in force",
                 model=request.model,
             )
         arrays, texts, samples = validate_inputs(

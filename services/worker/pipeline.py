@@ -184,7 +184,7 @@ class Pipeline:
         """Decode a poll's records into the batcher; bad ones are answered on their own."""
         version = self.host.version
         assert version is not None
-        decoded, dead = self._decode_all(records, tier, version.config)
+        decoded, dead = self._decode_all(records, tier, version.config, version.version)
         self._check_poll(decoded, version.config)
         now = time.monotonic()
         failed: list[tuple[InHand, InferbusError]] = []
@@ -203,7 +203,11 @@ class Pipeline:
             self._spawn(self.answer_errors(failed), items=[item for item, _ in failed])
 
     def _decode_all(
-        self, records: Sequence[ConsumerRecord[bytes, bytes]], tier: Tier, config: ModelConfig
+        self,
+        records: Sequence[ConsumerRecord[bytes, bytes]],
+        tier: Tier,
+        config: ModelConfig,
+        served_version: str,
     ) -> tuple[list[InHand], list[_Dead]]:
         """Each record in hand (counted, its offset tracked) and decoded, or dead-lettered:
         no request id to answer, or a defect in decoding (said, with its bytes kept)."""
@@ -213,7 +217,9 @@ class Pipeline:
         for record in records:
             epoch = self.took(record.topic, record.partition, record.offset)
             try:
-                item = self._decode(record, tier, config, tokenize, tracing=tracing)
+                item = self._decode(
+                    record, tier, config, tokenize, tracing=tracing, served_version=served_version
+                )
             except Unparseable as exc:
                 dead.append((record, exc, epoch))
                 continue
@@ -253,6 +259,7 @@ class Pipeline:
         tokenize: Tokenize | None,
         *,
         tracing: bool,
+        served_version: str,
     ) -> InHand:
         item = decode_record(
             record,
@@ -261,6 +268,7 @@ class Pipeline:
             tokenize=tokenize,
             max_samples=config.batching.max_batch_size,
             index_limits=self.host.index_limits,
+            served_version=served_version,
         )
         if tracing and item.trace is not None and item.trace.sampled:
             item.spans = RequestSpans.start(

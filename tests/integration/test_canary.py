@@ -188,11 +188,18 @@ async def test_a_canary_that_cannot_load_is_refused_and_stable_serves_everything
             await canary.start()
         async with InferenceClient(broker) as client:
             results = await send(client, name, 40, seed=3, pace_s=0.005)
+            x = np.ones((1, 16), dtype=np.float32)
+            pinned = await client.infer(
+                client.build_request(name, {"x": x}, model_version="2"), timeout_s=40
+            )
     finally:
         await asyncio.gather(stable.stop(), canary.stop())
     assert "rollout.canary" in str(refused.value) and "sim.yaml" in str(refused.value)
     # Share 1.0, but no canary worker is ready: ingest routes every request to stable.
     assert all(r.ok and r.model_version == "1" for r in results)
+    # One that names the canary's version is not run on the stable one (it was, answered ok).
+    assert pinned.status == "model_not_found", pinned
+    assert pinned.error is not None and "version '2' is not served" in pinned.error.message
 
 
 async def test_a_promotion_moves_stable_workers_to_the_canary_version(

@@ -14,7 +14,7 @@ from aiokafka.structs import ConsumerRecord
 
 from infra.lenient_fetch import UNREADABLE_HEADER
 from schemas import headers as h
-from schemas.errors import InvalidInput, Unparseable
+from schemas.errors import InvalidInput, ModelNotFound, Unparseable
 from schemas.topics import RESULTS
 from services.models.demo import encoder_config, mlp_config
 from services.worker.inhand import decode_record
@@ -298,3 +298,32 @@ def test_tokenization_failure_is_the_requests_error(error: Exception) -> None:
 
     assert isinstance(item.error, InvalidInput)
     assert "tokenization failed" in str(item.error)
+
+
+@pytest.mark.parametrize(
+    ("asked", "served", "answered"),
+    [
+        pytest.param(..., "1", None, id="none-named"),
+        pytest.param("1", "1", None, id="the-served-one"),
+        pytest.param("2", "1", "version '2' is not served", id="another-version"),
+        pytest.param("2", None, None, id="worker-without-a-version"),
+    ],
+)
+def test_a_named_version_is_served_or_answered_model_not_found(
+    asked: Any, served: str | None, answered: str | None
+) -> None:
+    """A request for version 2 was answered ok by a worker of version 1."""
+    item = decode_record(
+        record(event(model_version=asked)),
+        tier="interactive",
+        config=MLP,
+        tokenize=None,
+        max_samples=8,
+        served_version=served,
+    )
+    if answered is None:
+        assert item.error is None
+    else:
+        assert isinstance(item.error, ModelNotFound)
+        assert answered in str(item.error)
+        assert "they serve version '1'" in str(item.error)
