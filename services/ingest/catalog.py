@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from infra.kafka import committed_offsets, make_consumer
-from infra.models.config import ModelConfig
+from infra.models.config import ModelConfig, ModelConfigError
 from infra.models.repository import ModelRepository
 from infra.tasks import cancel_and_wait
 from schemas.topics import TIERS, Tier, parse_request_topic, request_topic, worker_group
@@ -27,7 +27,13 @@ of distinct bad ones must not grow ingest's memory (the oldest is forgotten firs
 
 
 class CachedModelCatalog:
-    """Model configs read from disk at most every `refresh_s`; errors are re-raised each time."""
+    """Model configs read from disk at most every `refresh_s`; errors are re-raised each time.
+
+    A model.yaml that read well once and then does not (an edit half-written, a typo in a
+    live file) keeps its last good config, as the workers do, with a warning each time the
+    problem changes: every request for the model failing would punish its producers for an
+    operator's mistake. A model whose folder is gone is gone at once.
+    """
 
     def __init__(
         self,
@@ -45,6 +51,8 @@ class CachedModelCatalog:
         self._configs: dict[str, tuple[float, ModelConfig]] = {}
         self._misses: OrderedDict[str, tuple[float, Exception]] = OrderedDict()
         self._versions: dict[str, tuple[float, list[str]]] = {}
+        self._problems: dict[str, str] = {}
+        """Models served on their last good config: what is wrong with the file now."""
 
     def config(self, name: str) -> ModelConfig:
         now = time.monotonic()
@@ -52,14 +60,28 @@ class CachedModelCatalog:
         if cached is None or now - cached[0] > self.refresh_s:
             try:
                 config = self.repository.config(name)
+            except ModelConfigError as exc:
+                kept = self._configs.get(name)
+                if kept is None:
+                    self._remember_miss(name, now, exc)
+                    raise
+                if self._problems.get(name) != str(exc):
+                    log.warning(
+                        "event=model_config_unreadable model=%s keeping=last_good error=%s",
+                        name,
+                        exc,
+                    )
+                self._problems[name] = str(exc)
+                self._configs[name] = (now, kept[1])
+                return kept[1]
             except Exception as exc:  # remembered and re-raised for every request
                 self._configs.pop(name, None)
-                self._misses[name] = (now, exc)
-                self._misses.move_to_end(name)
-                while len(self._misses) > MISSES_KEPT:
-                    self._misses.popitem(last=False)
+                self._problems.pop(name, None)
+                self._remember_miss(name, now, exc)
                 raise
             config = served(config, self.served_tiers)
+            if self._problems.pop(name, None) is not None:
+                log.info("event=model_config_readable model=%s", name)
             self._misses.pop(name, None)
             self._configs[name] = (now, config)
             return config
@@ -67,6 +89,12 @@ class CachedModelCatalog:
             # Its old traceback dropped: raised again and again, it would keep growing.
             raise cached[1].with_traceback(None)
         return cached[1]
+
+    def _remember_miss(self, name: str, now: float, exc: Exception) -> None:
+        self._misses[name] = (now, exc)
+        self._misses.move_to_end(name)
+        while len(self._misses) > MISSES_KEPT:
+            self._misses.popitem(last=False)
 
     def knows(self, name: str) -> bool:
         """Whether `name` resolved to a model the last time it was looked up."""

@@ -275,6 +275,39 @@ def test_config_picks_up_a_fix_after_refresh(clock: Clock) -> None:
     assert catalog.config("x") is repository.result
 
 
+def test_a_live_config_gone_bad_keeps_the_last_good_one_until_fixed(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A typo in a live model.yaml failed every request for 15 s while the workers served."""
+    repository = CountingRepository()
+    good = repository.result
+    catalog = make_catalog(repository)
+    assert catalog.config("demo-mlp") is not None
+
+    repository.result = ModelConfigError("models/demo-mlp/model.yaml: rollout.share: <= 1")
+    for step in (5.1, 10.2, 15.3):
+        clock.now = 100.0 + step
+        assert catalog.config("demo-mlp").name == "demo-mlp"
+    warnings = [r for r in caplog.records if "model_config_unreadable" in r.getMessage()]
+    assert len(warnings) == 1, "said once while the problem stays the same"
+    assert "rollout.share" in warnings[0].getMessage()
+
+    repository.result = good
+    clock.now += 5.1
+    assert catalog.config("demo-mlp") is good
+    assert not catalog._problems
+
+
+def test_a_model_whose_folder_is_gone_is_not_kept(clock: Clock) -> None:
+    repository = CountingRepository()
+    catalog = make_catalog(repository)
+    catalog.config("demo-mlp")
+    repository.result = ModelNotFound("model 'demo-mlp' is not in the repository", model="x")
+    clock.now += 5.1
+    with pytest.raises(ModelNotFound):
+        catalog.config("demo-mlp")
+
+
 def test_versions_are_cached_per_refresh(clock: Clock) -> None:
     repository = CountingRepository()
     catalog = make_catalog(repository)
