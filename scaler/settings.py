@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,9 +19,9 @@ class ScalerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="INFERBUS_SCALER_", extra="ignore")
 
-    actuator: str = "auto"
+    actuator: Literal["auto", "local", "kubernetes", "compose"] = "auto"
     """`local`, `kubernetes`, `compose` or `auto` (Kubernetes inside a pod, else local)."""
-    policy: str = "slo"
+    policy: Literal["slo", "keda-lag", "hpa-util"] = "slo"
     """`slo` (ours), or the baselines `keda-lag` and `hpa-util`."""
     interval_s: float = Field(default=5.0, gt=0)
     """Seconds between collections and decisions."""

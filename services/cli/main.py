@@ -251,7 +251,11 @@ def up(
     from services.cli.stack import Stack, StackOptions
 
     setup_logging("WARNING")
-    scaler_settings = ScalerSettings()
+    # The children read their settings from this environment: a bad one is refused here,
+    # named, before anything starts (not left to a child's restart loop and its log).
+    ingest_settings(models)
+    worker_settings(None, None, models, None)
+    scaler_settings = load_settings(ScalerSettings)
     options = StackOptions(
         bootstrap=bootstrap,
         models_dir=models,

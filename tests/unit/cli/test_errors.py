@@ -138,6 +138,24 @@ def repo(tmp_path: Path) -> Path:
             id="worker-bad-setting",
         ),
         pytest.param(
+            ["up", "--duration", "1", "--log-dir", "up-logs"],
+            {"INFERBUS_INGEST_TENANT_LIMITS": '{"team-a": -1}'},
+            "error: INFERBUS_INGEST_TENANT_LIMITS (team-a.rate_rps): Input should be greater",
+            id="up-bad-ingest-setting",
+        ),
+        pytest.param(
+            ["up", "--duration", "1", "--log-dir", "up-logs"],
+            {"INFERBUS_WORKER_MAX_IN_HAND": "lots"},
+            "error: INFERBUS_WORKER_MAX_IN_HAND: Input should be a valid integer",
+            id="up-bad-worker-setting",
+        ),
+        pytest.param(
+            ["up", "--duration", "1", "--log-dir", "up-logs"],
+            {"INFERBUS_SCALER_POLICY": "nope"},
+            "error: INFERBUS_SCALER_POLICY: Input should be 'slo', 'keda-lag' or 'hpa-util'",
+            id="up-bad-scaler-policy",
+        ),
+        pytest.param(
             ["load", "--trace", "/nope/trace.csv", "--model", "demo-mlp"],
             {},
             "error: cannot read /nope/trace.csv: No such file or directory",
@@ -185,7 +203,7 @@ def test_real_commands_fail_in_one_line(
     monkeypatch.chdir(repo.parent)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    models = ["--models", str(repo)] if args[0] in ("infer", "load") else []
+    models = ["--models", str(repo)] if args[0] in ("infer", "load", "up") else []
     result = CliRunner().invoke(app, [*args, *models])
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith(expected), result.stderr
