@@ -30,19 +30,21 @@ def choose_lane(rollout: Effective, model: str, request: InferenceRequest) -> La
     return lane_for(model, key, rollout.share)
 
 
-def ready_groups(table: RegistryTable, now: datetime) -> frozenset[str]:
-    """Worker groups with at least one live member registered `ready` (pure)."""
-    return frozenset(
-        group
-        for record in table.instances.values()
-        if record.state == "ready" and is_live(record, now)
-        for group in (record.groups or [record.group])
-    )
+def ready_versions(table: RegistryTable, now: datetime) -> dict[str, frozenset[str | None]]:
+    """Worker group -> the versions its live members registered `ready` serve (pure)."""
+    found: dict[str, set[str | None]] = {}
+    for record in table.instances.values():
+        if record.state == "ready" and is_live(record, now):
+            for group in record.groups or [record.group]:
+                found.setdefault(group, set()).add(record.model_version)
+    return {group: frozenset(versions) for group, versions in found.items()}
 
 
 class LaneRouter:
     """Ingest's split: the rollout in force, and canary lanes only while a canary worker of
-    the tier is ready, so a canary that cannot load never holds a request."""
+    the tier is ready on the canary version, so a canary that cannot load never holds a
+    request (nor does the worker of the canary before it, which keeps serving its version
+    when the new one is refused)."""
 
     def __init__(
         self,
@@ -57,7 +59,7 @@ class LaneRouter:
         """() -> (a version that changes with the table, the registry table)."""
         self._recheck_s = recheck_s
         self._clock = clock
-        self._ready: frozenset[str] = frozenset()
+        self._ready: dict[str, frozenset[str | None]] = {}
         self._ready_at: tuple[int, float] | None = None
 
     def lane(self, request: InferenceRequest, config: ModelConfig, tier: Tier) -> Lane:
@@ -66,17 +68,19 @@ class LaneRouter:
             return "stable"
         rollout = effective(config.rollout, self._rollouts.get(config.name))
         lane = choose_lane(rollout, config.name, request)
-        if lane == "canary" and worker_group(config.name, tier, "canary") not in self._groups():
-            return "stable"
+        if lane == "canary":
+            serving = self._versions().get(worker_group(config.name, tier, "canary"), frozenset())
+            if rollout.canary not in serving:
+                return "stable"
         return lane
 
-    def _groups(self) -> frozenset[str]:
+    def _versions(self) -> dict[str, frozenset[str | None]]:
         # Recomputed when the registry changes, and every recheck_s (leases lapse silently):
         # never per request.
         version, table = self._registry()
         now = self._clock()
         last = self._ready_at
         if last is None or last[0] != version or now - last[1] >= self._recheck_s:
-            self._ready = ready_groups(table, datetime.now(UTC))
+            self._ready = ready_versions(table, datetime.now(UTC))
             self._ready_at = (version, now)
         return self._ready

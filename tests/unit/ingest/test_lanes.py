@@ -14,7 +14,7 @@ from schemas.request import InferenceRequest
 from schemas.rollout import RolloutRecord
 from schemas.telemetry import InstanceRecord
 from services.ingest.handlers import Route, handle_event
-from services.ingest.lanes import LaneRouter, choose_lane, ready_groups
+from services.ingest.lanes import LaneRouter, choose_lane, ready_versions
 from services.ingest.settings import IngestSettings
 from services.models.demo import mlp_config
 from tests.unit.ingest.conftest import (
@@ -71,9 +71,17 @@ def test_the_tenant_key_sends_a_tenants_requests_to_one_side() -> None:
     assert by_id == {"stable", "canary"}  # no tenant: its request id decides
 
 
-def instance(group: str, state: str, *, updated: datetime, lease_s: float = 6.0) -> InstanceRecord:
+def instance(
+    group: str,
+    state: str,
+    *,
+    updated: datetime,
+    lease_s: float = 6.0,
+    version: str | None = "2",
+) -> InstanceRecord:
     return InstanceRecord(
-        instance_id=f"w-{group}-{state}",
+        instance_id=f"w-{group}-{state}-{version}",
+        model_version=version,
         model="demo-mlp",
         tiers=["interactive"],
         group=group,
@@ -85,16 +93,29 @@ def instance(group: str, state: str, *, updated: datetime, lease_s: float = 6.0)
     )
 
 
-def test_ready_groups_are_live_ready_members_only() -> None:
+def test_ready_versions_are_those_of_live_ready_members_only() -> None:
     now = datetime.now(UTC)
     table = RegistryTable()
     for record in (
         instance("g-ready", "ready", updated=now),
+        instance("g-ready", "ready", updated=now, version="3"),
+        instance("g-ready", "warming", updated=now, version="4"),
         instance("g-warming", "warming", updated=now),
         instance("g-lapsed", "ready", updated=now - timedelta(seconds=60)),
     ):
         table = fold(table, record)
-    assert ready_groups(table, now) == {"g-ready"}
+    assert ready_versions(table, now) == {"g-ready": {"2", "3"}}
+
+
+def test_a_canary_worker_on_another_version_takes_no_requests() -> None:
+    """Canary 2 -> 3 and 3 refused to load: the worker kept serving 2 and took half the
+    requests, for a version no longer in the plan."""
+    registry = Registry()
+    router = LaneRouter(RolloutBook(), registry)
+    registry.add(instance(CANARY_GROUP, "ready", updated=datetime.now(UTC), version="1"))
+    assert router.lane(request(), CANARY_MLP, "interactive") == "stable"
+    registry.add(instance(CANARY_GROUP, "ready", updated=datetime.now(UTC), version="2"))
+    assert router.lane(request(), CANARY_MLP, "interactive") == "canary"
 
 
 class Registry:
