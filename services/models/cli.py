@@ -186,13 +186,21 @@ def _decide(
     *,
     share: float | None = None,
     reason: str | None = None,
+    force: bool = False,
 ) -> None:
-    """Publish a decision by hand; errors end the command with one line (the root group)."""
+    """Publish a decision by hand, checked against the one in force (`against_current`);
+    errors end the command with one line (the root group)."""
     from datetime import UTC, datetime
 
     from infra.models.repository import ModelRepository
     from services.cli.common import run, setup_logging
-    from services.models.rollout import manual_record, operator, publish_manual
+    from services.models.rollout import (
+        against_current,
+        current_decision,
+        manual_record,
+        operator,
+        publish_manual,
+    )
 
     setup_logging("WARNING", kafka_level="CRITICAL")
     config = ModelRepository(directory).config(model)
@@ -204,8 +212,16 @@ def _decide(
         share=share,
         reason=reason,
     )
-    run(publish_manual(bootstrap, record))
+
+    async def checked_then_published() -> str | None:
+        note = against_current(record, await current_decision(bootstrap, model), force=force)
+        await publish_manual(bootstrap, record)
+        return note
+
+    note = run(checked_then_published())
     console.print(f"published to inferbus.rollouts: {escape(record.line())}")
+    if note is not None:
+        console.print(f"note: {escape(note)}")
 
 
 @models_app.command("promote")
@@ -214,9 +230,12 @@ def promote(
     directory: DirOption = Path("models"),
     bootstrap: BootstrapOption = "127.0.0.1:9092",
     reason: ReasonOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Promote a canary the verdict rolled back.")
+    ] = False,
 ) -> None:
     """The canary becomes stable: stable workers switch to its version; the canary lane empties."""
-    _decide(model, directory, bootstrap, "promote", reason=reason)
+    _decide(model, directory, bootstrap, "promote", reason=reason, force=force)
 
 
 @models_app.command("rollback")

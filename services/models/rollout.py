@@ -11,11 +11,15 @@ import socket
 from datetime import datetime
 from typing import Literal
 
-from infra.kafka import make_producer, start_with_retry
+from aiokafka import TopicPartition
+
+from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.models.config import ModelConfig
 from infra.rollout.publish import publish_rollout
+from infra.rollout.state import RolloutBook
 from schemas.errors import InferbusError
 from schemas.rollout import RolloutRecord
+from schemas.topics import ROLLOUTS
 
 Action = Literal["promote", "rollback", "share"]
 
@@ -78,6 +82,68 @@ def manual_record(
         by=by,
         at=at,
     )
+
+
+def against_current(
+    record: RolloutRecord, current: RolloutRecord | None, *, force: bool = False
+) -> str | None:
+    """A note on a decision by hand, given the one in force (pure); RolloutRefused for one
+    that would undo more than it says or promote what the verdict rolled back (`force`
+    promotes anyway). None: nothing to say."""
+    if current is None or (current.stable, current.canary) != (record.stable, record.canary):
+        return None  # no decision yet for these versions: model.yaml's plan is in force
+    since = f"since {current.at:%Y-%m-%d %H:%M:%S} UTC, by {current.by}"
+    if record.state == "canary" and current.state == "promoted":
+        raise RolloutRefused(
+            f"model {record.model!r} is promoted ({since}): its stable workers serve the "
+            f"canary's version {record.canary!r}, and a share would send them back to "
+            f"{record.stable!r}. Roll back first (`inferbus models rollback {record.model}`) "
+            f"if that is what you mean, or keep it: rollout.stable: {record.canary!r} in "
+            "model.yaml",
+            model=record.model,
+        )
+    if record.state == "promoted" and current.state == "rolled_back" and current.by == "verdict":
+        if not force:
+            raise RolloutRefused(
+                f"model {record.model!r}: the verdict rolled canary {record.canary!r} back "
+                f"({since}): {current.reason}. Give it a share again and let it prove "
+                f"itself (`inferbus models share {record.model} S`), or promote anyway "
+                "with --force",
+                model=record.model,
+            )
+        return f"promoting over the verdict's rollback ({since}): {current.reason}"
+    if record.state == current.state != "canary":
+        return f"already {record.state.replace('_', ' ')} ({since}); published again"
+    return None
+
+
+async def current_decision(bootstrap: str, model: str) -> RolloutRecord | None:
+    """The decision in force for `model`: `inferbus.rollouts` read once to its end."""
+    consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id="inferbus-models")
+    book = RolloutBook()
+    try:
+        await start_with_retry(consumer.start, what="models-consumer", attempts=3)
+        if ROLLOUTS not in await consumer.topics():  # also fetches the topic's metadata
+            return None
+        partitions = [
+            TopicPartition(ROLLOUTS, p) for p in consumer.partitions_for_topic(ROLLOUTS) or ()
+        ]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        while True:
+            positions = {tp: await consumer.position(tp) for tp in partitions}
+            if all(positions[tp] >= end for tp, end in ends.items()):
+                break
+            batches = await consumer.getmany(*partitions, timeout_ms=1000)
+            if not batches:
+                break  # nothing more came within a second: what was read is what there is
+            for records in batches.values():
+                for record in records:
+                    book.observe(record.key, record.value)
+    finally:
+        await consumer.stop()
+    return book.get(model)
 
 
 async def publish_manual(bootstrap: str, record: RolloutRecord) -> None:

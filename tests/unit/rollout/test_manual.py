@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from infra.models.config import ModelConfig
 from services.cli.main import app
 from services.models.demo import mlp_config
-from services.models.rollout import RolloutRefused, manual_record, operator
+from services.models.rollout import RolloutRefused, against_current, manual_record, operator
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -120,3 +120,77 @@ def test_a_bad_canary_folder_is_refused_naming_the_setting(repo: Path) -> None:
     assert result.exit_code == 1
     assert "rollout.canary: version folder '2' does not exist" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+ACTION_OF: dict[str, Any] = {"promoted": "promote", "rolled_back": "rollback", "canary": "share"}
+
+
+def _current(state: str, by: str = "cli:you@there", canary: str = "2") -> Any:
+    return manual_record(
+        config({"stable": "1", "canary": canary, "share": 0.1}),
+        ACTION_OF[state],
+        at=AT,
+        by=by,
+        share=0.3 if state == "canary" else None,
+        reason="p99 2x stable's" if by == "verdict" else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("action", "current", "force", "outcome"),
+    [
+        pytest.param("share", None, False, None, id="nothing-in-force"),
+        pytest.param("share", _current("canary"), False, None, id="share-over-share"),
+        pytest.param(
+            "share",
+            _current("promoted"),
+            False,
+            "refused: would send them back",
+            id="share-undoes-a-promotion",
+        ),
+        pytest.param(
+            "share",
+            _current("promoted", canary="3"),
+            False,
+            None,
+            id="a-promotion-of-other-versions",
+        ),
+        pytest.param(
+            "promote",
+            _current("rolled_back", by="verdict"),
+            False,
+            "refused: the verdict rolled",
+            id="promote-over-the-verdict",
+        ),
+        pytest.param(
+            "promote",
+            _current("rolled_back", by="verdict"),
+            True,
+            "promoting over the verdict",
+            id="forced",
+        ),
+        pytest.param(
+            "promote", _current("rolled_back"), False, None, id="promote-after-a-manual-rollback"
+        ),
+        pytest.param(
+            "rollback", _current("rolled_back"), False, "already rolled back", id="rollback-twice"
+        ),
+        pytest.param(
+            "promote", _current("promoted"), False, "already promoted", id="promote-twice"
+        ),
+    ],
+)
+def test_a_decision_by_hand_against_the_one_in_force(
+    action: Any, current: Any, force: bool, outcome: str | None
+) -> None:
+    """`share` after `promote` sent the stable workers back without a word (rollout pass)."""
+    record = manual_record(CANARY, action, at=AT, by="cli:me@here", share=0.2)
+    if outcome is not None and outcome.startswith("refused: "):
+        with pytest.raises(RolloutRefused, match=outcome.removeprefix("refused: ")):
+            against_current(record, current, force=force)
+        return
+    note = against_current(record, current, force=force)
+    if outcome is None:
+        assert note is None
+    else:
+        assert note is not None and outcome in note
