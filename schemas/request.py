@@ -13,6 +13,8 @@ from schemas.topics import RESULTS, Tier, is_legal_topic, is_reply_topic
 
 MAX_TIMEOUT_MS = 2**31 - 1
 """The longest `timeout_ms`, as Kafka bounds its own millisecond settings."""
+TENANT_MAX_CHARS = 128
+"""The longest `tenant`."""
 
 RequestId = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/-]+$")
@@ -55,7 +57,7 @@ class InferenceRequest(BaseModel):
         description="Relative to `created_at` (else to receipt); at most 2^31-1 (24.8 days).",
     )
     reply_to: str = RESULTS
-    tenant: str | None = Field(default=None, max_length=128)
+    tenant: str | None = Field(default=None, max_length=TENANT_MAX_CHARS)
     created_at: datetime | None = Field(
         default=None,
         description="When the producer made it: an ISO 8601 date-time (no zone: UTC).",

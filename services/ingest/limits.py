@@ -17,7 +17,7 @@ class TenantLimit(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    rate_rps: float = Field(gt=0)
+    rate_rps: float = Field(gt=0, allow_inf_nan=False)
     """Requests per second the bucket refills with."""
     burst: int | None = Field(default=None, gt=0)
     """Bucket size, requests; None: one second's worth of the rate (at least 1)."""

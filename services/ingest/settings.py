@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from schemas.request import TENANT_MAX_CHARS
 from schemas.topics import TIERS, Tier
-from services.ingest.limits import TenantLimit, TenantLimiter
+from services.ingest.limits import NO_TENANT, TenantLimit, TenantLimiter
 
 
 class IngestSettings(BaseSettings):
@@ -60,7 +61,7 @@ class IngestSettings(BaseSettings):
     """Prometheus /metrics port; 0 turns it off."""
     instance_id: str | None = None
     """Stable id for logs and telemetry; default: host-pid."""
-    tenant_rate_rps: float | None = Field(default=None, gt=0)
+    tenant_rate_rps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     """Requests per second each tenant may send to this ingest instance (a token bucket);
     over it a request is answered `rejected_overload`. None: no default limit."""
     tenant_burst: int | None = Field(default=None, gt=0)
@@ -68,6 +69,21 @@ class IngestSettings(BaseSettings):
     tenant_limits: dict[str, TenantLimit] = Field(default_factory=dict)
     """Per-tenant limits over the default, JSON: `{"team-a": 100}` (req/s) or
     `{"team-a": {"rate_rps": 100, "burst": 400}}`; `(none)` names requests without a tenant."""
+
+    @field_validator("tenant_limits")
+    @classmethod
+    def _tenants_that_can_match(cls, limits: dict[str, TenantLimit]) -> dict[str, TenantLimit]:
+        for tenant in limits:
+            if not tenant:
+                raise ValueError(
+                    f"an empty tenant never matches: requests without one are named {NO_TENANT}"
+                )
+            if len(tenant) > TENANT_MAX_CHARS:
+                raise ValueError(
+                    f"tenant {tenant[:40]!r}… has {len(tenant)} characters and never matches: "
+                    f"a request's tenant has at most {TENANT_MAX_CHARS}"
+                )
+        return limits
 
     @model_validator(mode="after")
     def _burst_needs_rate(self) -> IngestSettings:

@@ -162,6 +162,20 @@ RATE, BURST, LIMITS = (f"INFERBUS_INGEST_TENANT_{n}" for n in ("RATE_RPS", "BURS
         ),
         pytest.param({LIMITS: "a=1"}, f"{LIMITS} is not valid: Expecting value", id="not-json"),
         pytest.param({BURST: "10"}, f"{BURST} is set without {RATE}", id="burst-alone"),
+        pytest.param({RATE: "inf"}, f"{RATE}: Input should be a finite number", id="infinite"),
+        pytest.param(
+            {LIMITS: '{"team-a": 1e400}'},
+            f"{LIMITS} (team-a.rate_rps): Input should be a finite number",
+            id="overflowing-override",
+        ),
+        pytest.param(
+            {LIMITS: '{"": 1}'}, f"{LIMITS}: an empty tenant never matches", id="empty-tenant"
+        ),
+        pytest.param(
+            {LIMITS: '{"' + "t" * 129 + '": 1}'},
+            f"{LIMITS}: tenant 'tttt",
+            id="tenant-too-long-to-match",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_variable(
