@@ -153,8 +153,19 @@ class LocalActuator(Actuator):
         self._supervise()
         async with state.lock:
             state.wanted = replicas
+            now = time.monotonic()
+            await self._settle_exits(group, state, now)
             running = self._reap(group)
-            if replicas > len(running):
+            if replicas > len(running) and now < state.next_restart_at:
+                # Crashing (a canary that cannot load): the supervisor starts them when the
+                # backoff ends. Spawning here on every tick bypassed it (a start every 5 s).
+                log.info(
+                    "event=scale_up_after_backoff group=%s wanted=%d in_s=%.1f",
+                    group,
+                    replicas,
+                    state.next_restart_at - now,
+                )
+            elif replicas > len(running):
                 for _ in range(replicas - len(running)):
                     # Spawn first, then append: `_reap` replaces the list while we await.
                     child = await self._spawn(group)
@@ -195,22 +206,27 @@ class LocalActuator(Actuator):
                     log.error("event=worker_restart_failed group=%s error=%s", group, exc)
                     state.next_restart_at = time.monotonic() + self._backoff[1]
 
+    async def _settle_exits(self, group: str, state: _Group, now: float) -> None:
+        """Children that exited unasked are said and dropped, and back the group off (under
+        `state.lock`); a group whose children have all run `healthy_after_s` starts over."""
+        dead = [c for c in state.children if not c.running]
+        for child in dead:
+            await self._exited(group, child)
+        # Not `if c.running`: one that died during the awaits above is handled next round.
+        state.children = [c for c in state.children if c not in dead]
+        if dead:
+            state.restarts += 1
+            delay = restart_delay_s(state.restarts, *self._backoff)
+            state.next_restart_at = max(state.next_restart_at, now + delay)
+        elif state.children and all(
+            now - c.started_at >= self._healthy_after_s for c in state.children
+        ):
+            state.restarts = 0
+
     async def _heal(self, group: str, state: _Group) -> None:
         now = time.monotonic()
         async with state.lock:
-            dead = [c for c in state.children if not c.running]
-            for child in dead:
-                await self._exited(group, child)
-            # Not `if c.running`: one that died during the awaits above is handled next round.
-            state.children = [c for c in state.children if c not in dead]
-            if dead:
-                state.restarts += 1
-                delay = restart_delay_s(state.restarts, *self._backoff)
-                state.next_restart_at = max(state.next_restart_at, now + delay)
-            elif state.children and all(
-                now - c.started_at >= self._healthy_after_s for c in state.children
-            ):
-                state.restarts = 0
+            await self._settle_exits(group, state, now)
             missing = state.wanted - len(state.children)
             if missing <= 0 or now < state.next_restart_at or self._closed:
                 return

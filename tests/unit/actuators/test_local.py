@@ -257,3 +257,28 @@ async def test_each_worker_gets_its_own_metrics_port(tmp_path: Path) -> None:
         await local.close()
     assert len(set(ports)) == 3, ports
     assert ports[0] >= base
+
+
+async def test_a_scaler_asking_every_tick_does_not_bypass_the_backoff(tmp_path: Path) -> None:
+    """A canary that cannot load was started again on every scaler tick ('0→1, kept at floor
+    1'), every 5 s for minutes, whatever the backoff said."""
+    starts = tmp_path / "starts"
+    local = LocalActuator(
+        "127.0.0.1:9092",
+        tmp_path / "models",
+        command=[
+            sys.executable,
+            "-c",
+            "import os, sys; open(os.environ['STARTS'], 'a').write('x'); sys.exit(3)",
+        ],
+        env={"STARTS": str(starts)},
+        restart_backoff_s=(0.3, 5.0),
+    )
+    try:
+        for _ in range(10):  # the scaler's ticks, each asking for 1 of a group that has 0
+            await local.scale(GROUP, 1, "test")
+            await asyncio.sleep(0.25)
+        # Backoff 0.3, 0.6, 1.2 s: at most 4 starts in 2.5 s; a start per tick made 10.
+        assert 1 <= len(starts.read_text()) <= 4
+    finally:
+        await local.close()
