@@ -219,7 +219,7 @@ class RolloutConfig(_Frozen):
     """The version stable workers serve (they never move to a newer folder by themselves)."""
     canary: str | None = Field(default=None, pattern=_VERSION_NAME)
     """The version canary workers serve, in their own groups; None: no canary."""
-    share: float = Field(default=0.0, ge=0, le=1)
+    share: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
     """The canary's share of requests, 0..1 (a runtime decision on inferbus.rollouts
     overrides it)."""
     key: RouteKey = "request_id"

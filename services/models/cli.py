@@ -195,6 +195,7 @@ def _decide(
     from infra.models.repository import ModelRepository
     from services.cli.common import run, setup_logging
     from services.models.rollout import (
+        RolloutRefused,
         against_current,
         current_decision,
         manual_record,
@@ -203,6 +204,8 @@ def _decide(
     )
 
     setup_logging("WARNING", kafka_level="CRITICAL")
+    if not directory.is_dir():
+        raise RolloutRefused(f"no model repository at {directory} (--dir)", model=model)
     config = ModelRepository(directory).config(model)
     record = manual_record(
         config,
@@ -249,7 +252,7 @@ def rollback(
     _decide(model, directory, bootstrap, "rollback", reason=reason)
 
 
-@models_app.command("share")
+@models_app.command("share", context_settings={"ignore_unknown_options": True})
 def set_share(
     model: Annotated[str, typer.Argument(help="Model with a canary.")],
     share: Annotated[float, typer.Argument(help="The canary's share of requests, 0..1.")],

@@ -17,6 +17,9 @@ CASES = [
     pytest.param({**GOOD, "share": 1.5}, "rollout.share: Input should be less than", id="share>1"),
     pytest.param({**GOOD, "share": -0.1}, "rollout.share: Input should be greater", id="share<0"),
     pytest.param({**GOOD, "share": "most"}, "rollout.share", id="share-not-a-number"),
+    pytest.param(
+        {**GOOD, "share": float("nan")}, "rollout.share: Input should be a finite", id="share-nan"
+    ),
     pytest.param({**GOOD, "canary": "1"}, "rollout.canary '1' is rollout.stable", id="same"),
     pytest.param({**GOOD, "canary": "3"}, "rollout.canary: version folder '3'", id="no-canary"),
     pytest.param({**GOOD, "stable": "0"}, "rollout.stable: version folder '0'", id="no-stable"),

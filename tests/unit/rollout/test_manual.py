@@ -194,3 +194,37 @@ def test_a_decision_by_hand_against_the_one_in_force(
         assert note is None
     else:
         assert note is not None and outcome in note
+
+
+@pytest.fixture
+def canary_repo(repo: Path) -> Path:
+    path = repo / "demo-mlp" / "model.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["rollout"] = {"stable": "1", "canary": "2", "share": 0.1}
+    path.write_text(yaml.safe_dump(raw))
+    (repo / "demo-mlp" / "2").mkdir()
+    return repo
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param(
+            ["share", "demo-mlp", "-0.1"], "error: share must be between 0 and 1", id="negative"
+        ),
+        pytest.param(
+            ["promote", "demo-mlp", "--dir", "/nope/models"],
+            "error: no model repository at /nope/models (--dir)",
+            id="no-repository",
+        ),
+    ],
+)
+def test_the_commands_say_what_is_wrong_before_any_broker(
+    canary_repo: Path, args: list[str], expected: str
+) -> None:
+    """A negative share read as an option ('No such option: -0'); a missing --dir said the
+    model was not in the repository."""
+    where = [] if "--dir" in args else ["--dir", str(canary_repo)]
+    result = CliRunner().invoke(app, ["models", *args, *where, "--bootstrap", "127.0.0.1:1"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(expected), result.stderr
