@@ -227,6 +227,24 @@ def _decide(
         console.print(f"note: {escape(note)}")
 
 
+@models_app.command("status")
+def rollout_status(
+    model: Annotated[str, typer.Argument(help="Model whose rollout to show.")],
+    directory: DirOption = Path("models"),
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
+) -> None:
+    """The rollout plan (model.yaml), the decision on inferbus.rollouts and what is in force."""
+    from infra.models.repository import ModelRepository
+    from services.cli.common import run, setup_logging
+    from services.models.rollout import current_decision, status_lines
+
+    setup_logging("WARNING", kafka_level="CRITICAL")
+    config = ModelRepository(directory).config(model)
+    decision = run(current_decision(bootstrap, model)) if config.rollout is not None else None
+    for line in status_lines(config, decision):
+        console.print(escape(line))
+
+
 @models_app.command("promote")
 def promote(
     model: Annotated[str, typer.Argument(help="Model whose canary becomes stable.")],

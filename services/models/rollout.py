@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.models.config import ModelConfig
 from infra.rollout.publish import publish_rollout
-from infra.rollout.state import RolloutBook
+from infra.rollout.state import RolloutBook, effective
 from schemas.errors import InferbusError
 from schemas.rollout import RolloutRecord
 from schemas.topics import ROLLOUTS
@@ -115,6 +115,34 @@ def against_current(
     if record.state == current.state != "canary":
         return f"already {record.state.replace('_', ' ')} ({since}); published again"
     return None
+
+
+def status_lines(config: ModelConfig, decision: RolloutRecord | None) -> list[str]:
+    """The rollout plan in model.yaml, the decision on inferbus.rollouts, and what is in
+    force from the two (pure): what `inferbus models status` prints."""
+    plan = config.rollout
+    if plan is None:
+        return [f"{config.name}: no rollout block: every worker serves the newest version"]
+    lines = [
+        f"plan (model.yaml): stable {plan.stable}"
+        + (f", canary {plan.canary} at share {plan.share:g}" if plan.canary else ", no canary")
+    ]
+    if decision is None:
+        lines.append("decision (inferbus.rollouts): none")
+    else:
+        applies = (decision.stable, decision.canary) == (plan.stable, plan.canary)
+        lines.append(
+            f"decision (inferbus.rollouts): {decision.line()} at "
+            f"{decision.at:%Y-%m-%d %H:%M:%S} UTC"
+            + ("" if applies else " (made for other versions: the plan is in force)")
+        )
+    now = effective(plan, decision)
+    lines.append(
+        f"in force: stable workers serve {now.stable}"
+        + (f", canary {now.canary} takes share {now.share:g}" if now.canary else "")
+        + f" ({now.state})"
+    )
+    return lines
 
 
 async def current_decision(bootstrap: str, model: str) -> RolloutRecord | None:

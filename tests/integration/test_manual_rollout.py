@@ -51,3 +51,5 @@ async def test_share_after_promote_is_refused_and_a_repeat_is_said(
     assert "would send them back to '1'" in err and err.count("\n") == 1
     code, out, _ = await asyncio.to_thread(_models, ["promote", name], repo, broker)
     assert code == 0 and "note: already promoted" in out
+    code, out, _ = await asyncio.to_thread(_models, ["status", name], repo, broker)
+    assert code == 0 and "in force: stable workers serve 2" in out, out

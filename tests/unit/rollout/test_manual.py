@@ -14,7 +14,13 @@ from typer.testing import CliRunner
 from infra.models.config import ModelConfig
 from services.cli.main import app
 from services.models.demo import mlp_config
-from services.models.rollout import RolloutRefused, against_current, manual_record, operator
+from services.models.rollout import (
+    RolloutRefused,
+    against_current,
+    manual_record,
+    operator,
+    status_lines,
+)
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -228,3 +234,35 @@ def test_the_commands_say_what_is_wrong_before_any_broker(
     result = CliRunner().invoke(app, ["models", *args, *where, "--bootstrap", "127.0.0.1:1"])
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith(expected), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "decision", "expected"),
+    [
+        pytest.param(config(None), None, ["no rollout block"], id="no-rollout"),
+        pytest.param(
+            CANARY,
+            None,
+            ["canary 2 at share 0.1", "none", "stable workers serve 1, canary 2 takes share 0.1"],
+            id="plan-alone",
+        ),
+        pytest.param(
+            CANARY,
+            _current("promoted"),
+            ["promoted (stable 1, canary 2", "stable workers serve 2", "(promoted)"],
+            id="promoted",
+        ),
+        pytest.param(
+            CANARY,
+            _current("promoted", canary="3"),
+            ["made for other versions", "stable workers serve 1, canary 2 takes share 0.1"],
+            id="a-decision-for-other-versions",
+        ),
+    ],
+)
+def test_status_says_plan_decision_and_what_is_in_force(
+    model: ModelConfig, decision: Any, expected: list[str]
+) -> None:
+    text = "\n".join(status_lines(model, decision))
+    for part in expected:
+        assert part in text, text
