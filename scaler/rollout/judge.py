@@ -87,7 +87,18 @@ class RolloutJudge:
         if now.state != "canary" or now.share <= 0:
             self.verdicts.pop(name, None)
             return None
-        verdict = judge(stable, canary, rollout.verdict)
+        half = window_s / 2
+        halves = (
+            (
+                self.windows.stats(name, now.stable, window_s, ended_s_ago=half),
+                self.windows.stats(name, now.canary, window_s, ended_s_ago=half),
+            ),
+            (
+                self.windows.stats(name, now.stable, half),
+                self.windows.stats(name, now.canary, half),
+            ),
+        )
+        verdict = judge(stable, canary, rollout.verdict, halves=halves)
         previous = self.verdicts.get(name)
         self.verdicts[name] = verdict
         if verdict.action != "rollback":

@@ -92,13 +92,19 @@ class VersionWindows:
                 slot.e2e.merge(histogram)
         self._expire(now)
 
-    def stats(self, model: str, version: str, window_s: float) -> VersionStats:
-        """The version's results over the last `window_s` (at most `retain_s`)."""
-        oldest = math.floor((self._clock() - min(window_s, self.retain_s)) / self.slot_s)
+    def stats(
+        self, model: str, version: str, window_s: float, *, ended_s_ago: float = 0.0
+    ) -> VersionStats:
+        """The version's results over the last `window_s` (at most `retain_s`), or over the
+        part of it that ended `ended_s_ago` (its older stretch: with `window_s / 2`, the
+        older half; `stats(..., window_s / 2)` is the newer)."""
+        now = self._clock()
+        oldest = math.floor((now - min(window_s, self.retain_s)) / self.slot_s)
+        newest = math.floor((now - ended_s_ago) / self.slot_s) if ended_s_ago > 0 else math.inf
         results: Counter[str] = Counter()
         e2e: LatencyHistogram | None = None
         for index, slot in self._slots.get((model, version), {}).items():
-            if index < oldest:
+            if not oldest <= index < newest:
                 continue
             results.update(slot.results)
             if slot.e2e is not None:

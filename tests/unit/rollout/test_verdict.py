@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from infra.models.config import VerdictConfig
@@ -75,3 +77,30 @@ def test_waiting_says_how_many_results_are_missing() -> None:
 
 def test_error_rate_of_no_results_is_zero() -> None:
     assert VersionStats(0, 0, None).error_rate == 0.0
+
+
+SLOW = (stats(500), stats(50, p99_ms=200))
+"""A half where the canary's p99 is 10x stable's."""
+CALM = (stats(500), stats(50, p99_ms=21))
+FEW = (stats(500), stats(10, p99_ms=21))
+
+
+@pytest.mark.parametrize(
+    ("halves", "action"),
+    [
+        pytest.param((SLOW, SLOW), "rollback", id="slow-all-along"),
+        pytest.param((CALM, SLOW), "keep", id="a-restart-in-the-newer-half"),
+        pytest.param((SLOW, CALM), "keep", id="a-restart-in-the-older-half"),
+        pytest.param((FEW, SLOW), "rollback", id="a-half-of-too-few-results-cannot-excuse"),
+        pytest.param(None, "rollback", id="no-halves-known"),
+    ],
+)
+def test_a_p99_breach_in_one_half_of_the_window_is_a_moment_not_the_version(
+    halves: Any, action: str
+) -> None:
+    """A healthy canary whose worker crashed was rolled back for the queue the restart left
+    (p99 2.2x stable's, no errors)."""
+    verdict = judge(stats(1000), stats(100, p99_ms=190), CONFIG, halves=halves)
+    assert verdict.action == action, verdict.reason
+    if action == "keep":
+        assert "a moment's delay" in verdict.reason and "half" in verdict.reason

@@ -84,6 +84,18 @@ def test_only_the_window_counts_and_old_slots_expire() -> None:
     assert windows.stats("m", "1", 600).requests == 8  # the 900 s slot has expired
 
 
+def test_the_halves_of_a_window_split_its_results() -> None:
+    clock = Clock(1000.0)
+    windows = VersionWindows(retain_s=600, slot_s=5, clock=clock)
+    windows.apply(heartbeat(945, "2", {"ok": 20}, [500.0] * 20))  # older half: a restart
+    windows.apply(heartbeat(985, "2", {"ok": 30}, [20.0] * 30))
+    whole, older = windows.stats("m", "2", 60), windows.stats("m", "2", 60, ended_s_ago=30)
+    newer = windows.stats("m", "2", 30)
+    assert (whole.requests, older.requests, newer.requests) == (50, 20, 30)
+    assert older.p99_ms == pytest.approx(500.0, rel=0.02)
+    assert newer.p99_ms == pytest.approx(20.0, rel=0.02)
+
+
 @pytest.mark.parametrize(
     "beat",
     [
