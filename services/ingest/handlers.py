@@ -33,7 +33,7 @@ from schemas.request import InferenceRequest
 from schemas.result import InferenceResult, Timings, error_result
 from schemas.topics import Lane, Tier, ingest_topic, request_topic
 from services.ingest.lanes import LaneRouter
-from services.ingest.limits import TenantLimiter
+from services.ingest.limits import TenantLimiter, bucket_time
 from services.ingest.settings import IngestSettings
 
 
@@ -272,7 +272,7 @@ def _route(
             tenant=request.tenant,
         )
     if limiter is not None:
-        _check_tenant_rate(limiter, request.tenant, now)
+        _check_tenant_rate(limiter, request.tenant, bucket_time(produced_at, now))
     validate_inputs(
         request,
         config,
@@ -322,9 +322,9 @@ def _route(
     return Route(topic, request.request_id.encode(), value, headers, request)
 
 
-def _check_tenant_rate(limiter: TenantLimiter, tenant: str | None, now: datetime) -> None:
-    """Overloaded when the tenant's token bucket is empty."""
-    verdict = limiter.admit(tenant, now)
+def _check_tenant_rate(limiter: TenantLimiter, tenant: str | None, at: datetime) -> None:
+    """Overloaded when the tenant's token bucket is empty at `at` (`bucket_time`)."""
+    verdict = limiter.admit(tenant, at)
     if verdict is None or verdict.allowed:
         return
     limit = verdict.limit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -33,6 +33,22 @@ class TenantLimit(BaseModel):
     def capacity(self) -> float:
         """Requests the bucket holds when full."""
         return float(self.burst) if self.burst is not None else max(self.rate_rps, 1.0)
+
+
+RECORD_TIME_CREDIT_S = 60.0
+"""How far back a record's own timestamp may date the token it takes (`bucket_time`)."""
+
+
+def bucket_time(arrived: datetime, now: datetime) -> datetime:
+    """The time a request takes its token at: when its record arrived (its Kafka timestamp),
+    but no earlier than `RECORD_TIME_CREDIT_S` before ingest's clock.
+
+    On ingest's clock alone, the records that waited out an ingest restart arrived all at
+    once and a tenant within its limit was told it was over it. A bucket's time never goes
+    back, so a producer that back-dates its records gains at most that credit's worth of
+    its rate on top of the burst, once per idle stretch: never more than its rate over time.
+    """
+    return max(arrived, now - timedelta(seconds=RECORD_TIME_CREDIT_S))
 
 
 @dataclass(frozen=True, slots=True)

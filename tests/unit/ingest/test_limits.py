@@ -8,7 +8,7 @@ import pytest
 
 from services.cli.common import SettingsInvalid, load_settings
 from services.ingest.handlers import Answer, Route, handle_event
-from services.ingest.limits import NO_TENANT, TenantLimit, TenantLimiter
+from services.ingest.limits import NO_TENANT, RECORD_TIME_CREDIT_S, TenantLimit, TenantLimiter
 from services.ingest.settings import IngestSettings
 from tests.unit.ingest.conftest import NOW, PRODUCED_AT, FakeCatalog, encode, mlp_event
 
@@ -239,3 +239,47 @@ def test_an_unauthorized_tenant_is_refused_before_it_spends_tokens(
     )
     assert isinstance(outcome, Answer) and outcome.result.status == "unauthorized"
     assert len(limiter) == 0
+
+
+def _sent_at(
+    catalog: FakeCatalog,
+    settings: IngestSettings,
+    limiter: TenantLimiter,
+    sent: list[datetime],
+    now: datetime,
+) -> int:
+    """Requests of team-a, each sent (its record timestamp) at `sent`, all handled at `now`;
+    returns how many were routed."""
+    routed = 0
+    for i, at in enumerate(sent):
+        outcome = handle_event(
+            encode(mlp_event(request_id=f"r-{now.timestamp()}-{i}", tenant="team-a")),
+            produced_at=at,
+            catalog=catalog,
+            settings=settings,
+            now=now,
+            limiter=limiter,
+        )
+        routed += isinstance(outcome, Route)
+    return routed
+
+
+def test_records_that_waited_out_an_ingest_restart_count_when_they_were_sent(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    """A tenant at 4/s under a 5/s limit was refused after ingest restarted: what waited for
+    it arrived at once on ingest's clock."""
+    limiter = TenantLimiter(None, {"team-a": TenantLimit(rate_rps=5)})
+    sent = [NOW + timedelta(seconds=i / 4) for i in range(24)]  # 6 s at 4/s
+    assert _sent_at(catalog, settings, limiter, sent, NOW + timedelta(seconds=9)) == 24
+
+
+def test_back_dating_gains_at_most_the_credit_once(
+    catalog: FakeCatalog, settings: IngestSettings
+) -> None:
+    limiter = TenantLimiter(None, {"team-a": TenantLimit(rate_rps=1, burst=1)})
+    hour_ago = NOW - timedelta(hours=1)
+    forged = [hour_ago + timedelta(seconds=i) for i in range(3600)]  # a second apart
+    first = _sent_at(catalog, settings, limiter, forged, NOW)
+    assert first <= 1 + RECORD_TIME_CREDIT_S + 1
+    assert _sent_at(catalog, settings, limiter, forged, NOW) == 0  # its bucket is at NOW now
