@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from aiokafka import TopicPartition
+
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry, stop_consume_loop
 from infra.log_end import LogEndProbe, rewind_restarted_logs
@@ -36,6 +38,32 @@ back without its logs): one ListOffsets request a feed."""
 
 RecordFold = Callable[[bytes | None, bytes | None], None]
 """Called with each record's key and value, in order per partition."""
+
+
+async def read_to_end(bootstrap: str, topic: str, fold: RecordFold, *, client_id: str) -> bool:
+    """Fold every record of `topic` from its start to its end as of now, once (a command's
+    look at a compacted topic); False when the topic does not exist."""
+    consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id=client_id)
+    try:
+        await start_with_retry(consumer.start, what=client_id, attempts=3)
+        if topic not in await consumer.topics():  # also fetches the topic's metadata
+            return False
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        while True:
+            positions = {tp: await consumer.position(tp) for tp in partitions}
+            if all(positions[tp] >= end for tp, end in ends.items()):
+                return True
+            batches = await consumer.getmany(*partitions, timeout_ms=1000)
+            if not batches:
+                return True  # nothing more came within a second: what was read is all
+            for records in batches.values():
+                for record in records:
+                    fold(record.key, record.value)
+    finally:
+        await consumer.stop()
 
 
 class TopicFeed:

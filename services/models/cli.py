@@ -197,6 +197,7 @@ def _decide(
     from services.models.rollout import (
         RolloutRefused,
         against_current,
+        canary_serving,
         current_decision,
         manual_record,
         operator,
@@ -217,7 +218,11 @@ def _decide(
     )
 
     async def checked_then_published() -> str | None:
-        note = against_current(record, await current_decision(bootstrap, model), force=force)
+        ready = (
+            await canary_serving(bootstrap, model, record.canary) if action == "promote" else None
+        )
+        current = await current_decision(bootstrap, model)
+        note = against_current(record, current, canary_ready=ready, force=force)
         await publish_manual(bootstrap, record)
         return note
 
@@ -252,7 +257,10 @@ def promote(
     bootstrap: BootstrapOption = "127.0.0.1:9092",
     reason: ReasonOption = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Promote a canary the verdict rolled back.")
+        bool,
+        typer.Option(
+            "--force", help="Promote a canary no worker serves, or one the verdict rolled back."
+        ),
     ] = False,
 ) -> None:
     """The canary becomes stable: stable workers switch to its version; the canary lane empties."""

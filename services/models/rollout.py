@@ -6,20 +6,24 @@ the workers and the scaler fold it over model.yaml (`infra.rollout.state.effecti
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import socket
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
-from aiokafka import TopicPartition
+from pydantic import ValidationError
 
-from infra.kafka import make_consumer, make_producer, start_with_retry
+from infra.feed import read_to_end
+from infra.kafka import make_producer, start_with_retry
 from infra.models.config import ModelConfig
+from infra.registry import RegistryTable, decode, live_instances
+from infra.registry import fold as fold_record
 from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
 from schemas.errors import InferbusError
 from schemas.rollout import RolloutRecord
-from schemas.topics import ROLLOUTS
+from schemas.topics import INSTANCES, ROLLOUTS, TIERS, worker_group
 
 Action = Literal["promote", "rollback", "share"]
 
@@ -85,13 +89,41 @@ def manual_record(
 
 
 def against_current(
-    record: RolloutRecord, current: RolloutRecord | None, *, force: bool = False
+    record: RolloutRecord,
+    current: RolloutRecord | None,
+    *,
+    canary_ready: bool | None = None,
+    force: bool = False,
 ) -> str | None:
-    """A note on a decision by hand, given the one in force (pure); RolloutRefused for one
-    that would undo more than it says or promote what the verdict rolled back (`force`
-    promotes anyway). None: nothing to say."""
-    if current is None or (current.stable, current.canary) != (record.stable, record.canary):
-        return None  # no decision yet for these versions: model.yaml's plan is in force
+    """A note on a decision by hand, given the one in force and whether a canary worker is
+    ready on the canary version (pure); RolloutRefused for one that would undo more than it
+    says, or promote a canary no worker serves or the verdict rolled back (`force` promotes
+    anyway). None: nothing to say."""
+    notes: list[str] = []
+    if record.state == "promoted" and canary_ready is False:
+        unseen = (
+            f"no canary worker of model {record.model!r} is ready on version "
+            f"{record.canary!r} (it never came up, or is gone): promoted, the stable workers "
+            "would move to a version that has served nothing here"
+        )
+        if not force:
+            raise RolloutRefused(
+                f"{unseen}. Start it first (`inferbus worker --lane canary`, or a share), or "
+                "promote anyway with --force",
+                model=record.model,
+            )
+        notes.append(f"{unseen}; promoted anyway")
+    same_versions = current is not None and (current.stable, current.canary) == (
+        record.stable,
+        record.canary,
+    )
+    if current is not None and same_versions:
+        notes.extend(_against_decision(record, current, force=force))
+    return "; ".join(notes) or None
+
+
+def _against_decision(record: RolloutRecord, current: RolloutRecord, *, force: bool) -> list[str]:
+    """`against_current` for a decision made for the same versions (model.yaml unchanged)."""
     since = f"since {current.at:%Y-%m-%d %H:%M:%S} UTC, by {current.by}"
     if record.state == "canary" and current.state == "promoted":
         raise RolloutRefused(
@@ -111,10 +143,10 @@ def against_current(
                 "with --force",
                 model=record.model,
             )
-        return f"promoting over the verdict's rollback ({since}): {current.reason}"
+        return [f"promoting over the verdict's rollback ({since}): {current.reason}"]
     if record.state == current.state != "canary":
-        return f"already {record.state.replace('_', ' ')} ({since}); published again"
-    return None
+        return [f"already {record.state.replace('_', ' ')} ({since}); published again"]
+    return []
 
 
 def status_lines(config: ModelConfig, decision: RolloutRecord | None) -> list[str]:
@@ -147,31 +179,32 @@ def status_lines(config: ModelConfig, decision: RolloutRecord | None) -> list[st
 
 async def current_decision(bootstrap: str, model: str) -> RolloutRecord | None:
     """The decision in force for `model`: `inferbus.rollouts` read once to its end."""
-    consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id="inferbus-models")
     book = RolloutBook()
-    try:
-        await start_with_retry(consumer.start, what="models-consumer", attempts=3)
-        if ROLLOUTS not in await consumer.topics():  # also fetches the topic's metadata
-            return None
-        partitions = [
-            TopicPartition(ROLLOUTS, p) for p in consumer.partitions_for_topic(ROLLOUTS) or ()
-        ]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
-        while True:
-            positions = {tp: await consumer.position(tp) for tp in partitions}
-            if all(positions[tp] >= end for tp, end in ends.items()):
-                break
-            batches = await consumer.getmany(*partitions, timeout_ms=1000)
-            if not batches:
-                break  # nothing more came within a second: what was read is what there is
-            for records in batches.values():
-                for record in records:
-                    book.observe(record.key, record.value)
-    finally:
-        await consumer.stop()
+    await read_to_end(bootstrap, ROLLOUTS, book.observe, client_id="inferbus-models")
     return book.get(model)
+
+
+async def canary_serving(bootstrap: str, model: str, version: str) -> bool:
+    """Whether a live canary worker of `model` is registered ready on `version`
+    (`inferbus.instances` read once to its end)."""
+    table = RegistryTable()
+
+    def fold(_key: bytes | None, value: bytes | None) -> None:
+        nonlocal table
+        with contextlib.suppress(ValidationError):  # not an instance record: not a canary
+            record = decode(value)
+            if record is not None:
+                table = fold_record(table, record)
+
+    await read_to_end(bootstrap, INSTANCES, fold, client_id="inferbus-models")
+    groups = {worker_group(model, tier, "canary") for tier in TIERS}
+    now = datetime.now(UTC)
+    return any(
+        record.state == "ready"
+        and record.model_version == version
+        and not groups.isdisjoint(record.groups or [record.group])
+        for record in live_instances(table, now).values()
+    )
 
 
 async def publish_manual(bootstrap: str, record: RolloutRecord) -> None:

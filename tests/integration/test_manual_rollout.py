@@ -43,13 +43,15 @@ async def test_share_after_promote_is_refused_and_a_repeat_is_said(
     repo = tmp_path / "models"
     name = canary_model(repo, canary_sim="a_ms: 2\n", share=0.2)
     await ensure_topics(broker, repository_topics(ModelRepository(repo)))
-    code, out, err = await asyncio.to_thread(_models, ["promote", name], repo, broker)
-    assert code == 0 and "promoted" in out and "note:" not in out, err
+    code, _, err = await asyncio.to_thread(_models, ["promote", name], repo, broker)
+    assert code == 1 and "no canary worker" in err and "--force" in err, err
+    code, out, err = await asyncio.to_thread(_models, ["promote", name, "--force"], repo, broker)
+    assert code == 0 and "promoted" in out and "promoted anyway" in out, err
     code, _, err = await asyncio.to_thread(_models, ["share", name, "0.2"], repo, broker)
     assert code == 1
     assert err.startswith(f"error: model {name!r} is promoted"), err
     assert "would send them back to '1'" in err and err.count("\n") == 1
-    code, out, _ = await asyncio.to_thread(_models, ["promote", name], repo, broker)
-    assert code == 0 and "note: already promoted" in out
+    code, out, _ = await asyncio.to_thread(_models, ["promote", name, "--force"], repo, broker)
+    assert code == 0 and "already promoted" in out
     code, out, _ = await asyncio.to_thread(_models, ["status", name], repo, broker)
     assert code == 0 and "in force: stable workers serve 2" in out, out

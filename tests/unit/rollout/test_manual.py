@@ -266,3 +266,26 @@ def test_status_says_plan_decision_and_what_is_in_force(
     text = "\n".join(status_lines(model, decision))
     for part in expected:
         assert part in text, text
+
+
+@pytest.mark.parametrize(
+    ("ready", "force", "outcome"),
+    [
+        pytest.param(True, False, None, id="a-canary-worker-serves-it"),
+        pytest.param(None, False, None, id="not-asked"),
+        pytest.param(False, False, "refused: no canary worker", id="none-serves-it"),
+        pytest.param(False, True, "promoted anyway", id="forced"),
+    ],
+)
+def test_promoting_a_canary_no_worker_serves(
+    ready: bool | None, force: bool, outcome: str | None
+) -> None:
+    """`promote` of a canary that never came up exited 0: the stable workers then moved to
+    a version that had served nothing."""
+    record = manual_record(CANARY, "promote", at=AT, by="cli:me@here")
+    if outcome is not None and outcome.startswith("refused: "):
+        with pytest.raises(RolloutRefused, match=outcome.removeprefix("refused: ")):
+            against_current(record, None, canary_ready=ready, force=force)
+        return
+    note = against_current(record, None, canary_ready=ready, force=force)
+    assert note == outcome or (outcome is not None and note is not None and outcome in note)
