@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from infra.feed import read_to_end
 from infra.kafka import make_producer, start_with_retry
 from infra.models.config import ModelConfig
-from infra.registry import RegistryTable, decode, live_instances
+from infra.registry import RegistryTable, decode, live_instances, tombstone
 from infra.registry import fold as fold_record
 from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
@@ -113,11 +113,8 @@ def against_current(
                 model=record.model,
             )
         notes.append(f"{unseen}; promoted anyway")
-    same_versions = current is not None and (current.stable, current.canary) == (
-        record.stable,
-        record.canary,
-    )
-    if current is not None and same_versions:
+    # A decision made for other versions is not in force (model.yaml moved on): no word.
+    if current is not None and (current.stable, current.canary) == (record.stable, record.canary):
         notes.extend(_against_decision(record, current, force=force))
     return "; ".join(notes) or None
 
@@ -189,9 +186,14 @@ async def canary_serving(bootstrap: str, model: str, version: str) -> bool:
     (`inferbus.instances` read once to its end)."""
     table = RegistryTable()
 
-    def fold(_key: bytes | None, value: bytes | None) -> None:
+    def fold(key: bytes | None, value: bytes | None) -> None:
         nonlocal table
-        with contextlib.suppress(ValidationError):  # not an instance record: not a canary
+        if value is None:  # a tombstone: the instance is forgotten
+            if key is not None:
+                table = tombstone(table, key.decode(errors="replace"))
+            return
+        # A record this version cannot read (another release's) says nothing of this canary.
+        with contextlib.suppress(ValidationError):
             record = decode(value)
             if record is not None:
                 table = fold_record(table, record)
