@@ -309,6 +309,11 @@ class IngestService:
         dead-letters every record of it. Either way each record is answered, its offset
         can be committed and a rebalance can drain it: nothing waits for a restart.
         """
+        if self.limiter.active:
+            # Tokens are taken at each record's own time (`limits.bucket_time`), so in time
+            # order: a backlog fetched partition by partition is judged as it was sent. The
+            # requests are independent; only who gets a token depends on the order.
+            records = sorted(records, key=lambda record: record.timestamp)
         epochs = [self.offsets.polled(r.topic, r.partition, r.offset) for r in records]
         outcomes: list[Outcome] = []
         try:

@@ -101,9 +101,14 @@ async def stack(broker: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncI
         return engine
 
     greedy = TenantLimit(rate_rps=0.1, burst=2)
+    steady = TenantLimit(rate_rps=1, burst=1)
     ingest = IngestService(
         broker,
-        IngestSettings(models_dir=models, queue_refresh_ms=200, tenant_limits={"greedy": greedy}),
+        IngestSettings(
+            models_dir=models,
+            queue_refresh_ms=200,
+            tenant_limits={"greedy": greedy, "steady": steady},
+        ),
     )
     await ingest.start()
     mlp = Worker(
@@ -351,6 +356,36 @@ async def test_a_tenant_over_its_rate_limit_is_answered_overloaded(stack: Stack)
     assert len(refused) == 6 - statuses.count("ok"), statuses
     assert all(r.error is not None and "greedy" in r.error.message for r in refused)
     assert other.status == "ok"  # other tenants keep their own buckets
+
+
+async def test_a_backlog_within_a_tenants_limit_is_judged_as_it_was_sent(stack: Stack) -> None:
+    """A tenant within its limit was refused after an ingest restart: what waited for ingest
+    arrived at once on its clock. Here 12 requests of tenant `steady` (1/s, burst 1), one
+    every 1.25 s by their record timestamps, reach ingest together on several partitions."""
+    x = np.ones((1, 16), dtype=np.float32)
+    start_ms = int(time.time() * 1000) - 20_000
+    sent = {f"steady-{uuid.uuid4().hex}": start_ms + i * 1250 for i in range(12)}
+    results = await reply_consumer(stack.bootstrap, RESULTS)
+    producer = make_producer(stack.bootstrap)
+    await producer.start()
+    try:
+        batch = [
+            producer.send(
+                INGEST,
+                raw_event(rid, x, tenant="steady"),
+                key=rid.encode(),
+                timestamp_ms=at_ms,
+            )
+            for rid, at_ms in sent.items()
+        ]
+        await asyncio.gather(*batch)
+        await producer.flush()
+        answered = await collect(results, sent, key=by_request_id, timeout_s=60)
+    finally:
+        await producer.stop()
+        await results.stop()
+    statuses = [result["status"] for _, result in answered.values()]
+    assert statuses == ["ok"] * 12, statuses
 
 
 async def test_bad_events_get_named_results_or_land_in_the_dlq(stack: Stack) -> None:
