@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -166,6 +167,37 @@ def restart_delay_s(restarts: int, first_s: float, most_s: float) -> float:
     return float(min(first_s * 2.0 ** max(restarts - 1, 0), most_s))
 
 
+@dataclass
+class RestartBackoff:
+    """When copies of a process that exit unasked may start again: `first_s` after the
+    first exit, doubling to `most_s`; once every copy has run `healthy_after_s`, the count
+    starts over."""
+
+    first_s: float = 1.0
+    most_s: float = 30.0
+    healthy_after_s: float = 60.0
+    failures: int = 0
+    """Rounds with an unasked exit, in a row."""
+    next_at: float = 0.0
+    """No start before this (the owner's clock)."""
+
+    def settle(self, exited: bool, started_at: Iterable[float], now: float) -> None:
+        """After one round of looking at the copies: `exited` whether any exited unasked,
+        `started_at` when each one still running started."""
+        if exited:
+            self.failures += 1
+            delay = restart_delay_s(self.failures, self.first_s, self.most_s)
+            self.next_at = max(self.next_at, now + delay)
+            return
+        starts = list(started_at)
+        if starts and all(now - t >= self.healthy_after_s for t in starts):
+            self.failures = 0
+
+    def waiting(self, now: float) -> bool:
+        """Whether a start must wait (a backoff runs)."""
+        return now < self.next_at
+
+
 class SupervisedGroup:
     """N copies of one command, restarted with backoff when they exit unasked.
 
@@ -190,15 +222,12 @@ class SupervisedGroup:
         self.copies = copies
         self._env_for = env_for
         self._log_dir = log_dir
-        self._backoff = backoff_s
-        self._healthy_after_s = healthy_after_s
+        self._backoff = RestartBackoff(*backoff_s, healthy_after_s=healthy_after_s)
         self._clock = clock
         self._started_at: dict[int, float] = {}
-        self._next_at = 0.0
         self._spawned = 0
         self.children: list[ChildProcess] = []
         self.restarts = 0
-        self._failures = 0
         self._stopped = False
 
     def start(self) -> None:
@@ -232,15 +261,8 @@ class SupervisedGroup:
                 child.process.returncode if child.process else None,
             )
         self.children = [c for c in self.children if c not in dead]
-        if dead:
-            self._failures += 1
-            delay = restart_delay_s(self._failures, *self._backoff)
-            self._next_at = max(self._next_at, now + delay)
-        elif self.children and all(
-            now - self._started_at[id(c)] >= self._healthy_after_s for c in self.children
-        ):
-            self._failures = 0
-        if len(self.children) < self.copies and now >= self._next_at:
+        self._backoff.settle(bool(dead), (self._started_at[id(c)] for c in self.children), now)
+        if len(self.children) < self.copies and not self._backoff.waiting(now):
             for _ in range(self.copies - len(self.children)):
                 self._spawn()
                 self.restarts += 1

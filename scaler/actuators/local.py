@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from infra.broker import port_is_free
-from infra.processes import die_with_parent, forget_child, restart_delay_s, track_child
+from infra.processes import RestartBackoff, die_with_parent, forget_child, track_child
 from infra.tasks import cancel_and_wait
 from scaler.actuators.base import Actuator, ActuatorError, parse_group
 
@@ -53,9 +53,8 @@ class _Group:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wanted: int = 0
     """Replicas the last `scale` asked for: the supervisor keeps this many running."""
-    restarts: int = 0
-    """Unexpected exits in a row (reset once a replacement has run `healthy_after_s`)."""
-    next_restart_at: float = 0.0
+    backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    """When replacements of workers that exited unasked may start."""
 
 
 Announce = Callable[[str, str, int | None], Awaitable[None]]
@@ -108,6 +107,8 @@ class LocalActuator(Actuator):
         self._announce_exit = announce_exit
         self._backoff = restart_backoff_s
         self._healthy_after_s = healthy_after_s
+        """A new group's `RestartBackoff`: (first, most) seconds, and the clean run that
+        starts its count over."""
         self._supervisor: asyncio.Task[None] | None = None
         self.restarts = 0
         """Workers the supervisor started again after they exited unasked."""
@@ -149,21 +150,24 @@ class LocalActuator(Actuator):
             raise ActuatorError("local actuator is closed", group=group)
         if replicas < 0:
             raise ActuatorError("replicas must be >= 0", group=group, replicas=replicas)
-        state = self._groups.setdefault(group, _Group())
+        state = self._groups.get(group)
+        if state is None:
+            backoff = RestartBackoff(*self._backoff, healthy_after_s=self._healthy_after_s)
+            state = self._groups[group] = _Group(backoff=backoff)
         self._supervise()
         async with state.lock:
             state.wanted = replicas
             now = time.monotonic()
             await self._settle_exits(group, state, now)
             running = self._reap(group)
-            if replicas > len(running) and now < state.next_restart_at:
+            if replicas > len(running) and state.backoff.waiting(now):
                 # Crashing (a canary that cannot load): the supervisor starts them when the
                 # backoff ends. Spawning here on every tick bypassed it (a start every 5 s).
                 log.info(
                     "event=scale_up_after_backoff group=%s wanted=%d in_s=%.1f",
                     group,
                     replicas,
-                    state.next_restart_at - now,
+                    state.backoff.next_at - now,
                 )
             elif replicas > len(running):
                 for _ in range(replicas - len(running)):
@@ -204,7 +208,7 @@ class LocalActuator(Actuator):
                     await self._heal(group, state)
                 except ActuatorError as exc:  # retried on the next round, with backoff
                     log.error("event=worker_restart_failed group=%s error=%s", group, exc)
-                    state.next_restart_at = time.monotonic() + self._backoff[1]
+                    state.backoff.next_at = time.monotonic() + state.backoff.most_s
 
     async def _settle_exits(self, group: str, state: _Group, now: float) -> None:
         """Children that exited unasked are said and dropped, and back the group off (under
@@ -214,21 +218,14 @@ class LocalActuator(Actuator):
             await self._exited(group, child)
         # Not `if c.running`: one that died during the awaits above is handled next round.
         state.children = [c for c in state.children if c not in dead]
-        if dead:
-            state.restarts += 1
-            delay = restart_delay_s(state.restarts, *self._backoff)
-            state.next_restart_at = max(state.next_restart_at, now + delay)
-        elif state.children and all(
-            now - c.started_at >= self._healthy_after_s for c in state.children
-        ):
-            state.restarts = 0
+        state.backoff.settle(bool(dead), (c.started_at for c in state.children), now)
 
     async def _heal(self, group: str, state: _Group) -> None:
         now = time.monotonic()
         async with state.lock:
             await self._settle_exits(group, state, now)
             missing = state.wanted - len(state.children)
-            if missing <= 0 or now < state.next_restart_at or self._closed:
+            if missing <= 0 or state.backoff.waiting(now) or self._closed:
                 return
             for _ in range(missing):
                 state.children.append(await self._spawn(group))
@@ -237,7 +234,7 @@ class LocalActuator(Actuator):
                 "event=workers_restarted group=%s count=%d attempt=%d",
                 group,
                 missing,
-                state.restarts,
+                state.backoff.failures,
             )
 
     async def _exited(self, group: str, child: _Child) -> None:

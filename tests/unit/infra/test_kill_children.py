@@ -13,6 +13,7 @@ import pytest
 from infra import processes
 from infra.processes import (
     ChildProcess,
+    RestartBackoff,
     SupervisedGroup,
     forget_child,
     kill_children,
@@ -108,3 +109,19 @@ def test_a_restarted_child_forgets_its_old_pid() -> None:
         child.stop(timeout_s=5)
     forget_child(-1)  # unknown pids are ignored
     assert tracked_children() == frozenset()
+
+
+def test_restart_backoff_doubles_on_exits_and_starts_over_after_a_clean_run() -> None:
+    backoff = RestartBackoff(first_s=1.0, most_s=4.0, healthy_after_s=10.0)
+    waits = []
+    for now in (0.0, 10.0, 20.0, 30.0):  # an exit found in each round
+        backoff.settle(True, [], now)
+        waits.append(backoff.next_at - now)
+    assert waits == [1.0, 2.0, 4.0, 4.0]
+    assert backoff.waiting(33.0) and not backoff.waiting(34.0)
+    backoff.settle(False, [35.0], 40.0)  # running 5 s: not yet clean
+    assert backoff.failures == 4
+    backoff.settle(False, [35.0], 45.0)  # every copy ran 10 s
+    assert backoff.failures == 0
+    backoff.settle(True, [], 50.0)
+    assert backoff.next_at == 51.0
