@@ -109,8 +109,12 @@ class InferenceResult(BaseModel):
         return result
 
     def output(self, name: str) -> np.ndarray[Any, Any]:
-        """One output as an array, whichever form it travelled in."""
-        return self.outputs[name].to_numpy(self._payload)
+        """One output as a read-only array, whichever form it travelled in (a frame's or
+        base64's is a view of the result's bytes; one from lists is made read-only too, so
+        code that works on one form works on all): `.copy()` it to change it."""
+        array = self.outputs[name].to_numpy(self._payload)
+        array.flags.writeable = False
+        return array
 
 
 def error_result(

@@ -25,6 +25,7 @@ from infra.pacing import FetchPacer
 from infra.tasks import end_and_say
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
+from schemas.errors import describe_validation_error
 from schemas.frames import FrameError
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
@@ -54,6 +55,10 @@ STREAM_KEPT = 10_000
 """Results kept for `results()` while nobody reads them; the oldest beyond go (counted)."""
 
 
+class ClientStopped(RuntimeError):
+    """The client was stopped: before this request's result came, or before this call."""
+
+
 class InferenceClient:
     """Async client. `start()` before use (or `async with`); results are de-duplicated."""
 
@@ -80,7 +85,10 @@ class InferenceClient:
         self._positions: dict[TopicPartition, int] = {}
         """Per assigned partition, the offset after the last record the reader took: where
         a rebuilt consumer reads on."""
-        self._waiters: dict[str, asyncio.Future[InferenceResult]] = {}
+        self._waiters: dict[str, list[asyncio.Future[InferenceResult]]] = {}
+        """Per request id, every `infer` awaiting it (an id sent again while its first
+        `infer` waits gets the same result)."""
+        self._stopped = False
         self._mine = PendingRequests()
         self._seen = SeenIds()
         self._stream: deque[InferenceResult] = deque()
@@ -117,6 +125,7 @@ class InferenceClient:
         no earlier one is read)."""
         if self._reader is not None:
             return
+        self._stopped = False
         # The application's handlers are its own: only aiokafka's repeats are held back.
         limit_logger_rate("aiokafka")
         self._producer = make_producer(self.bootstrap, client_id=self.client_id)
@@ -186,8 +195,12 @@ class InferenceClient:
         )
 
     async def stop(self) -> None:
-        """Disconnect; pending `infer()` calls fail with CancelledError. The consumer and
-        producer are closed whatever a background task ended with (that is logged)."""
+        """Disconnect; pending `infer()` calls raise ClientStopped, a `results()` loop ends,
+        and later calls raise ClientStopped. The consumer and producer are closed whatever a
+        background task ended with (that is logged). Stopping twice is harmless."""
+        self._stopped = True
+        self._publisher = None
+        self._streamed.set()  # a `results()` reader waiting for the next one sees the stop
         reader, self._reader = self._reader, None
         watcher, self._watcher = self._watcher, None
         async with contextlib.AsyncExitStack() as closing:
@@ -198,8 +211,14 @@ class InferenceClient:
             closing.push_async_callback(self._stop_consumer)  # the one the reader ended with
             for task in (reader, watcher, *self._background):
                 await end_and_say(task, log)
-            for future in self._waiters.values():
-                future.cancel()
+            for request_id, futures in self._waiters.items():
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(
+                            ClientStopped(
+                                f"the client stopped before request {request_id} was answered"
+                            )
+                        )
             self._waiters.clear()
 
     async def _stop_consumer(self) -> None:
@@ -229,18 +248,21 @@ class InferenceClient:
             payload = tuple(parts)
         else:
             wire = to_wire_inputs(inputs)
-        envelope = InferenceRequest(
-            request_id=request_id or uuid.uuid4().hex,
-            model=model,
-            model_version=model_version,
-            tier=tier,
-            inputs=wire,
-            timeout_ms=timeout_ms,
-            reply_to=self.reply_to,
-            tenant=self.tenant,
-            created_at=datetime.now(UTC),
-            metadata=dict(metadata or {}),
-        )
+        try:
+            envelope = InferenceRequest(
+                request_id=uuid.uuid4().hex if request_id is None else request_id,
+                model=model,
+                model_version=model_version,
+                tier=tier,
+                inputs=wire,
+                timeout_ms=timeout_ms,
+                reply_to=self.reply_to,
+                tenant=self.tenant,
+                created_at=datetime.now(UTC),
+                metadata=dict(metadata or {}),
+            )
+        except ValidationError as exc:  # the field and what is wrong, not pydantic's dump
+            raise ValueError(f"request: {describe_validation_error(exc)}") from None
         return WireRequest(envelope, payload)
 
     async def submit(self, request: WireRequest | InferenceRequest) -> str:
@@ -353,10 +375,10 @@ class InferenceClient:
         except Exception as exc:
             # Not the broker being away (an aiokafka AssertionError, say): its caller gets
             # it now; were it raised here, nobody would await this task to see it.
-            waiter = self._waiters.get(wire.request_id)
-            if waiter is not None and not waiter.done():
+            waiters = [f for f in self._waiters.get(wire.request_id, ()) if not f.done()]
+            for waiter in waiters:
                 waiter.set_exception(exc)
-            else:
+            if not waiters:
                 log.exception("event=resubmit_failed request_id=%s error=%r", wire.request_id, exc)
 
     async def _watch_restarts(self, every_s: float = 2.0) -> None:
@@ -412,11 +434,22 @@ class InferenceClient:
     async def infer(
         self, request: WireRequest | InferenceRequest, *, timeout_s: float = 30.0
     ) -> InferenceResult:
-        """Submit and await the result; TimeoutError names the request id."""
+        """Submit and await the result; TimeoutError names the request id. ValueError for a
+        `timeout_s` that is not a number > 0, or a request whose `reply_to` is not this
+        client's reply topic (its result would never reach this client)."""
+        if not timeout_s > 0:  # NaN too
+            raise ValueError(f"timeout_s must be a number of seconds > 0, not {timeout_s}")
+        wire = request if isinstance(request, WireRequest) else WireRequest(request)
+        if wire.envelope.reply_to != self.reply_to:
+            raise ValueError(
+                f"request {request.request_id} answers to {wire.envelope.reply_to!r}, but this "
+                f"client reads {self.reply_to!r}: build it with build_request(), or set its "
+                "reply_to to the client's"
+            )
+        self._require_publisher()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferenceResult] = loop.create_future()
-        wire = request if isinstance(request, WireRequest) else WireRequest(request)
-        self._waiters[request.request_id] = future
+        self._waiters.setdefault(request.request_id, []).append(future)
         self._pending[request.request_id] = wire
         self._give_up_at[request.request_id] = time.monotonic() + timeout_s
         deadline = loop.time() + timeout_s
@@ -430,10 +463,19 @@ class InferenceClient:
         finally:
             if future.done() and not future.cancelled():
                 future.exception()  # a reader's error given to it is seen, even if unraised
-            self._waiters.pop(request.request_id, None)
-            self._pending.pop(request.request_id, None)
-            self._sent_at.pop(request.request_id, None)
-            self._give_up_at.pop(request.request_id, None)
+            self._forget_waiter(request.request_id, future)
+
+    def _forget_waiter(self, request_id: str, future: asyncio.Future[InferenceResult]) -> None:
+        """One `infer` of `request_id` is over; the id's tracking goes with its last one."""
+        futures = self._waiters.get(request_id, [])
+        if future in futures:
+            futures.remove(future)
+        if futures:
+            return
+        self._waiters.pop(request_id, None)
+        self._pending.pop(request_id, None)
+        self._sent_at.pop(request_id, None)
+        self._give_up_at.pop(request_id, None)
 
     async def results(self) -> AsyncIterator[InferenceResult]:
         """Results as they arrive that no `infer` call is awaiting: those of `submit`ted
@@ -442,6 +484,8 @@ class InferenceClient:
         the newest `STREAM_KEPT` are kept (`results_unread_dropped` counts the rest)."""
         while True:
             while not self._stream:
+                if self._stopped:
+                    return
                 self._streamed.clear()
                 await self._streamed.wait()
             yield self._stream.popleft()
@@ -502,9 +546,10 @@ class InferenceClient:
         log.info("event=client_consumer_rebuilt client=%s", self.client_id)
 
     def _fail_waiters(self, exc: Exception) -> None:
-        for future in self._waiters.values():
-            if not future.done():
-                future.set_exception(exc)
+        for futures in self._waiters.values():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
 
     async def _read_once(self, gaps: GapGuard) -> None:
         consumer = self._consumer
@@ -601,11 +646,12 @@ class InferenceClient:
         if not self._seen.add(result.request_id):
             self.duplicates_dropped += 1
             return
-        waiter = self._waiters.get(result.request_id)
-        if waiter is not None and not waiter.done():
+        waiters = [f for f in self._waiters.get(result.request_id, ()) if not f.done()]
+        if waiters:
             # `infer` returns it; the stream would keep it for a `results()` reader that an
             # infer-only client never has, one result per request for the client's life.
-            waiter.set_result(result)
+            for waiter in waiters:
+                waiter.set_result(result)
             return
         if len(self._stream) >= STREAM_KEPT:
             # Nobody reads them (a client that submits and never iterates `results()`):
@@ -623,6 +669,8 @@ class InferenceClient:
         self._streamed.set()
 
     def _require_publisher(self) -> Publisher:
+        if self._stopped:
+            raise ClientStopped("InferenceClient is stopped: start() it again, or use a new one")
         if self._publisher is None:
             raise RuntimeError("InferenceClient is not started: use `async with` or start()")
         return self._publisher

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import Coroutine, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from schemas.request import InferenceRequest
+from schemas.request import MAX_TIMEOUT_MS, InferenceRequest
 from schemas.result import InferenceResult
 from schemas.topics import RESULTS, Tier
-from services.client.client import InferenceClient
+from services.client.client import ClientStopped, InferenceClient
 from services.client.wire import InputValue, WireRequest
 
 T = TypeVar("T")
+
+
+def server_timeout_ms(timeout_s: float) -> int | None:
+    """The request's `timeout_ms` for a caller who waits `timeout_s`: the server drops what
+    nobody waits for any more. At least 1 ms, at most the wire's bound; None (no deadline)
+    for an infinite wait."""
+    if math.isinf(timeout_s):
+        return None
+    return min(max(math.ceil(timeout_s * 1000), 1), MAX_TIMEOUT_MS)
 
 
 class SyncInferenceClient:
@@ -26,10 +36,18 @@ class SyncInferenceClient:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
+        self._closed = False
         self._client = InferenceClient(bootstrap, reply_to=reply_to, tenant=tenant)
-        self._call(self._client.start())
+        try:
+            self._call(self._client.start())
+        except BaseException:
+            self._end_loop()  # a client that could not start leaves no thread behind
+            raise
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        if self._closed:
+            coro.close()
+            raise ClientStopped("SyncInferenceClient is closed: use a new one")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
     def infer(
@@ -40,9 +58,13 @@ class SyncInferenceClient:
         tier: Tier = "interactive",
         timeout_s: float = 30.0,
     ) -> InferenceResult:
-        """Submit and wait for the result."""
+        """Submit and wait for the result. `timeout_s` is also the request's `timeout_ms`
+        (`server_timeout_ms`): the server answers `deadline_exceeded` rather than run what
+        nobody waits for."""
+        if not timeout_s > 0:  # NaN too
+            raise ValueError(f"timeout_s must be a number of seconds > 0, not {timeout_s}")
         request = self._client.build_request(
-            model, inputs, tier=tier, timeout_ms=int(timeout_s * 1000)
+            model, inputs, tier=tier, timeout_ms=server_timeout_ms(timeout_s)
         )
         return self._call(self._client.infer(request, timeout_s=timeout_s))
 
@@ -51,10 +73,21 @@ class SyncInferenceClient:
         return self._call(self._client.submit(request))
 
     def close(self) -> None:
-        """Stop the client and its loop thread."""
-        self._call(self._client.stop())
+        """Stop the client and its loop thread; closing again does nothing, and any other
+        call after it raises ClientStopped."""
+        if self._closed:
+            return
+        try:
+            self._call(self._client.stop())
+        finally:
+            self._end_loop()
+
+    def _end_loop(self) -> None:
+        self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     def __enter__(self) -> SyncInferenceClient:
         return self

@@ -7,19 +7,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from schemas import headers as h
+from schemas.errors import describe_validation_error
 from schemas.frames import CONTENT_TYPE as FRAME_CONTENT_TYPE
 from schemas.frames import join_frame
 from schemas.request import InferenceRequest
-from schemas.tensors import DTYPES, RawSlice, Tensor, TextInput, dtype_name
+from schemas.tensors import DTYPES, RawSlice, Tensor, TensorDecodeError, TextInput, dtype_name
 
-InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str]
+InputValue = np.ndarray[Any, Any] | Tensor | TextInput | str | list[str] | list[Any]
+"""An array, a tensor, text (a string or a list of strings), or nested lists of numbers."""
 
 
 def _is_text(value: InputValue) -> bool:
+    # An empty list is not text: it was sent as text to a model without a tokenizer.
     return isinstance(value, str) or (
-        isinstance(value, list) and all(isinstance(item, str) for item in value)
+        isinstance(value, list) and bool(value) and all(isinstance(item, str) for item in value)
     )
 
 
@@ -34,7 +38,12 @@ def _wire_form(
         elif _is_text(value):
             out[name] = TextInput(text=value)
         else:
-            out[name] = tensor(np.asarray(value))
+            try:
+                out[name] = tensor(np.asarray(value))
+            except ValidationError as exc:  # named: which input, what is wrong
+                raise ValueError(f"input {name!r}: {describe_validation_error(exc)}") from None
+            except (TensorDecodeError, ValueError) as exc:
+                raise ValueError(f"input {name!r}: {exc}") from exc
     return out
 
 

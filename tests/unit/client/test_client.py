@@ -195,7 +195,7 @@ def test_deliver_skips_records_that_are_not_results(
 
 async def test_deliver_completes_the_waiter_once(client: InferenceClient) -> None:
     future: asyncio.Future[InferenceResult] = asyncio.get_running_loop().create_future()
-    client._waiters["r1"] = future
+    client._waiters["r1"] = [future]
 
     deliver(client, result("r1", "deadline_exceeded"), result("r1"))
 
@@ -210,7 +210,8 @@ async def test_an_infer_only_client_keeps_no_results(client: InferenceClient) ->
     loop = asyncio.get_running_loop()
     futures = {}
     for i in range(100):
-        futures[f"r{i}"] = client._waiters[f"r{i}"] = loop.create_future()
+        futures[f"r{i}"] = loop.create_future()
+        client._waiters[f"r{i}"] = [futures[f"r{i}"]]
     client._mine.add("s1", deadline_in_s=30.0)  # one submitted without a waiter
 
     deliver(client, *(result(request_id) for request_id in [*futures, "s1"]))
@@ -250,7 +251,7 @@ async def test_results_yields_what_arrives_while_it_waits(client: InferenceClien
 async def test_deliver_leaves_a_cancelled_waiter_alone(client: InferenceClient) -> None:
     future: asyncio.Future[InferenceResult] = asyncio.get_running_loop().create_future()
     future.cancel()
-    client._waiters["r1"] = future
+    client._waiters["r1"] = [future]
 
     deliver(client, result("r1"))
 

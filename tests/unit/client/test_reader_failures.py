@@ -302,7 +302,7 @@ async def test_a_restart_that_cannot_be_handled_still_lets_its_poll_deliver(
     result = InferenceResult(request_id="r1", model="m", status="ok")
     answer = record(result.model_dump_json().encode(), offset=5)
     waiting: asyncio.Future[InferenceResult] = asyncio.get_running_loop().create_future()
-    client._waiters["r1"] = waiting
+    client._waiters["r1"] = [waiting]
 
     async def one_poll(*_: Any, **__: Any) -> dict[TopicPartition, list[Any]]:
         return {TopicPartition(INSTANCES, 0): [note], TP: [answer]}
@@ -386,7 +386,7 @@ async def test_a_resubmit_that_fails_otherwise_than_kafka_is_seen(
     monkeypatch.setattr(client, "_produce", produce)
     future: asyncio.Future[InferenceResult] = asyncio.get_running_loop().create_future()
     if waiting:
-        client._waiters["r1"] = future
+        client._waiters["r1"] = [future]
     client._pending["r1"] = _request(client, "r1")
 
     client._resubmit_pending()

@@ -1,0 +1,93 @@
+"""The client's edges on a real broker, results written by the test in place of a worker: an
+id awaited twice, a stop while requests wait, a `results()` loop at stop, the sync client
+closed twice."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from infra.kafka import make_producer
+from infra.topics import TopicSpec, ensure_topics
+from schemas.topics import ingest_topic
+from services.client import ClientStopped, InferenceClient, SyncInferenceClient
+from services.runtime.result_wire import encode_result
+
+pytestmark = pytest.mark.integration
+
+X = np.ones((1, 16), dtype=np.float32)
+
+
+@pytest.fixture
+async def reply_topic(broker: str) -> AsyncIterator[str]:
+    topic = f"inferbus.results.life-{uuid.uuid4().hex[:8]}"
+    await ensure_topics(broker, [TopicSpec(topic, 1), TopicSpec(ingest_topic("interactive"), 1)])
+    yield topic
+
+
+async def _answer(broker: str, topic: str, request_id: str) -> None:
+    """What a worker would write for `request_id`."""
+    producer = make_producer(broker, client_id="fake-worker")
+    await producer.start()
+    try:
+        value = encode_result(request_id=request_id, model="demo-mlp", status="ok", outputs={})
+        await producer.send_and_wait(topic, value, partition=0)
+    finally:
+        await producer.stop()
+
+
+async def test_an_id_awaited_twice_gets_its_result_in_both(broker: str, reply_topic: str) -> None:
+    """A retry of an id whose first `infer` still waited: the first timed out although its
+    result came (the second took its place, then removed it)."""
+    async with InferenceClient(broker, reply_to=reply_topic) as client:
+        request = client.build_request("demo-mlp", {"x": X}, request_id=f"twice-{uuid.uuid4()}")
+        first = asyncio.create_task(client.infer(request, timeout_s=20))
+        second = asyncio.create_task(client.infer(request, timeout_s=20))
+        await asyncio.sleep(1.0)  # both sent and waiting
+        await _answer(broker, reply_topic, request.request_id)
+        results = await asyncio.gather(first, second)
+    assert [r.status for r in results] == ["ok", "ok"]
+
+
+async def test_a_stop_ends_waiting_requests_and_results_loops(
+    broker: str, reply_topic: str
+) -> None:
+    """`stop()` left a `results()` loop waiting for good, and a waiting `infer` raised a bare
+    CancelledError; a call after it raised aiokafka's empty ProducerClosed."""
+    client = InferenceClient(broker, reply_to=reply_topic)
+    await client.start()
+
+    async def drain() -> int:
+        return sum([1 async for _ in client.results()])
+
+    loop = asyncio.create_task(drain())
+    waiting = asyncio.create_task(
+        client.infer(client.build_request("demo-mlp", {"x": X}), timeout_s=30)
+    )
+    await asyncio.sleep(1.0)
+    await client.stop()
+    assert await asyncio.wait_for(loop, 5) == 0
+    with pytest.raises(ClientStopped, match="stopped before request"):
+        await asyncio.wait_for(waiting, 5)
+    with pytest.raises(ClientStopped, match="is stopped"):
+        await client.submit(client.build_request("demo-mlp", {"x": X}))
+    await client.stop()  # twice: harmless
+
+
+async def test_the_sync_client_closes_once_and_refuses_calls_after(
+    broker: str, reply_topic: str
+) -> None:
+    """Closing twice, or calling after `close()`, blocked for good."""
+
+    def use() -> None:
+        client = SyncInferenceClient(broker, reply_to=reply_topic)
+        client.close()
+        client.close()
+        with pytest.raises(ClientStopped, match="closed"):
+            client.infer("demo-mlp", {"x": X}, timeout_s=2)
+
+    await asyncio.wait_for(asyncio.to_thread(use), 60)
