@@ -79,10 +79,18 @@ def topics_create(
     bootstrap: Bootstrap = "127.0.0.1:9092",
     models: ModelsDir = Path("models"),
     partitions: Annotated[int, typer.Option(help="Partitions of each tier topic.")] = 12,
+    reply_topics: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reply-topic",
+            help="Also a reply topic of your own (repeatable), e.g. inferbus.results.team-a.",
+        ),
+    ] = None,
 ) -> None:
     """Create every inferbus topic for the models in the repository (idempotent)."""
     from infra.models.repository import ModelRepository
-    from infra.topics import ensure_topics, repository_topics
+    from infra.topics import TopicSpec, ensure_topics, repository_topics
+    from schemas.topics import RESULTS, is_reply_topic
 
     setup_logging("WARNING")
     if not models.is_dir():  # else only the shared topics were made, and it said success
@@ -90,6 +98,15 @@ def topics_create(
             2, "no model repository (`inferbus models init` makes one; or --models DIR)", models
         )
     specs = repository_topics(ModelRepository(models), tier_partitions=partitions)
+    for topic in reply_topics or ():
+        if not is_reply_topic(topic):
+            raise typer.BadParameter(
+                f"{topic!r} is not a topic results may go to ({RESULTS}.<name>, or a legal "
+                "topic outside inferbus.*)",
+                param_hint="--reply-topic",
+            )
+        shared = next(spec for spec in specs if spec.name == RESULTS)
+        specs.append(TopicSpec(topic, shared.partitions))
     created = run(ensure_topics(bootstrap, specs))
     typer.echo(f"created {len(created)} topic(s): {', '.join(created) or 'none, all existed'}")
 

@@ -29,7 +29,7 @@ from schemas.errors import describe_validation_error
 from schemas.frames import FrameError
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
-from schemas.topics import INSTANCES, RESULTS, Tier, ingest_topic
+from schemas.topics import INSTANCES, RESULTS, Tier, ingest_topic, is_reply_topic
 from services.client.pending import PendingRequests
 from services.client.restarts import RestartDetector, resend_after_s, restart_suspects
 from services.client.seen import SeenIds
@@ -72,6 +72,12 @@ class InferenceClient:
         see_all_results: bool = False,
         patience_s: float = 30.0,
     ) -> None:
+        if not is_reply_topic(reply_to):
+            raise ValueError(
+                f"reply_to {reply_to!r} is not a topic results may go to: a legal Kafka name "
+                f"(letters, digits, '.', '_', '-'), {RESULTS} or {RESULTS}.<anything>, or "
+                "any topic outside inferbus.*"
+            )
         self.bootstrap = bootstrap
         self.reply_to = reply_to
         self.tenant = tenant
@@ -191,7 +197,8 @@ class InferenceClient:
             await self._consumer.topics()
             await asyncio.sleep(0.1)
         raise RuntimeError(
-            f"reply topic {topic!r} does not exist; create it (inferbus topics create) first"
+            f"reply topic {topic!r} does not exist; create it first: inferbus topics create "
+            f"--reply-topic {topic}"
         )
 
     async def stop(self) -> None:

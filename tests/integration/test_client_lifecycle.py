@@ -5,15 +5,19 @@ closed twice."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from infra.kafka import make_producer
 from infra.topics import TopicSpec, ensure_topics
 from schemas.topics import ingest_topic
+from services.cli.main import app
 from services.client import ClientStopped, InferenceClient, SyncInferenceClient
 from services.runtime.result_wire import encode_result
 
@@ -91,3 +95,17 @@ async def test_the_sync_client_closes_once_and_refuses_calls_after(
             client.infer("demo-mlp", {"x": X}, timeout_s=2)
 
     await asyncio.wait_for(asyncio.to_thread(use), 60)
+
+
+async def test_a_reply_topic_of_ones_own_is_created_as_the_client_error_says(
+    broker: str, demo_models: Path
+) -> None:
+    """The client said "create it (inferbus topics create)", which created no such topic."""
+    topic = f"inferbus.results.team-{uuid.uuid4().hex[:8]}.app"
+    with pytest.raises(RuntimeError, match=f"--reply-topic {re.escape(topic)}"):
+        await InferenceClient(broker, reply_to=topic, patience_s=1).start()
+    args = ["topics", "create", "--bootstrap", broker, "--models", str(demo_models)]
+    result = await asyncio.to_thread(CliRunner().invoke, app, [*args, "--reply-topic", topic])
+    assert result.exit_code == 0 and topic in result.output, result.output
+    async with InferenceClient(broker, reply_to=topic):
+        pass

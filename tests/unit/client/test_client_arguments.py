@@ -95,3 +95,10 @@ def test_outputs_are_read_only_in_every_form(encoding: str) -> None:
     out = result.output("y")
     assert not out.flags.writeable
     np.testing.assert_array_equal(out, y)
+
+
+@pytest.mark.parametrize("topic", ["bad topic!", "inferbus.dlq", ""])
+def test_a_reply_topic_results_cannot_go_to_is_refused_at_once(topic: str) -> None:
+    """`reply_to="bad topic!"` waited 5 s, then said the topic did not exist: create it."""
+    with pytest.raises(ValueError, match="is not a topic results may go to"):
+        InferenceClient("127.0.0.1:1", reply_to=topic)
