@@ -71,7 +71,9 @@ class RolloutJudge:
     async def _judge(
         self, name: str, rollout: RolloutConfig, now: Effective
     ) -> RolloutRecord | None:
-        window_s = rollout.verdict.window_s
+        window_s = judged_window_s(
+            rollout.verdict.window_s, now.decision.at if now.decision else None, self._clock()
+        )
         assert now.stable is not None and now.canary is not None
         stable = self.windows.stats(name, now.stable, window_s)
         canary = self.windows.stats(name, now.canary, window_s)
@@ -138,6 +140,15 @@ class RolloutJudge:
             return None
         self.book.put(record)  # in force now, before the feed reads it back
         return record
+
+
+def judged_window_s(window_s: float, decided_at: datetime | None, now_s: float) -> float:
+    """The window a verdict reads: `window_s`, but no results from before the decision in
+    force. A share given right after a rollback was rolled back again a second later on
+    the very results the first verdict had judged."""
+    if decided_at is None:
+        return window_s
+    return max(min(window_s, now_s - decided_at.timestamp()), 0.0)
 
 
 def _rate(stats: VersionStats) -> float | None:

@@ -20,6 +20,10 @@ class Verdict:
     rule: Literal["error_rate", "p99"] | None = None
 
 
+P99_MIN_RESULTS = 100
+"""Results each side needs before p99s are compared: of fewer, the "p99" is the slowest one
+(a canary identical to stable was rolled back on 21 results, its p99 1.86x stable's)."""
+
 Halves = tuple[tuple[VersionStats, VersionStats], tuple[VersionStats, VersionStats]]
 """(stable, canary) over the window's older half, then over its newer half."""
 
@@ -38,7 +42,8 @@ def judge(
       with fewer than `min_requests` results counts as error-free: the canary must then be
       within the margin on its own);
     - p99 above stable's times `max_p99_ratio` and by more than `min_p99_increase_ms`: roll
-      back (only when both have a p99 and stable has `min_requests` results), unless one
+      back (only when both have a p99, stable has `min_requests` results and each side
+      `P99_MIN_RESULTS`), unless one
       half of the window (`halves`) with half the results needed each is within those
       margins: a slow version is slow all along, while a moment's delay (a canary worker
       that crashed and was replaced held its queue for seconds) breaches one half;
@@ -60,7 +65,8 @@ def judge(
             f"{config.max_error_rate_increase:.2%}",
             "error_rate",
         )
-    if stable_known and canary.p99_ms is not None and stable.p99_ms is not None:
+    quantile_known = min(canary.requests, stable.requests) >= P99_MIN_RESULTS
+    if stable_known and quantile_known and canary.p99_ms is not None and stable.p99_ms is not None:
         limit = _p99_limit(stable.p99_ms, config)
         if canary.p99_ms > limit:
             calm = _calm_half(halves, config)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from infra.models.config import VerdictConfig
+from scaler.rollout.judge import judged_window_s
 from scaler.rollout.verdict import judge
 from scaler.rollout.windows import VersionStats
 
@@ -104,3 +106,30 @@ def test_a_p99_breach_in_one_half_of_the_window_is_a_moment_not_the_version(
     assert verdict.action == action, verdict.reason
     if action == "keep":
         assert "a moment's delay" in verdict.reason and "half" in verdict.reason
+
+
+def test_a_p99_of_too_few_results_is_not_compared() -> None:
+    """A canary identical to stable was rolled back on 21 results: their "p99" is the
+    slowest one."""
+    few = VerdictConfig(window_s=30, min_requests=20)
+    verdict = judge(stats(1000), stats(21, p99_ms=159), few)
+    assert verdict.action == "keep", verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("decided_ago_s", "window_s"),
+    [
+        pytest.param(None, 300.0, id="no-decision"),
+        pytest.param(1.0, 1.0, id="a-share-given-just-now"),
+        pytest.param(600.0, 300.0, id="an-old-decision"),
+        pytest.param(-5.0, 0.0, id="a-decision-stamped-ahead"),
+    ],
+)
+def test_a_verdict_reads_no_results_from_before_the_decision_in_force(
+    decided_ago_s: float | None, window_s: float
+) -> None:
+    """A share given right after a rollback was rolled back a second later, on the results
+    the first verdict had judged."""
+    now_s = 1_000_000.0
+    decided = None if decided_ago_s is None else datetime.fromtimestamp(now_s - decided_ago_s, UTC)
+    assert judged_window_s(300.0, decided, now_s) == window_s
