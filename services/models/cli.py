@@ -15,6 +15,7 @@ from rich.table import Table
 from schemas.errors import InferbusError
 
 if TYPE_CHECKING:
+    from infra.models.repository import ModelRepository
     from services.models.rollout import Action
 
 models_app = typer.Typer(
@@ -178,6 +179,16 @@ def add_minilm(
     )
 
 
+def _repository(directory: Path) -> ModelRepository:
+    """The repository at --dir; a folder that is not there is named (not "model 'x' is not
+    in the repository")."""
+    from infra.models.repository import ModelRepository
+
+    if not directory.is_dir():
+        raise FileNotFoundError(2, "no model repository (--dir)", str(directory))
+    return ModelRepository(directory)
+
+
 def _decide(
     model: str,
     directory: Path,
@@ -192,10 +203,8 @@ def _decide(
     errors end the command with one line (the root group)."""
     from datetime import UTC, datetime
 
-    from infra.models.repository import ModelRepository
     from services.cli.common import run, setup_logging
     from services.models.rollout import (
-        RolloutRefused,
         against_current,
         canary_serving,
         current_decision,
@@ -205,9 +214,7 @@ def _decide(
     )
 
     setup_logging("WARNING", kafka_level="CRITICAL")
-    if not directory.is_dir():
-        raise RolloutRefused(f"no model repository at {directory} (--dir)", model=model)
-    config = ModelRepository(directory).config(model)
+    config = _repository(directory).config(model)
     record = manual_record(
         config,
         action,
@@ -239,12 +246,11 @@ def rollout_status(
     bootstrap: BootstrapOption = "127.0.0.1:9092",
 ) -> None:
     """The rollout plan (model.yaml), the decision on inferbus.rollouts and what is in force."""
-    from infra.models.repository import ModelRepository
     from services.cli.common import run, setup_logging
     from services.models.rollout import current_decision, status_lines
 
     setup_logging("WARNING", kafka_level="CRITICAL")
-    config = ModelRepository(directory).config(model)
+    config = _repository(directory).config(model)
     decision = run(current_decision(bootstrap, model)) if config.rollout is not None else None
     for line in status_lines(config, decision):
         console.print(escape(line))

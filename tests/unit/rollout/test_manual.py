@@ -220,8 +220,13 @@ def canary_repo(repo: Path) -> Path:
         ),
         pytest.param(
             ["promote", "demo-mlp", "--dir", "/nope/models"],
-            "error: no model repository at /nope/models (--dir)",
+            "error: no model repository (--dir): /nope/models",
             id="no-repository",
+        ),
+        pytest.param(
+            ["status", "demo-mlp", "--dir", "/nope/models"],
+            "error: no model repository (--dir): /nope/models",
+            id="status-without-a-repository",
         ),
     ],
 )
