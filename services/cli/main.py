@@ -273,6 +273,7 @@ def up(
     ingest_settings(models)
     worker_settings(None, None, models, None)
     scaler_settings = load_settings(ScalerSettings)
+    _check_repository(models)
     options = StackOptions(
         bootstrap=bootstrap,
         models_dir=models,
@@ -298,6 +299,17 @@ def up(
         typer.echo("stopped")
     finally:
         lock.close()
+
+
+def _check_repository(models: Path) -> None:
+    """Every model.yaml read before anything starts: a bad one is refused, named, instead of
+    after the broker and topics came up (a missing folder gets the demo models)."""
+    from infra.models.repository import ModelRepository
+
+    if models.is_dir():
+        repository = ModelRepository(models)
+        for name in repository.names():
+            repository.config(name)
 
 
 def _one_stack_per_log_dir(log_dir: Path) -> IO[str]:

@@ -262,3 +262,18 @@ def test_a_timeout_that_is_no_wait_is_a_usage_error(timeout: str, repo: Path) ->
 
     assert result.exit_code == 2
     assert "--timeout" in result.output and "0.001" in result.output
+
+
+def test_up_refuses_a_bad_model_yaml_before_starting_anything(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It started the broker and created topics first, then stopped with the error last."""
+    monkeypatch.chdir(repo.parent)
+    path = repo / "demo-mlp" / "model.yaml"
+    path.write_text(path.read_text().replace("max_batch_size: 32", "max_batch_size: -3"))
+    args = ["up", "--duration", "1", "--log-dir", "up-logs", "--models", str(repo)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("error: "), result.stderr
+    assert "max_batch_size" in result.stderr
+    assert "embedded broker" not in result.output
