@@ -10,6 +10,7 @@ from infra.models.config import ModelConfig
 from infra.registry import RegistryTable, is_live
 from infra.rollout.split import lane_for
 from infra.rollout.state import Effective, RolloutBook, effective
+from schemas.errors import ModelNotFound
 from schemas.request import InferenceRequest
 from schemas.topics import Lane, Tier, worker_group
 
@@ -63,10 +64,19 @@ class LaneRouter:
         self._ready_at: tuple[int, float] | None = None
 
     def lane(self, request: InferenceRequest, config: ModelConfig, tier: Tier) -> Lane:
-        """The lane this request is routed to."""
+        """The lane this request is routed to; ModelNotFound for a request that names a
+        version neither lane of the model's rollout serves (both are named)."""
         if config.rollout is None or config.rollout.canary is None:
             return "stable"
         rollout = effective(config.rollout, self._rollouts.get(config.name))
+        wanted = request.model_version
+        if wanted is not None and wanted not in (rollout.stable, rollout.canary):
+            canary = f", the canary {rollout.canary!r}" if rollout.canary else ""
+            raise ModelNotFound(
+                f"model {config.name!r} version {wanted!r} is not served: the stable lane "
+                f"serves {rollout.stable!r}{canary} (name one of them, or none)",
+                model=config.name,
+            )
         lane = choose_lane(rollout, config.name, request)
         if lane == "canary":
             serving = self._versions().get(worker_group(config.name, tier, "canary"), frozenset())

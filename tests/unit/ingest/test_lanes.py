@@ -10,6 +10,7 @@ import pytest
 
 from infra.registry import RegistryTable, fold
 from infra.rollout.state import Effective, RolloutBook
+from schemas.errors import ModelNotFound
 from schemas.request import InferenceRequest
 from schemas.rollout import RolloutRecord
 from schemas.telemetry import InstanceRecord
@@ -183,3 +184,10 @@ def test_handle_event_routes_canary_requests_to_the_canary_topic() -> None:
     assert isinstance(outcome, Route)
     assert outcome.topic == "inferbus.req.demo-mlp.canary.interactive"
     assert outcome.key == b"r-1"
+
+
+def test_a_version_neither_lane_serves_is_answered_naming_both() -> None:
+    """It was told "they serve version '1'" or "'2'", by the lane the split happened to pick."""
+    router = LaneRouter(RolloutBook(), Registry())
+    with pytest.raises(ModelNotFound, match="the stable lane serves '1', the canary '2'"):
+        router.lane(request(model_version="3"), CANARY_MLP, "interactive")
