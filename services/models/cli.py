@@ -206,11 +206,11 @@ def _decide(
     from services.cli.common import run, setup_logging
     from services.models.rollout import (
         against_current,
-        canary_serving,
         current_decision,
         manual_record,
         operator,
         publish_manual,
+        workers_ready,
     )
 
     setup_logging("WARNING", kafka_level="CRITICAL")
@@ -226,7 +226,9 @@ def _decide(
 
     async def checked_then_published() -> str | None:
         ready = (
-            await canary_serving(bootstrap, model, record.canary) if action == "promote" else None
+            record.canary in (await workers_ready(bootstrap, model))["canary"]
+            if action == "promote"
+            else None
         )
         current = await current_decision(bootstrap, model)
         note = against_current(record, current, canary_ready=ready, force=force)
@@ -247,12 +249,16 @@ def rollout_status(
 ) -> None:
     """The rollout plan (model.yaml), the decision on inferbus.rollouts and what is in force."""
     from services.cli.common import run, setup_logging
-    from services.models.rollout import current_decision, status_lines
+    from services.models.rollout import current_decision, status_lines, workers_ready
 
     setup_logging("WARNING", kafka_level="CRITICAL")
     config = _repository(directory).config(model)
-    decision = run(current_decision(bootstrap, model)) if config.rollout is not None else None
-    for line in status_lines(config, decision):
+
+    async def read() -> list[str]:
+        decision = await current_decision(bootstrap, model) if config.rollout else None
+        return status_lines(config, decision, await workers_ready(bootstrap, model))
+
+    for line in run(read()):
         console.print(escape(line))
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import getpass
 import socket
+from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -23,7 +25,7 @@ from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
 from schemas.errors import InferbusError
 from schemas.rollout import RolloutRecord
-from schemas.topics import INSTANCES, ROLLOUTS, TIERS, worker_group
+from schemas.topics import INSTANCES, ROLLOUTS, TIERS, Lane, worker_group
 
 Action = Literal["promote", "rollback", "share"]
 
@@ -146,9 +148,14 @@ def _against_decision(record: RolloutRecord, current: RolloutRecord, *, force: b
     return []
 
 
-def status_lines(config: ModelConfig, decision: RolloutRecord | None) -> list[str]:
-    """The rollout plan in model.yaml, the decision on inferbus.rollouts, and what is in
-    force from the two (pure): what `inferbus models status` prints."""
+def status_lines(
+    config: ModelConfig,
+    decision: RolloutRecord | None,
+    serving: Mapping[Lane, Counter[str | None]] | None = None,
+) -> list[str]:
+    """The rollout plan in model.yaml, the decision on inferbus.rollouts, what is in force
+    from the two, and what the ready workers of each lane serve (`workers_ready`) (pure):
+    what `inferbus models status` prints."""
     plan = config.rollout
     if plan is None:
         return [f"{config.name}: no rollout block: every worker serves the newest version"]
@@ -171,7 +178,20 @@ def status_lines(config: ModelConfig, decision: RolloutRecord | None) -> list[st
         + (f", canary {now.canary} takes share {now.share:g}" if now.canary else "")
         + f" ({now.state})"
     )
+    if serving is not None:
+        lines.append(
+            "workers ready: " + "; ".join(_lane_line(lane, serving[lane]) for lane in serving)
+        )
     return lines
+
+
+def _lane_line(lane: Lane, versions: Counter[str | None]) -> str:
+    if not versions:
+        return f"{lane} none"
+    return f"{lane} " + ", ".join(
+        f"{n} on {version if version is not None else '?'}"
+        for version, n in sorted(versions.items(), key=lambda item: str(item[0]))
+    )
 
 
 async def current_decision(bootstrap: str, model: str) -> RolloutRecord | None:
@@ -181,9 +201,9 @@ async def current_decision(bootstrap: str, model: str) -> RolloutRecord | None:
     return book.get(model)
 
 
-async def canary_serving(bootstrap: str, model: str, version: str) -> bool:
-    """Whether a live canary worker of `model` is registered ready on `version`
-    (`inferbus.instances` read once to its end)."""
+async def workers_ready(bootstrap: str, model: str) -> dict[Lane, Counter[str | None]]:
+    """Per lane of `model`, the versions its live workers registered `ready` serve, with how
+    many workers serve each (`inferbus.instances` read once to its end)."""
     table = RegistryTable()
 
     def fold(key: bytes | None, value: bytes | None) -> None:
@@ -192,21 +212,23 @@ async def canary_serving(bootstrap: str, model: str, version: str) -> bool:
             if key is not None:
                 table = tombstone(table, key.decode(errors="replace"))
             return
-        # A record this version cannot read (another release's) says nothing of this canary.
+        # A record this version cannot read (another release's) says nothing of this model.
         with contextlib.suppress(ValidationError):
             record = decode(value)
             if record is not None:
                 table = fold_record(table, record)
 
     await read_to_end(bootstrap, INSTANCES, fold, client_id="inferbus-models")
-    groups = {worker_group(model, tier, "canary") for tier in TIERS}
-    now = datetime.now(UTC)
-    return any(
-        record.state == "ready"
-        and record.model_version == version
-        and not groups.isdisjoint(record.groups or [record.group])
-        for record in live_instances(table, now).values()
-    )
+    lanes: tuple[Lane, ...] = ("stable", "canary")
+    groups = {lane: {worker_group(model, tier, lane) for tier in TIERS} for lane in lanes}
+    found: dict[Lane, Counter[str | None]] = {lane: Counter() for lane in lanes}
+    for record in live_instances(table, datetime.now(UTC)).values():
+        if record.state != "ready":
+            continue
+        for lane in lanes:
+            if not groups[lane].isdisjoint(record.groups or [record.group]):
+                found[lane][record.model_version] += 1
+    return found
 
 
 async def publish_manual(bootstrap: str, record: RolloutRecord) -> None:

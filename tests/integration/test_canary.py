@@ -27,7 +27,7 @@ from services.client import InferenceClient
 from services.ingest.app import IngestService
 from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
-from services.models.rollout import canary_serving, manual_record, publish_manual
+from services.models.rollout import manual_record, publish_manual, workers_ready
 from services.worker.app import Worker, WorkerFailed
 from services.worker.settings import WorkerSettings
 from tests.integration.stack import derive_model
@@ -211,8 +211,8 @@ async def test_a_promotion_moves_stable_workers_to_the_canary_version(
     try:
         await asyncio.gather(stable.start(), canary.start())
         # What `inferbus models promote` checks first: a canary worker serves the version.
-        assert await canary_serving(broker, name, "2")
-        assert not await canary_serving(broker, name, "1")
+        ready = await workers_ready(broker, name)
+        assert ready["canary"] == {"2": 1} and ready["stable"] == {"1": 1}, ready
         config = ModelRepository(models).config(name)
         record = manual_record(config, "promote", at=datetime.now(UTC), by="cli:test@here")
         await publish_manual(broker, record)

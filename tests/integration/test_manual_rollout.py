@@ -55,3 +55,4 @@ async def test_share_after_promote_is_refused_and_a_repeat_is_said(
     assert code == 0 and "already promoted" in out
     code, out, _ = await asyncio.to_thread(_models, ["status", name], repo, broker)
     assert code == 0 and "in force: stable workers serve 2" in out, out
+    assert "workers ready: stable none; canary none" in out, out

@@ -3,6 +3,7 @@ refusals for models that have no canary."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -294,3 +295,10 @@ def test_promoting_a_canary_no_worker_serves(
         return
     note = against_current(record, None, canary_ready=ready, force=force)
     assert note == outcome or (outcome is not None and note is not None and outcome in note)
+
+
+def test_status_says_what_the_ready_workers_serve() -> None:
+    """`in force` showed the plan while no canary worker was ready on it."""
+    serving: dict[Any, Counter[str | None]] = {"stable": Counter({"1": 2}), "canary": Counter()}
+    text = "\n".join(status_lines(CANARY, None, serving))
+    assert "workers ready: stable 2 on 1; canary none" in text, text
