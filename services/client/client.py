@@ -459,10 +459,14 @@ class InferenceClient:
         self._waiters.setdefault(request.request_id, []).append(future)
         self._pending[request.request_id] = wire
         self._give_up_at[request.request_id] = time.monotonic() + timeout_s
-        deadline = loop.time() + timeout_s
+        # One timeout over the send and the wait, in this task: `wait_for` ran the send as a
+        # task of its own, whose late error nobody retrieved ("Future exception was never
+        # retrieved" after the caller had its TimeoutError).
+        deadline = None if math.isinf(timeout_s) else loop.time() + timeout_s
         try:
-            await asyncio.wait_for(self.submit(wire), timeout_s)
-            return await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
+            async with asyncio.timeout_at(deadline):
+                await self.submit(wire)
+                return await future
         except TimeoutError:
             raise TimeoutError(
                 f"no result for request {request.request_id} within {timeout_s:g} s"
