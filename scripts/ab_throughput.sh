@@ -10,10 +10,11 @@
 # printed: raw and e2e samples/s, and the CPU ms a request of the broker, ingest and the
 # load generator at saturation. Run nothing else meanwhile.
 set -euo pipefail
-rev=$1 pairs=$2 out=$3; shift 3
+rev=$1 pairs=$2; shift 2
+# Absolute: each run works in its own tree (a relative OUTDIR failed every A run).
+mkdir -p "$1" && out=$(cd "$1" && pwd); shift
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 python="$here/.venv/bin/python"
-mkdir -p "$out"
 base=$(mktemp -d /tmp/inferbus-ab-XXXXXX)
 git -C "$here" worktree add --detach "$base/tree" "$rev" >/dev/null
 trap 'git -C "$here" worktree remove --force "$base/tree"; rm -rf "$base"' EXIT
