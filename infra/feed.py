@@ -40,9 +40,15 @@ RecordFold = Callable[[bytes | None, bytes | None], None]
 """Called with each record's key and value, in order per partition."""
 
 
+READ_TO_END_PATIENCE_S = 5
+"""How long `read_to_end` waits for the next record short of the end before it says so."""
+
+
 async def read_to_end(bootstrap: str, topic: str, fold: RecordFold, *, client_id: str) -> bool:
     """Fold every record of `topic` from its start to its end as of now, once (a command's
-    look at a compacted topic); False when the topic does not exist."""
+    look at a compacted topic); False when the topic does not exist. TimeoutError when no
+    record comes for `READ_TO_END_PATIENCE_S` short of the end: a command must not decide
+    on a part of the topic."""
     consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id=client_id)
     try:
         await start_with_retry(consumer.start, what=client_id, attempts=3)
@@ -52,13 +58,19 @@ async def read_to_end(bootstrap: str, topic: str, fold: RecordFold, *, client_id
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
+        idle = 0
         while True:
             positions = {tp: await consumer.position(tp) for tp in partitions}
             if all(positions[tp] >= end for tp, end in ends.items()):
                 return True
             batches = await consumer.getmany(*partitions, timeout_ms=1000)
-            if not batches:
-                return True  # nothing more came within a second: what was read is all
+            idle = 0 if batches else idle + 1
+            if idle >= READ_TO_END_PATIENCE_S:
+                short = {tp.partition: (positions[tp], end) for tp, end in ends.items()}
+                raise TimeoutError(
+                    f"could not read {topic} to its end: nothing came for "
+                    f"{READ_TO_END_PATIENCE_S} s at (position, end) by partition {short}"
+                )
             for records in batches.values():
                 for record in records:
                     fold(record.key, record.value)

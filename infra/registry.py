@@ -86,6 +86,16 @@ def tombstone(table: RegistryTable, instance_id: str) -> RegistryTable:
     return replace(table, instances=instances)
 
 
+def fold_value(table: RegistryTable, key: bytes | None, value: bytes | None) -> RegistryTable:
+    """One record of the registry topic as read: a tombstone forgets its instance, an
+    instance record is folded. Raises ValidationError for a value that is no instance
+    record (the caller says so and reads on)."""
+    record = decode(value)
+    if record is None:
+        return tombstone(table, key.decode(errors="replace")) if key is not None else table
+    return fold(table, record)
+
+
 def decode(value: bytes | None) -> InstanceRecord | None:
     """Parse one record's value; None for a tombstone. Raises ValidationError when invalid."""
     if value is None:

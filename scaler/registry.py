@@ -23,6 +23,7 @@ from infra.registry import (
     decode,
     fold,
     fold_all,
+    fold_value,
     is_live,
     live_instances,
     tombstone,
@@ -199,16 +200,10 @@ class Registry:
         if key == BROKER_EVENT_KEY:
             return  # a note to the instances, not an instance
         try:
-            record = decode(value)
+            self.table = fold_value(self.table, key, value)
         except ValidationError as exc:
             self.invalid_records += 1
             log.warning("registry record invalid key=%r error=%s", key, exc.errors()[:1])
-            return
-        if record is None:
-            if key is not None:
-                self.table = tombstone(self.table, key.decode(errors="replace"))
-            return
-        self.table = fold(self.table, record)
 
     def view(self) -> Mapping[str, InstanceRecord]:
         """A read-only view of the live instances."""

@@ -271,7 +271,7 @@ def _route(
             f"tenant {request.tenant!r} may not call model {request.model!r}",
             tenant=request.tenant,
         )
-    if limiter is not None:
+    if limiter is not None and limiter.active:  # no per-request work when nobody has a limit
         _check_tenant_rate(limiter, request.tenant, bucket_time(produced_at, now))
     validate_inputs(
         request,

@@ -6,8 +6,8 @@ the workers and the scaler fold it over model.yaml (`infra.rollout.state.effecti
 
 from __future__ import annotations
 
-import contextlib
 import getpass
+import logging
 import socket
 from collections import Counter
 from collections.abc import Mapping
@@ -19,13 +19,15 @@ from pydantic import ValidationError
 from infra.feed import read_to_end
 from infra.kafka import make_producer, start_with_retry
 from infra.models.config import ModelConfig
-from infra.registry import RegistryTable, decode, live_instances, tombstone
-from infra.registry import fold as fold_record
+from infra.registry import RegistryTable, fold_value, live_instances
 from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
+from infra.topics import BROKER_EVENT_KEY
 from schemas.errors import InferbusError
 from schemas.rollout import RolloutRecord
 from schemas.topics import INSTANCES, ROLLOUTS, TIERS, Lane, worker_group
+
+log = logging.getLogger(__name__)
 
 Action = Literal["promote", "rollback", "share"]
 
@@ -208,15 +210,12 @@ async def workers_ready(bootstrap: str, model: str) -> dict[Lane, Counter[str | 
 
     def fold(key: bytes | None, value: bytes | None) -> None:
         nonlocal table
-        if value is None:  # a tombstone: the instance is forgotten
-            if key is not None:
-                table = tombstone(table, key.decode(errors="replace"))
-            return
-        # A record this version cannot read (another release's) says nothing of this model.
-        with contextlib.suppress(ValidationError):
-            record = decode(value)
-            if record is not None:
-                table = fold_record(table, record)
+        if key == BROKER_EVENT_KEY:
+            return  # a note to the instances, not an instance
+        try:
+            table = fold_value(table, key, value)
+        except ValidationError as exc:  # said; the other records still count
+            log.warning("event=registry_record_invalid key=%r errors=%d", key, exc.error_count())
 
     await read_to_end(bootstrap, INSTANCES, fold, client_id="inferbus-models")
     lanes: tuple[Lane, ...] = ("stable", "canary")

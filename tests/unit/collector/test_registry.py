@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import ValidationError
 
 from scaler.registry import (
     READY_HISTORY,
@@ -12,6 +13,7 @@ from scaler.registry import (
     decode,
     fold,
     fold_all,
+    fold_value,
     ready_time,
     replicas_by_state,
     tombstone,
@@ -167,3 +169,13 @@ def test_instances_long_past_their_lease_are_forgotten(
         records.append(rec("live", "ready", at_s).model_copy(update={"lease_s": lease_s}))
     table = fold_all(records)
     assert set(table.instances) == kept
+
+
+def test_fold_value_folds_a_record_forgets_on_a_tombstone_and_refuses_garbage() -> None:
+    value = rec("w1", "ready", 0).model_dump_json().encode()
+    table = fold_value(RegistryTable(), b"w1", value)
+    assert set(table.instances) == {"w1"}
+    assert fold_value(table, b"w1", None).instances == {}
+    assert fold_value(table, None, None) is table
+    with pytest.raises(ValidationError):
+        fold_value(table, b"x", b'{"not": "an instance"}')
