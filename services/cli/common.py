@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
 import typer
@@ -58,11 +58,24 @@ def run_service(coro: Coroutine[Any, Any, T]) -> T:
     return run(coro)
 
 
-def load_settings(cls: type[S], **flags: Any) -> S:
-    """`cls(**flags)` over its environment; a refusal names the variable (`INFERBUS_..._X`)."""
+def load_settings(
+    cls: type[S],
+    flags: Mapping[str, Any] | None = None,
+    flag_names: Mapping[str, str] | None = None,
+) -> S:
+    """`cls(**flags)` over its environment; a refusal names where the value came from: the
+    flag for a field given as one (`flag_names[field]`, else `--field-name`), else the
+    variable (`INFERBUS_..._X`)."""
     prefix = str(cls.model_config.get("env_prefix", ""))
+    given = dict(flags or {})
+
+    def source(field: str) -> str:
+        if field in given:
+            return (flag_names or {}).get(field, "--" + field.replace("_", "-"))
+        return f"{prefix}{field.upper()}"
+
     try:
-        return cls(**flags)
+        return cls(**given)
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_url=False, include_input=False):
@@ -72,14 +85,14 @@ def load_settings(cls: type[S], **flags: Any) -> S:
                 problems.append(message)
                 continue
             inner = f" ({'.'.join(loc[1:])})" if len(loc) > 1 else ""
-            problems.append(f"{prefix}{loc[0].upper()}{inner}: {message}")
+            problems.append(f"{source(loc[0])}{inner}: {message}")
         raise SettingsInvalid("; ".join(problems)) from None
     except SettingsError as exc:
         # pydantic-settings names the field but not the variable, and keeps the JSON
         # error as the cause.
         field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else ""
         cause = f": {exc.__cause__}" if exc.__cause__ is not None else ""
-        raise SettingsInvalid(f"{prefix}{field.upper()} is not valid{cause}") from None
+        raise SettingsInvalid(f"{source(field)} is not valid{cause}") from None
 
 
 def one_line(exc: BaseException) -> str | None:

@@ -130,7 +130,7 @@ def ingest_settings(models: Path | None) -> IngestSettings:
     """IngestSettings from INFERBUS_INGEST_* with the given flags on top."""
     from services.ingest.settings import IngestSettings
 
-    return load_settings(IngestSettings, **given(models_dir=models))
+    return load_settings(IngestSettings, given(models_dir=models), {"models_dir": "--models"})
 
 
 def worker_settings(
@@ -150,7 +150,8 @@ def worker_settings(
         model_version=version,
         lane=lane,
     )
-    return load_settings(WorkerSettings, **flags)
+    names = {"tiers": "--tier", "models_dir": "--models", "model_version": "--version"}
+    return load_settings(WorkerSettings, flags, names)
 
 
 @app.command()
@@ -348,7 +349,7 @@ def scaler_run(
         overrides["actuator"] = actuator
     if policy is not None:
         overrides["policy"] = policy
-    settings = load_settings(ScalerSettings, **overrides)
+    settings = load_settings(ScalerSettings, overrides)
     run_service(run_scaler(bootstrap, models, settings))
 
 

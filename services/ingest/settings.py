@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from schemas.request import TENANT_MAX_CHARS
 from schemas.topics import TIERS, Tier
@@ -66,9 +68,21 @@ class IngestSettings(BaseSettings):
     over it a request is answered `rejected_overload`. None: no default limit."""
     tenant_burst: int | None = Field(default=None, gt=0)
     """Requests a tenant may send at once (the bucket size); None: one second's worth."""
-    tenant_limits: dict[str, TenantLimit] = Field(default_factory=dict)
+    tenant_limits: Annotated[dict[str, TenantLimit], NoDecode] = Field(default_factory=dict)
     """Per-tenant limits over the default, JSON: `{"team-a": 100}` (req/s) or
     `{"team-a": {"rate_rps": 100, "burst": 400}}`; `(none)` names requests without a tenant."""
+
+    @field_validator("tenant_limits", mode="before")
+    @classmethod
+    def _json_naming_each_tenant_once(cls, value: Any) -> Any:
+        # JSON lets a key repeat and the last one wins: a limit written twice would be
+        # half ignored in silence.
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value, object_pairs_hook=_refuse_repeated_keys)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON: {exc}") from None
 
     @field_validator("tenant_limits")
     @classmethod
@@ -101,3 +115,13 @@ class IngestSettings(BaseSettings):
             else None
         )
         return TenantLimiter(default, self.tenant_limits)
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key that appears twice."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"{key!r} is written twice in one object (the last would win)")
+        seen[key] = value
+    return seen

@@ -156,6 +156,24 @@ def repo(tmp_path: Path) -> Path:
             id="up-bad-scaler-policy",
         ),
         pytest.param(
+            ["worker", "--model", "demo-mlp", "--lane", "foo"],
+            {},
+            "error: --lane: Input should be 'stable' or 'canary'",
+            id="worker-bad-lane-flag",
+        ),
+        pytest.param(
+            ["worker", "--model", "demo-mlp"],
+            {"INFERBUS_WORKER_LANE": "foo"},
+            "error: INFERBUS_WORKER_LANE: Input should be 'stable' or 'canary'",
+            id="worker-bad-lane-variable",
+        ),
+        pytest.param(
+            ["scaler", "run", "--policy", "nope"],
+            {},
+            "error: --policy: Input should be 'slo', 'keda-lag' or 'hpa-util'",
+            id="scaler-bad-policy-flag",
+        ),
+        pytest.param(
             ["load", "--trace", "/nope/trace.csv", "--model", "demo-mlp"],
             {},
             "error: cannot read /nope/trace.csv: No such file or directory",

@@ -164,3 +164,67 @@ async def test_the_rollout_feed_folds_records_into_its_book(consumers: Consumers
 )
 def test_feed_wait_follows_the_readers_tick(tick_s: float, expected_ms: int) -> None:
     assert feed_wait_ms(tick_s) == expected_ms
+
+
+class EndlessConsumer:
+    """A topic of one partition that ends at offset 3 and gives records up to `stall_at`."""
+
+    def __init__(self, stall_at: int) -> None:
+        self.stall_at = stall_at
+        self.position_now = 0
+        self.polls_after_stall = 0
+        self.stopped = False
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def topics(self) -> set[str]:
+        return {"t"}
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return {0}
+
+    def assign(self, partitions: list[Any]) -> None:
+        return None
+
+    async def seek_to_beginning(self, *partitions: Any) -> None:
+        return None
+
+    async def end_offsets(self, partitions: list[Any]) -> dict[Any, int]:
+        return {tp: 3 for tp in partitions}
+
+    async def position(self, tp: Any) -> int:
+        return self.position_now
+
+    async def getmany(self, *partitions: Any, timeout_ms: int) -> dict[Any, list[FakeRecord]]:
+        if self.position_now >= self.stall_at:
+            self.polls_after_stall += 1
+            return {}
+        self.position_now += 1
+        return {partitions[0]: [FakeRecord(b"k", str(self.position_now).encode())]}
+
+
+@pytest.mark.parametrize(("stall_at", "read"), [(3, [b"1", b"2", b"3"]), (2, [b"1", b"2"])])
+async def test_read_to_end_reads_to_the_end_or_says_where_it_stopped(
+    stall_at: int, read: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    consumer = EndlessConsumer(stall_at)
+    monkeypatch.setattr(feed_module, "make_consumer", lambda **_: consumer)
+    folded: list[bytes | None] = []
+
+    async def reading() -> bool:
+        return await feed_module.read_to_end(
+            "b:9092", "t", lambda k, v: folded.append(v), client_id="test"
+        )
+
+    if stall_at == 3:
+        assert await reading() is True
+    else:
+        with pytest.raises(TimeoutError, match=r"could not read t to its end.*\{0: \(2, 3\)\}"):
+            await reading()
+        assert consumer.polls_after_stall == feed_module.READ_TO_END_PATIENCE_S
+    assert folded == read
+    assert consumer.stopped

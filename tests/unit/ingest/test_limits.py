@@ -160,7 +160,17 @@ RATE, BURST, LIMITS = (f"INFERBUS_INGEST_TENANT_{n}" for n in ("RATE_RPS", "BURS
             f"{LIMITS} (team-a.rate_rps): Field required",
             id="unknown-field",
         ),
-        pytest.param({LIMITS: "a=1"}, f"{LIMITS} is not valid: Expecting value", id="not-json"),
+        pytest.param({LIMITS: "a=1"}, f"{LIMITS}: not valid JSON: Expecting value", id="not-json"),
+        pytest.param(
+            {LIMITS: '{"team-a": 1, "team-b": 2, "team-a": 3}'},
+            f"{LIMITS}: 'team-a' is written twice in one object",
+            id="tenant-twice",
+        ),
+        pytest.param(
+            {LIMITS: '{"team-a": {"rate_rps": 1, "rate_rps": 2}}'},
+            f"{LIMITS}: 'rate_rps' is written twice in one object",
+            id="field-twice",
+        ),
         pytest.param({BURST: "10"}, f"{BURST} is set without {RATE}", id="burst-alone"),
         pytest.param({RATE: "inf"}, f"{RATE}: Input should be a finite number", id="infinite"),
         pytest.param(
