@@ -2,7 +2,8 @@
 
 Stopping a replica in a gap and starting it again for the next burst costs its
 time-to-ready plus a handover in replica-seconds, and the burst meets cold capacity for a
-time-to-ready. So when the remembered bursts rise within two time-to-readies, and their
+time-to-ready. So when the remembered bursts rise within two reaction times (the
+time-to-ready, at least two metrics windows: `PolicyConfig.reaction_s`), and their
 gaps are typically shorter than `burst_keep_factor` keep costs, the group keeps the
 capacity the bursts needed before a replica started when they could first be seen would
 serve (the `burst_peak_quantile` of their load within a keep cost of that moment, with the
@@ -91,13 +92,13 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     memory = burst_memory(plan, config)
     if memory is None or not memory.bursty(config.burst_min_count, config.burst_min_ratio):
         return plan
-    ttr, keep = config.time_to_ready_s(s), config.keep_cost_s(s)
+    reaction, keep = config.reaction_s(s), config.keep_cost_s(s)
     rise, gap = memory.median_rise_s(), memory.median_gap_s()
     limit = max(memory.gaps_s, default=0.0) + keep
     standby = s.standby_replicas is not None
     # The gap test is a ski rental: keep or restart. Bursts that rise slower than a keep cost
     # need their floor at every onset, however long the gap before it (`release_to_floor`).
-    if rise > 2 * ttr or (gap > config.burst_keep_factor * keep and rise <= keep):
+    if rise > 2 * reaction or (gap > config.burst_keep_factor * keep and rise <= keep):
         return plan
     if memory.in_gap_s > limit + (keep if standby else 0.0):
         return plan
@@ -139,7 +140,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     )
     text = (
         f"{len(memory.onsets())} bursts rising in ~{reason_number(rise)} s (<= 2 x "
-        f"{reason_number(ttr)} s to start one), "
+        f"{reason_number(reaction)} s for new capacity to answer one), "
         f"{reason_number(lead, 1)} busy replicas (p{config.burst_peak_quantile * 100:.0f}"
         f"{f', the highest of a few + {reason_percent(margin)}' if margin else ''}) within "
         f"{reason_number(keep)} s of their start needs {reason_number(floor)}"
@@ -177,7 +178,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
 
 def rise_known(memory: BurstMemory, plan: Plan, config: PolicyConfig) -> bool:
     """Enough is remembered to meet a rise at the bursts' peak: `burst_min_count` of them,
-    or one that rose slower than a keep cost and within two time-to-readies.
+    or one that rose slower than a keep cost and within two reaction times.
 
     Such a ramp outruns what follows it: the trend test saw sawtooth-s1's first two ramps
     54 and 34 s after they started, a start serves 30 s after that, and by then the group
@@ -188,7 +189,7 @@ def rise_known(memory: BurstMemory, plan: Plan, config: PolicyConfig) -> bool:
     if memory.bursty(config.burst_min_count, config.burst_min_ratio):
         return True
     s = plan.signals
-    slow = config.keep_cost_s(s) < memory.median_rise_s() <= 2 * config.time_to_ready_s(s)
+    slow = config.keep_cost_s(s) < memory.median_rise_s() <= 2 * config.reaction_s(s)
     return slow and memory.bursty(1, config.burst_min_ratio)
 
 

@@ -15,7 +15,8 @@ from scaler.policy.regret import judge, remember_scale_down
 def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     """Up at once; down to the highest recommendation over the hold, in one step.
 
-    The hold (`scale_down_hold_s`, default the time-to-ready) is the SLO policy's own
+    The hold (`scale_down_hold_s`, default the reaction time: the time-to-ready, at least two
+    metrics windows, `PolicyConfig.reaction_s`) is the SLO policy's own
     window: with handovers that pause only the moved partitions a scale-down is cheap, and
     keeping a replica idle longer than it takes to start one again costs more than that.
     Bursts are kept by the burst memory (`hold.py`), not by a long window; in a gap between

@@ -400,3 +400,25 @@ def test_a_reason_says_what_it_saw(overrides: dict[str, object], now: float, wor
     s = make_signals(**overrides)
     (g,) = decide([s], ScalerState(), PolicyConfig(), now)[0].groups
     assert words in g.line(), g.line()
+
+
+@pytest.mark.parametrize(
+    ("time_to_ready_s", "metrics_window_s", "reaction_s"),
+    [
+        pytest.param(40.0, 15.0, 40.0, id="slow-start-is-the-time-to-ready"),
+        pytest.param(5.0, 15.0, 30.0, id="fast-start-waits-two-windows"),
+        pytest.param(None, 15.0, 30.0, id="unmeasured-takes-the-default"),
+        pytest.param(5.0, 5.0, 10.0, id="a-shorter-window-answers-sooner"),
+    ],
+)
+def test_the_policys_timing_follows_the_reaction_time_not_a_bare_fast_start(
+    time_to_ready_s: float | None, metrics_window_s: float, reaction_s: float
+) -> None:
+    config = PolicyConfig(metrics_window_s=metrics_window_s)
+    s = make_signals(time_to_ready_s=time_to_ready_s)
+    assert config.reaction_s(s) == reaction_s
+    assert config.hold_s(s) == reaction_s
+    assert config.keep_cost_s(s) == reaction_s + config.rebalance_pause_s
+    assert config.horizon_s(s) == reaction_s + metrics_window_s / 2
+    # What waits on a start still waits for the start itself.
+    assert config.time_to_ready_s(s) == (time_to_ready_s or config.default_time_to_ready_s)
