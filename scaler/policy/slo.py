@@ -210,7 +210,7 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
     budget_s = queue_budget_ms(s) / 1000
     allowed = lam * budget_s
     excess = lag - allowed
-    if excess <= 0:
+    if excess <= 0 or _in_flight(s, lag, mu, budget_s):
         return plan
     # New replicas serve only after time-to-ready; until then the lag keeps growing at
     # what the ready replicas cannot take. Size to drain the lag projected at that time
@@ -244,6 +244,18 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
             },
         ),
     )
+
+
+def _in_flight(s: GroupSignals, lag: int, mu: float, budget_s: float) -> bool:
+    """A lag whose oldest request is within the queue budget and that the ready replicas
+    clear within it is in flight, not late, whatever Little's law allows.
+
+    At a trickle the law allows less than one request (0.3/s × 0.1 s): one request being
+    served asked for a replica more on every tick it was seen (`scaler decide` on the
+    trickle example with lag 1, 3 ms old)."""
+    if s.oldest_age_ms is None or s.oldest_age_ms > budget_s * 1000:
+        return False
+    return lag <= mu * min(s.ready_replicas, s.partitions) * budget_s
 
 
 def _backlog_unmeasured_arrival(plan: Plan, lag: int, mu: float, config: PolicyConfig) -> Plan:

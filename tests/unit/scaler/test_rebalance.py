@@ -82,6 +82,27 @@ def test_backlog_projects_growth_until_ready() -> None:
     assert g.desired == 12  # 5 busy / 0.8 -> 7, + ceil(14475 / (300 * 10)) = 5
 
 
+@pytest.mark.parametrize(
+    ("lag", "oldest_age_ms", "backlog"),
+    [
+        pytest.param(1, 3.0, False, id="one-request-in-flight"),
+        pytest.param(40, 3.0, False, id="young-and-cleared-within-the-budget"),
+        pytest.param(1, None, True, id="age-unknown-counts-as-late"),
+        pytest.param(1, 800.0, True, id="older-than-the-budget"),
+        pytest.param(500, 3.0, True, id="more-than-the-ready-replicas-clear-in-the-budget"),
+    ],
+)
+def test_a_trickles_lag_is_late_only_when_old_or_more_than_ready_replicas_clear(
+    lag: int, oldest_age_ms: float | None, backlog: bool
+) -> None:
+    # 0.3/s: Little's law allows 0.3 x 0.35 s = 0.1 requests; one replica clears 105 in 0.35 s.
+    s = make_signals(
+        replicas=1, ready_replicas=1, arrival_rps=0.3, lag=lag, oldest_age_ms=oldest_age_ms
+    )
+    (g,) = decide([s], ScalerState(), SPARE_1, 0.0)[0].groups
+    assert ("backlog" in {r.code for r in g.reasons}) is backlog, g.line()
+
+
 def _steady(replicas: int, rps: float) -> GroupSignals:
     return make_signals(
         replicas=replicas,
