@@ -25,8 +25,19 @@ def reason_number(x: float, decimals: int = 0) -> str:
         return f"more than {sys.float_info.max:.3g}"
 
 
+def reason_amount(x: float) -> str:
+    """A rate, count or threshold as a reason says it: 1500, 50, 2.5, 0.3, 0.00011 (a small
+    one keeps two significant digits: "lag 1 > 0 the SLO allows" hid 0.1)."""
+    if abs(x) >= 10 or x == 0:
+        return reason_number(x)
+    return f"{x:.1f}" if abs(x) >= 0.1 else f"{x:.2g}"
+
+
 def reason_percent(share: float) -> str:
-    """A share as a reason's message prints it: `85%`; from 1e7 % up `1.2e+09%`."""
+    """A share as a reason's message prints it: `85%`, under 1 % `0.5%`; from 1e7 % up
+    `1.2e+09%`."""
+    if share != 0 and abs(share) < 0.01:
+        return f"{share * 100:.2g}%"
     return f"{share:.0%}" if abs(share) < _PLAIN_BELOW / 100 else f"{share * 100:.3g}%"
 
 

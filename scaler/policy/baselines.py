@@ -8,7 +8,7 @@ rate limit (100% or 4 pods per 15 s); leaving it out can only help the baselines
 from __future__ import annotations
 
 from scaler.config import PolicyConfig
-from scaler.decision import Reason, reason_number
+from scaler.decision import Reason, reason_amount, reason_number, reason_percent
 from scaler.policy.counts import ceil_count
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction, known_numbers
@@ -24,7 +24,7 @@ def _hpa_replicas(plan: Plan, ratio: float, config: PolicyConfig, base: int) -> 
         return plan.with_(
             reason=Reason(
                 "within_tolerance",
-                f"ratio {reason_number(ratio, 2)} within ±{config.hpa_tolerance:.0%}",
+                f"ratio {reason_number(ratio, 2)} within ±{reason_percent(config.hpa_tolerance)}",
                 {"ratio": ratio},
             )
         )
@@ -49,7 +49,7 @@ def keda_lag(s: GroupSignals, state: GroupState, config: PolicyConfig, now: floa
             reason=Reason(
                 "inactive",
                 f"lag {reason_number(s.lag)} <= activation "
-                f"{reason_number(config.keda_activation_lag_threshold)}",
+                f"{reason_amount(config.keda_activation_lag_threshold)}",
                 numbers,
             ),
         )
@@ -59,7 +59,7 @@ def keda_lag(s: GroupSignals, state: GroupState, config: PolicyConfig, now: floa
             desired=desired,
             diagnosis="capacity_bound",
             reason=Reason(
-                "lag", f"lag {reason_number(s.lag)} / threshold {reason_number(threshold)}", numbers
+                "lag", f"lag {reason_number(s.lag)} / threshold {reason_amount(threshold)}", numbers
             ),
         )
     ratio = s.lag / (threshold * s.replicas)
@@ -68,7 +68,7 @@ def keda_lag(s: GroupSignals, state: GroupState, config: PolicyConfig, now: floa
         reason=Reason(
             "lag",
             f"lag {reason_number(s.lag)} over {reason_number(s.replicas)} replicas vs threshold "
-            f"{reason_number(threshold)} per replica",
+            f"{reason_amount(threshold)} per replica",
             {**numbers, "ratio": ratio},
         )
     )
@@ -91,8 +91,8 @@ def hpa_util(s: GroupSignals, state: GroupState, config: PolicyConfig, now: floa
     return plan.with_(
         reason=Reason(
             "utilization",
-            f"utilization {s.utilization:.0%} on {reason_number(s.ready_replicas)} ready vs target "
-            f"{config.target_utilization:.0%}",
+            f"utilization {reason_percent(s.utilization)} on {reason_number(s.ready_replicas)} "
+            f"ready vs target {reason_percent(config.target_utilization)}",
             {"utilization": s.utilization, "ratio": ratio},
         )
     )

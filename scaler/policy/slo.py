@@ -13,7 +13,7 @@ import dataclasses
 import math
 
 from scaler.config import PolicyConfig
-from scaler.decision import Reason, reason_number
+from scaler.decision import Reason, reason_amount, reason_number, reason_percent
 from scaler.policy.counts import ceil_count
 from scaler.policy.fast import fast_path
 from scaler.policy.headroom import learn, load_spare, replicas_for
@@ -32,13 +32,6 @@ _EPS = 1e-9
 def _capacity_replicas(s: GroupSignals) -> int:
     """Replicas that will consume once started: extra ones beyond partitions idle."""
     return min(s.replicas, s.partitions)
-
-
-def _small(x: float) -> str:
-    """A rate or a replica count as a reason says it: 1500, 50, 2.5, 0.3, 0.00011."""
-    if x >= 10 or x == 0:
-        return reason_number(x)
-    return f"{x:.1f}" if x >= 0.1 else f"{x:.2g}"
 
 
 _SAY_READ_SHARE = 0.1
@@ -97,8 +90,8 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         return plan.with_(
             reason=Reason(
                 "within_band",
-                f"arrival {_small(lam)}/s{read} at {_small(mu)}/s per replica is "
-                f"{_small(lam / mu)} busy + {_small(spare)} spare: {reason_number(needed)}, "
+                f"arrival {reason_amount(lam)}/s{read} at {reason_amount(mu)}/s per replica is "
+                f"{_sizing(lam / mu, spare, needed, config)}, "
                 f"{reason_number(capacity)} within one",
                 numbers,
             )
@@ -108,10 +101,23 @@ def raw_desired(plan: Plan, config: PolicyConfig) -> Plan:
         diagnosis=direction(needed, s.replicas),
         reason=Reason(
             "arrival",
-            f"arrival {_small(lam)}/s{read} at {_small(mu)}/s per replica is "
-            f"{_small(lam / mu)} busy + {_small(spare)} spare: {reason_number(needed)}",
+            f"arrival {reason_amount(lam)}/s{read} at {reason_amount(mu)}/s per replica is "
+            f"{_sizing(lam / mu, spare, needed, config)}",
             numbers,
         ),
+    )
+
+
+def _sizing(busy: float, spare: float, needed: int, config: PolicyConfig) -> str:
+    """`busy + spare: needed`, naming the utilization ceiling where it, not the spare, set
+    the count (`headroom.replicas_for`: 40 busy + 4 spare is 44, but 80 % busy is 50)."""
+    by_spare = ceil_count(busy + spare - _EPS)
+    text = f"{reason_amount(busy)} busy + {reason_amount(spare)} spare: "
+    if needed <= by_spare:
+        return text + reason_number(needed)
+    ceiling = config.target_utilization + config.utilization_band
+    return f"{text}{reason_number(by_spare)}, at most {reason_percent(ceiling)} busy: " + (
+        reason_number(needed)
     )
 
 
@@ -128,8 +134,8 @@ def _from_utilization(plan: Plan, config: PolicyConfig) -> Plan:
             diagnosis="capacity_bound",
             reason=Reason(
                 "scale_from_zero",
-                f"arrival {_small(lam)}/s, lag {reason_number(lag)} and no replica: start one "
-                "(its throughput is measured once it serves)",
+                f"arrival {reason_amount(lam)}/s, lag {reason_number(lag)} and no replica: start "
+                "one (its throughput is measured once it serves)",
                 {"arrival_rps": lam, "lag": float(lag)},
             ),
         )
@@ -225,15 +231,16 @@ def backlog(plan: Plan, config: PolicyConfig) -> Plan:
         projected / (mu * drain_s) - _EPS
     )
     # A group short of capacity for its arrivals stays capacity_bound; "backlog" is for the
-    # lag alone asking for more.
-    raised = needed > plan.desired and plan.diagnosis != "capacity_bound"
+    # lag alone asking for more than there is (a lag that only slows a scale-down is no
+    # backlog diagnosis: 4→3 said "backlog").
+    raised = needed > max(plan.desired, s.replicas) and plan.diagnosis != "capacity_bound"
     return plan.with_(
         desired=max(needed, plan.desired),
         diagnosis="backlog" if raised else None,
         reason=Reason(
             "backlog",
-            f"lag {reason_number(lag)} > {reason_number(allowed)} the SLO allows, "
-            f"{reason_number(projected)} by ready in {reason_number(ttr)} s: "
+            f"lag {reason_number(lag)} > {reason_amount(allowed)} the SLO allows, "
+            f"{reason_amount(projected)} by ready in {reason_number(ttr)} s: "
             f"drain in {reason_number(drain_s)} s",
             {
                 "lag": lag,
@@ -289,7 +296,7 @@ def _backlog_unmeasured_arrival(plan: Plan, lag: int, mu: float, config: PolicyC
         reason=Reason(
             "backlog",
             f"lag {reason_number(lag)}{waited}: drain it in "
-            f"{reason_number(drain_s)} s at {_small(mu)}/s per replica beside the "
+            f"{reason_number(drain_s)} s at {reason_amount(mu)}/s per replica beside the "
             f"{reason_number(s.replicas)} there are",
             {"lag": lag, "queue_budget_ms": budget, "drain_s": drain_s, "needed": needed},
         ),
