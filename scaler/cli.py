@@ -141,15 +141,30 @@ def _tiers(value: str) -> list[Tier]:
 
 
 def _workload(
-    trace: Path | None, scenario_name: str | None, rate_scale: float, tiers: str, seed: int
+    trace: Path | None,
+    scenario_name: str | None,
+    rate_scale: float | None,
+    tiers: str | None,
+    seed: int,
 ) -> Workload:
     if (trace is None) == (scenario_name is None):
         raise typer.BadParameter("give exactly one of --trace FILE or --scenario NAME")
     if trace is not None:
         return from_trace(
-            trace, rate_scale=rate_scale, tiers=_tiers(tiers), max_input_tokens=512, seed=seed
+            trace,
+            rate_scale=1.0 if rate_scale is None else rate_scale,
+            tiers=_tiers(tiers or "interactive"),
+            max_input_tokens=512,
+            seed=seed,
         )
     assert scenario_name is not None
+    ignored = [
+        flag for flag, v in (("--rate-scale", rate_scale), ("--tiers", tiers)) if v is not None
+    ]
+    if ignored:
+        raise typer.BadParameter(
+            f"{' and '.join(ignored)} apply to --trace; a scenario sets its own rates and tiers"
+        )
     return scenario(scenario_name, seed)
 
 
@@ -204,10 +219,16 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     scenario_name: Annotated[
         str | None, typer.Option("--scenario", help=f"one of {', '.join(SCENARIOS)}")
     ] = None,
-    rate_scale: Annotated[float, typer.Option("--rate-scale", help="Trace rate multiplier.")] = 1.0,
+    rate_scale: Annotated[
+        float | None, typer.Option("--rate-scale", help="Trace rate multiplier. [default: 1.0]")
+    ] = None,
     tiers: Annotated[
-        str, typer.Option("--tiers", help="Trace requests spread over these tiers (comma list).")
-    ] = "interactive",
+        str | None,
+        typer.Option(
+            "--tiers",
+            help="Trace requests spread over these tiers (comma list). [default: interactive]",
+        ),
+    ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the report here.")] = None,
     plot_out: Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")] = None,
     seed: Annotated[int, typer.Option("--seed", min=0)] = 1,

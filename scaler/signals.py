@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from infra.json_unique import RepeatedKeyError, loads_unique_keys
 from schemas.errors import InferbusError
 from schemas.topics import TIERS, Tier
 
@@ -49,7 +50,9 @@ def is_json_number(value: Any) -> bool:
 def read_json_file(path: Path) -> Any:
     """A user's JSON file, or one SignalsError that says what is wrong with it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads_unique_keys(path.read_text(encoding="utf-8"))
+    except RepeatedKeyError as exc:
+        raise SignalsError(f"{path}: {exc}") from None
     except OSError as exc:
         raise SignalsError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from infra.models.config import BatchingConfig, SimConfig
 from scaler.sim.workload import WorkloadError
+from schemas.errors import describe_validation_error
 from schemas.topics import Tier
 
 MAX_TICKS = 200_000
@@ -21,6 +22,10 @@ MAX_TICKS = 200_000
 MAX_PARTITIONS = 100_000
 """The most partitions a simulated topic may have: each membership change assigns them all
 (100,000 simulate in seconds; 10^8 took gigabytes)."""
+
+
+MAX_BATCH_MS = 60_000.0
+"""The most a batch's fixed or per-unit time may be, ms."""
 
 
 def _must_reach(least: float, **values: float) -> list[str]:
@@ -59,8 +64,19 @@ class ServiceModel:
         )
         if infinite:
             raise WorkloadError(f"service model: {'; '.join(infinite)}")
-        if self.a_ms < 0 or self.b_ms < 0 or self.max_batch_size < 1 or self.max_queue_delay_ms < 0:
-            raise WorkloadError("service model: a_ms, b_ms, delay >= 0 and max_batch_size >= 1")
+        problems = [
+            *_must_reach(0, a_ms=self.a_ms, b_ms=self.b_ms),
+            *_must_reach(0, max_queue_delay_ms=self.max_queue_delay_ms),
+            *_must_reach(1, max_batch_size=self.max_batch_size),
+            # A batch over a minute is a typo in ms, and prints 300-digit latencies.
+            *[
+                f"{k} must be at most {MAX_BATCH_MS:g} ms, got {v:g}"
+                for k, v in (("a_ms", self.a_ms), ("b_ms", self.b_ms))
+                if v > MAX_BATCH_MS
+            ],
+        ]
+        if problems:
+            raise WorkloadError(f"service model: {'; '.join(problems)}")
 
 
 def read_service_model(path: Path) -> ServiceModel:
@@ -78,11 +94,19 @@ def read_service_model(path: Path) -> ServiceModel:
         raise WorkloadError(
             f"{path}: 'engine' must be a mapping (with a 'sim' block), got {engine!r}"
         )
+    if not engine.get("sim"):
+        # SimConfig's own defaults are a placeholder, not this model's cost: a run on them
+        # looked like a simulation of the model.
+        raise WorkloadError(
+            f"{path} has no engine.sim block (the model's batch cost a_ms + b_ms per unit): "
+            f"run `inferbus models calibrate {raw.get('name', 'MODEL')}` or give --a-ms, --b-ms "
+            "and --per instead of --model-yaml"
+        )
     try:
-        sim = SimConfig.model_validate(engine.get("sim") or {})
+        sim = SimConfig.model_validate(engine["sim"])
         batching = BatchingConfig.model_validate(raw.get("batching") or {})
     except ValidationError as exc:
-        raise WorkloadError(f"{path}: {exc}", path=str(path)) from exc
+        raise WorkloadError(f"{path}: {describe_validation_error(exc)}", path=str(path)) from exc
     return ServiceModel(
         a_ms=sim.a_ms,
         b_ms=sim.b_ms,
@@ -205,6 +229,11 @@ class SimParams:
         or oracle steps than a run should: a trace with one row dated 2099 spans 75 years,
         and simulated them without a word."""
         span = duration_s + self.drain_s
+        if self.collection_interval_s > span:
+            raise WorkloadError(
+                f"collection_interval_s {self.collection_interval_s:g} is longer than the run "
+                f"({span:.0f} s of arrivals and drain): the policy would never act"
+            )
         ticks = span / self.collection_interval_s
         steps = span / self.oracle_step_s
         if ticks <= MAX_TICKS and steps <= MAX_TICKS:

@@ -68,8 +68,23 @@ def _read(path: Path) -> dict[str, Any]:
         raise WorkloadError(
             f"{path} is not a report of `inferbus sim --json` (no 'source' and 'summaries')"
         )
+    for index, summary in enumerate(summaries):
+        wrong = [k for k in _NUMBERS if not _is_number(summary[k])]
+        wrong += [k for k in ("policy", "tier") if not isinstance(summary[k], str)]
+        if wrong:
+            raise WorkloadError(
+                f"{path}: summary {index} ({summary.get('policy')!r}) has {', '.join(wrong)} "
+                "of the wrong type (numbers, and strings for policy and tier)"
+            )
     report: dict[str, Any] = data
     return report
+
+
+_NUMBERS = ("attainment", "replica_seconds", "actions")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def rows(path: Path) -> list[Row]:

@@ -68,6 +68,8 @@ def _parse_time(text: str) -> tuple[float, bool]:
     it names one."""
     # The Azure trace has 7 fractional digits; datetime takes at most 6.
     head, _, rest = text.strip().partition(".")
+    if "T" not in head and " " not in head:
+        raise ValueError("a date without a time of day")
     digits = "".join(itertools.takewhile(str.isdigit, rest))
     zone = rest[len(digits) :]
     fraction = f".{(digits + '000000')[:6]}" if digits else ""
@@ -94,6 +96,8 @@ def _parse_row(
             "(like 2023-11-16 18:15:46.6805900)"
         ) from None
     try:
+        if "_" in count:  # float() reads "1_000" as 1000: no CSV writer means that
+            raise ValueError(count)
         tokens = float(count)
     except ValueError:
         raise WorkloadError(f"{path}:{line}: ContextTokens {count!r} is not a number") from None
@@ -107,13 +111,19 @@ def read_trace(path: Path) -> tuple[FloatArray, FloatArray]:
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
-            rows = list(reader)
+            # The reader's line, not the row's index: blank lines are skipped.
+            rows = [(reader.line_num, row) for row in reader]
             names = list(reader.fieldnames or ())
             header = set(names)
     except OSError as exc:
         raise WorkloadError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError:
         raise WorkloadError(f"{path} is not UTF-8 text (a CSV trace expected)") from None
+    except csv.Error as exc:
+        raise WorkloadError(f"{path}: not a CSV row after line {reader.line_num}: {exc}") from None
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise WorkloadError(f"{path}: the header names {', '.join(repeated)} more than once")
     if not {"TIMESTAMP", "ContextTokens"} <= header:
         found = ",".join(names)[:200] or "nothing"
         raise WorkloadError(
@@ -125,9 +135,9 @@ def read_trace(path: Path) -> tuple[FloatArray, FloatArray]:
     times = np.empty(len(rows), dtype=np.float64)
     tokens = np.empty(len(rows), dtype=np.float64)
     first_of: dict[bool, int] = {}
-    for index, row in enumerate(rows):
-        times[index], tokens[index], zoned = _parse_row(row, path, line=index + 2)
-        first_of.setdefault(zoned, index + 2)
+    for index, (line, row) in enumerate(rows):
+        times[index], tokens[index], zoned = _parse_row(row, path, line=line)
+        first_of.setdefault(zoned, line)
     if len(first_of) == 2:
         # Read as UTC, the times without a zone land hours from those with one.
         raise WorkloadError(

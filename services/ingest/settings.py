@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from infra.json_unique import loads_unique_keys
 from schemas.request import TENANT_MAX_CHARS
 from schemas.topics import TIERS, Tier
 from services.ingest.limits import NO_TENANT, TenantLimit, TenantLimiter
@@ -80,7 +81,7 @@ class IngestSettings(BaseSettings):
         if not isinstance(value, str):
             return value
         try:
-            return json.loads(value, object_pairs_hook=_refuse_repeated_keys)
+            return loads_unique_keys(value)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not valid JSON: {exc}") from None
 
@@ -115,13 +116,3 @@ class IngestSettings(BaseSettings):
             else None
         )
         return TenantLimiter(default, self.tenant_limits)
-
-
-def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object as a dict, refusing a key that appears twice."""
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"{key!r} is written twice in one object (the last would win)")
-        seen[key] = value
-    return seen

@@ -174,6 +174,18 @@ def test_trace_reader(tmp_path: Path) -> None:
             "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,1\n2023-11-16 18:15:46,2\n",
             "the same TIMESTAMP",
         ),
+        # Blank lines are skipped by the reader: the line named is the file's own.
+        ("TIMESTAMP,ContextTokens\n\n\n2023-11-16 18:15:46,abc\n", ":4: ContextTokens 'abc'"),
+        ("TIMESTAMP,ContextTokens\n2023-11-16,12\n", ":2: TIMESTAMP '2023-11-16' is not an ISO"),
+        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46,1_000\n", "'1_000' is not a number"),
+        (
+            "TIMESTAMP,ContextTokens,ContextTokens\n2023-11-16 18:15:46,1,2\n",
+            "the header names ContextTokens more than once",
+        ),
+        (
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46," + "9" * 140_000 + "\n",
+            "not a CSV row after line 1: field larger than field limit",
+        ),
     ],
 )
 def test_trace_reader_names_what_is_wrong(tmp_path: Path, text: str, message: str) -> None:

@@ -218,6 +218,12 @@ def test_trace_needs_a_span(tmp_path: Path, text: str, message: str) -> None:
         pytest.param("engine: 5\n", "'engine' must be a mapping", id="engine-number"),
         pytest.param("engine: [1, 2]\n", "'engine' must be a mapping", id="engine-list"),
         pytest.param("engine:\n  sim:\n    a_ms: -1\n", "greater than or equal", id="negative"),
+        pytest.param(
+            "name: demo-mlp\nengine:\n  kind: onnxruntime\n",
+            "has no engine.sim block .* `inferbus models calibrate demo-mlp`",
+            id="no-sim-block",
+        ),
+        pytest.param("name: x\n", "has no engine.sim block", id="no-engine"),
     ],
 )
 def test_model_yaml_errors_are_clear(tmp_path: Path, text: str, message: str) -> None:
@@ -267,6 +273,9 @@ def _app() -> typer.Typer:
         pytest.param(["sim", "--plot", "."], "is a directory", id="plot-directory"),
         pytest.param(["sim", "--json", "."], "is a directory", id="json-directory"),
         pytest.param(["sim", "--max-total-replicas", "-3"], "must be >= 0", id="budget"),
+        pytest.param(["sim", "--interval-s", "1e308"], "the policy would never act", id="interval"),
+        pytest.param(["sim", "--a-ms", "1e300"], "a_ms must be at most 60000 ms", id="a-ms-huge"),
+        pytest.param(["sim", "--b-ms", "-1"], "b_ms must be >= 0, got -1", id="b-ms-negative"),
         pytest.param(["sim", "--interval-s", "nan"], "must be finite", id="interval-nan"),
         pytest.param(["sim", "--rate-scale", "inf"], "finite number > 0", id="rate-inf"),
         pytest.param(
@@ -396,3 +405,14 @@ def test_cli_errors_print_their_words_not_markup(
     assert result.exit_code == 2, result.output
     assert result.output.startswith(message), result.output
     assert "[red]" not in result.output
+
+
+@pytest.mark.parametrize(
+    "flag", [["--rate-scale", "2"], ["--tiers", "batch"]], ids=["rate-scale", "tiers"]
+)
+def test_a_scenario_refuses_the_flags_that_only_a_trace_takes(flag: list[str]) -> None:
+    """`--scenario burst --rate-scale -5 --tiers foo` ran as if neither was given."""
+    args = ["sim", "--scenario", "burst", "--policy", "slo", *flag]
+    result = CliRunner().invoke(_app(), args, env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert f"{flag[0]} apply to --trace" in result.output or "apply to --trace" in result.output

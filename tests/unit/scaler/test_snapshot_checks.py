@@ -78,6 +78,11 @@ def _snapshot(history: Any = None, **top: Any) -> dict[str, Any]:
             id="ready-after-collection",
         ),
         pytest.param(json.dumps(_snapshot(now=True)), "'now' must be a finite", id="now-bool"),
+        pytest.param(
+            json.dumps(_snapshot()).replace('"replicas": ', '"replicas": 9, "replicas": ', 1),
+            "'replicas' is written twice in one object",
+            id="key-twice",
+        ),
     ],
 )
 def test_snapshot_history_and_now_are_checked(tmp_path: Path, text: str, message: str) -> None:
@@ -188,4 +193,11 @@ def test_config_file_with_nan_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text('{"stale_after_s": NaN}')
     with pytest.raises(SignalsError, match="stale_after_s must be finite"):
+        load_config(path)
+
+
+def test_config_file_naming_a_field_twice_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text('{"target_utilization": 0.7, "target_utilization": 0.1}')
+    with pytest.raises(SignalsError, match="'target_utilization' is written twice"):
         load_config(path)
