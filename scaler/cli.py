@@ -17,7 +17,14 @@ from scaler.config import PolicyConfig, load_config
 from scaler.policy import POLICIES
 from scaler.signals import SignalsError
 from scaler.sim.params import ServiceModel, SimParams, read_service_model
-from scaler.sim.report import compare, finite_or_null, output_problem, table, write_json
+from scaler.sim.report import (
+    PhaseCheck,
+    compare,
+    finite_or_null,
+    output_problem,
+    table,
+    write_json,
+)
 from scaler.sim.scenarios import SCENARIOS, scenario
 from scaler.sim.summary import markdown, rows
 from scaler.sim.traffic import FAMILIES, generate, write_csv
@@ -99,6 +106,8 @@ def traffic_command(
 ) -> None:
     """Write one seeded instance of a traffic family as a trace CSV for `inferbus sim --trace`."""
     problem = "is a directory" if out.is_dir() else output_problem(out)
+    if problem is None and out.suffix.lower() in (".gz", ".bz2", ".xz", ".zip"):
+        problem = "the trace is written as plain CSV, which `sim --trace` reads: name it .csv"
     if problem is not None:
         typer.echo(f"error: --out {out}: {problem}", err=True)
         raise typer.Exit(code=2)
@@ -193,6 +202,9 @@ _FLAGS = {
     "max_replicas": "--max-replicas",
     "initial_replicas": "--initial-replicas",
     "max_total_replicas": "--max-total-replicas",
+    "pause_model": "--pause-model",
+    "queues": "--queues",
+    "slo_p99_e2e_ms": "--slo-ms",
 }
 """The simulator's settings that `sim` takes as flags, for its error messages."""
 
@@ -207,6 +219,32 @@ def _with_flags(message: str) -> str:
     for name, flag in _FLAGS.items():
         message = re.sub(rf"\b{name}\b", f"{name} ({flag})", message, count=1)
     return message
+
+
+def _refuse_unused_pause(
+    pause_model: str, rebalance_pause_s: float | None, handover_pause_s: float | None
+) -> None:
+    """Each pause flag applies to one pause model; given with the other it changed nothing."""
+    flag, value, model = (
+        ("--rebalance-pause-s", rebalance_pause_s, "eager")
+        if pause_model == "incremental"
+        else ("--handover-pause-s", handover_pause_s, "incremental")
+    )
+    if value is not None:
+        raise typer.BadParameter(f"{flag} applies to --pause-model {model} only")
+
+
+def _phase_line(check: PhaseCheck) -> str:
+    """One phase check as `sim` prints it."""
+    breach = (
+        "no e2e p99 breach"
+        if check.first_breach_s is None
+        else f"first e2e p99 breach at {check.first_breach_s} s"
+    )
+    return (
+        f"  {check.tier} {check.phase}: first new replica ready at {check.first_ready_s} s, "
+        f"{breach} -> {'ok' if check.ok else 'late'}"
+    )
 
 
 def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
@@ -323,6 +361,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             "initial_replicas": initial_replicas,
         }
         params = params.with_overrides({k: v for k, v in given.items() if v is not None})
+        _refuse_unused_pause(params.pause_model, rebalance_pause_s, handover_pause_s)
         if slo_ms is not None:
             traced = {tier: slo_ms for tier in workload.tiers}
             params = dataclasses.replace(params, slo_p99_e2e_ms={**params.slo_p99_e2e_ms, **traced})
@@ -347,11 +386,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     for run in result.runs:
         console.print(f"{run.policy}: simulated in {run.wall_s:.1f} s")
         for check in result.phase_checks.get(run.policy, ()):
-            console.print(
-                f"  {check.tier} {check.phase}: first new replica ready at "
-                f"{check.first_ready_s} s, first e2e p99 breach at {check.first_breach_s} s"
-                f" -> {'ok' if check.ok else 'late'}"
-            )
+            console.print(_phase_line(check))
     if json_out is not None:
         write_json(result, json_out)
     if plot_out is not None:

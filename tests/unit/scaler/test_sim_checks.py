@@ -267,6 +267,18 @@ def _app() -> typer.Typer:
         pytest.param(["sim", "--seed", "-1"], "--seed", id="sim-seed"),
         pytest.param(["scaler", "traffic", "on-off", "--seed", "-1"], "--seed", id="traffic-seed"),
         pytest.param(
+            ["scaler", "traffic", "on-off", "--out", "t.csv.gz"],
+            "written as plain CSV",
+            id="traffic-gz",
+        ),
+        pytest.param(
+            ["sim", "--rebalance-pause-s", "3"],
+            "--rebalance-pause-s applies to --pause-model eager only",
+            id="pause-flag-of-the-other-model",
+        ),
+        pytest.param(["sim", "--queues", "foo"], "queues (--queues) must be one of", id="queues"),
+        pytest.param(["sim", "--slo-ms", "0"], "(--slo-ms) must be > 0", id="slo-zero"),
+        pytest.param(
             ["sim", "--tiers", "interactive,interactive"], "interactive more than once", id="tiers"
         ),
         pytest.param(["sim", "--plot", "out.txt"], "must end in .png", id="plot-extension"),
@@ -309,7 +321,7 @@ def test_cli_refuses_before_simulating(tmp_path: Path, args: list[str], message:
     args = [str(tmp_path / a) if a.startswith("file.csv/") else a for a in args]
     if args[0] == "sim":
         args = [*args, "--trace", trace, "--policy", "slo"]
-    else:
+    elif "--out" not in args:
         args = [*args, "--out", str(tmp_path / "o.csv")]
     result = CliRunner().invoke(_app(), args, env={"COLUMNS": "200"})
     assert result.exit_code == 2, result.output
