@@ -66,8 +66,8 @@ def _coerce(group: str, name: str, value: Any) -> Any:
             raise SignalsError(f"field {name!r} is required and cannot be null", group=group)
         return None
     if name in _STR_FIELDS:
-        if not isinstance(value, str):
-            raise SignalsError(f"field {name!r} must be a string", group=group)
+        if not isinstance(value, str) or not value.strip():
+            raise SignalsError(f"field {name!r} must be a non-empty string", group=group)
         return value
     if name == "stale":
         if not isinstance(value, bool):

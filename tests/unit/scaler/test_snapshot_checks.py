@@ -129,6 +129,9 @@ def test_comment_is_a_known_top_level_field(tmp_path: Path) -> None:
         ),
         pytest.param({"lag": 10**400}, "'lag' must be finite.*characters", id="lag-beyond-float"),
         pytest.param({"arrival_rps": float("nan")}, "'arrival_rps' must be finite", id="nan"),
+        pytest.param({"model": ""}, "'model' must be a non-empty string", id="empty-model"),
+        pytest.param({"group": " "}, "'group' must be a non-empty string", id="blank-group"),
+        pytest.param({"tier": 3}, "'tier' must be a non-empty string", id="tier-number"),
     ],
 )
 def test_contradictory_snapshots_are_refused(change: dict[str, Any], message: str) -> None:
