@@ -24,6 +24,10 @@ Report = Mapping[str, Any]
 REPEATS_ALLOWED = 0.05
 """Repeated results allowed, as a share of requests: a rebalance or a retry repeats a few;
 more means partitions were read again in bulk."""
+SHED = ("rejected_overload", "deadline_exceeded")
+"""Error statuses that are the platform shedding load it cannot serve in time: reported as
+a share, never a failure. Any other error (invalid_input, model_not_found, unauthorized,
+internal_error, not_sent, ...) means the requests or the stack are broken, and fails."""
 
 
 def _phase(report: Report, tier: str, phase: str) -> Mapping[str, Any]:
@@ -51,19 +55,46 @@ def nothing_lost(report: Report) -> list[Check]:
     sent = sum(t["sent"] for t in report["tiers"].values())
     scheduled = report["workload"]["requests"]
     repeats = report["totals"]["duplicates"]
+    pending = report["totals"].get("pending", 0)
+    interrupted = report.get("interrupted_at_s") is not None
     return [
         Check(
             "nothing lost",
             all(n == 0 for n in lost.values()),
-            ", ".join(f"{tier}: {n} lost" for tier, n in lost.items()),
+            ", ".join(f"{tier}: {n} lost" for tier, n in lost.items())
+            + (f"; {pending} still pending when it stopped (not counted lost)" if pending else ""),
         ),
-        Check("sent as scheduled", sent == scheduled, f"{sent} of {scheduled} sent"),
+        Check(
+            "sent as scheduled",
+            None if interrupted else sent == scheduled,
+            f"{sent} of {scheduled} sent" + (" (interrupted)" if interrupted else ""),
+        ),
         Check(
             "few repeated results (at-least-once redelivery)",
             repeats <= REPEATS_ALLOWED * max(sent, 1),
             f"{repeats} repeats for {sent} requests (dropped by request id; more than "
             f"{REPEATS_ALLOWED:.0%} means requests were redelivered in bulk)",
         ),
+    ]
+
+
+def answered_without_errors(report: Report) -> list[Check]:
+    """No request answered with an error that means it or the stack is broken; what was
+    shed under overload reported as a share of what was sent."""
+    statuses: Mapping[str, int] = report["totals"].get("statuses", {})
+    answered = sum(statuses.values())
+    sent = max(report["totals"]["sent"], 1)
+    broken = {s: n for s, n in statuses.items() if s != "ok" and s not in SHED}
+    detail = f"none of {answered} answered"
+    if broken:
+        samples = report["totals"].get("error_samples", {})
+        example = next((samples[s] for s in broken if s in samples), None)
+        detail = ", ".join(f"{s} {n}" for s, n in broken.items()) + f" of {answered} answered"
+        detail += f"; e.g. {example}" if example else ""
+    shed = ", ".join(f"{s} {statuses.get(s, 0)} ({statuses.get(s, 0) / sent:.1%})" for s in SHED)
+    return [
+        Check("no request answered with an error (other than shedding)", not broken, detail),
+        Check("shed under overload, share of sent", None, shed),
     ]
 
 
@@ -254,6 +285,20 @@ SCENARIO_CHECKS: dict[str, Callable[[Report], list[Check]]] = {
 
 
 def checks_for(report: Report) -> list[Check]:
-    """The common checks, then the scenario's own."""
+    """The common checks, then the scenario's own; for a run stopped by Ctrl-C, a failed
+    check saying so instead of the scenario's (its shape needs the whole schedule)."""
+    common = [*nothing_lost(report), *answered_without_errors(report)]
+    stopped = report.get("interrupted_at_s")
+    if stopped is not None:
+        sent, scheduled = report["totals"]["sent"], report["workload"]["requests"]
+        return [
+            *common,
+            Check(
+                "ran its course",
+                False,
+                f"interrupted (Ctrl-C) at t={stopped:.1f}s after {sent} of {scheduled} "
+                "requests; the scenario's checks were not run",
+            ),
+        ]
     extra = SCENARIO_CHECKS.get(str(report["workload"].get("scenario")))
-    return [*nothing_lost(report), *(extra(report) if extra is not None else [])]
+    return [*common, *(extra(report) if extra is not None else [])]

@@ -3,12 +3,14 @@
 Requests go to the per-tier ingest topics in record batches (services.runtime.publisher
 Publisher) keyed by request id; results are read from the reply topic and matched by id.
 The schedule never waits for answers. After the last send the run waits until every
-request is answered or past its deadline plus the grace, and no longer.
+request is answered or past its deadline plus the grace, and no longer. Ctrl-C stops the
+sending; the run then waits `INTERRUPT_WAIT_S` at most and reports what it has.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -19,8 +21,8 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
+from infra.log_end import LogEndProbe
 from infra.models.config import ModelConfig
 from infra.tasks import cancel_and_wait
 from scaler.sim.workload import Workload
@@ -32,9 +34,16 @@ from services.bench.loadgen import read_result
 from services.load.events import EventFactory
 from services.load.ledger import Ledger, Sent
 from services.load.observe import StackObserver, ingest_instances, replica_states, workers_of
+from services.load.results import ResultReader
+from services.load.sigint import first_sigint_calls
 from services.runtime.publisher import Outgoing, Publisher
 
 _HEADERS = [(h.CONTENT_TYPE, FRAME_CONTENT_TYPE), (h.SCHEMA, h.REQUEST_SCHEMA_V1)]
+INTERRUPT_WAIT_S = 2.0
+"""After Ctrl-C, how long the run still waits for answers to what it sent."""
+
+
+log = logging.getLogger(__name__)
 
 
 class LoadError(InferbusError):
@@ -66,8 +75,12 @@ class Status:
     sent: int
     answered: int
     errors: int
-    outstanding: int
+    waiting: int
+    """Unanswered and still within deadline plus grace (the lost are not in it)."""
     lost: int
+    logs_reread: int = 0
+    """Times the reply topic's logs were found restarted and read again from their start."""
+    interrupted: bool = False
 
 
 @dataclass
@@ -82,6 +95,26 @@ class RunRecord:
     probe_ms: dict[str, float]
     partitions: dict[str, int]
     """Partitions of each tier's request topic."""
+    interrupted_at_s: float | None = None
+    """When Ctrl-C stopped the sending (run seconds); None for a run that ran its course."""
+    logs_reread: int = 0
+    """Times the reply topic's logs were found restarted and read again from their start."""
+
+
+def _require_topics(topics: set[str], reply_to: str, tiers: list[Tier], where: str) -> None:
+    """Refuse a broker without the tiers' ingest topics or without the reply topic."""
+    missing = [ingest_topic(t) for t in tiers if ingest_topic(t) not in topics]
+    if missing:
+        raise LoadError(
+            f"topic(s) {', '.join(missing)} do not exist at {where}: is an inferbus stack "
+            "running there? (`inferbus up`, or `inferbus topics create`)"
+        )
+    if reply_to not in topics:
+        create = "" if reply_to == RESULTS else f" --reply-topic {reply_to}"
+        raise LoadError(
+            f"the reply topic {reply_to} does not exist at {where}: create it "
+            f"(`inferbus topics create{create}`) or pass another --reply-to"
+        )
 
 
 def _schedule(workload: Workload) -> tuple[np.ndarray[Any, Any], list[Tier], list[int]]:
@@ -126,6 +159,8 @@ class LoadRun:
         self.observer = StackObserver(options.bootstrap, self.groups)
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
+        self._log_ends = LogEndProbe(options.bootstrap, client_id="inferbus-load")
+        self._reader: ResultReader | None = None
         self._publisher: Publisher | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._origin = time.perf_counter()
@@ -134,6 +169,7 @@ class LoadRun:
         self._probes: dict[str, float] = {}
         self.partitions: dict[str, int] = {}
         self._probe_answers: dict[str, asyncio.Future[Mapping[str, Any]]] = {}
+        self._interrupted_at: float | None = None
 
     def now_s(self) -> float:
         """Seconds since the schedule's start (negative before it)."""
@@ -150,14 +186,9 @@ class LoadRun:
             bootstrap=self.options.bootstrap, group_id=None, client_id="inferbus-load"
         )
         await start_with_retry(consumer.start, what="load-results")
-        topics = await consumer.topics()
-        needed = [self.options.reply_to, *(ingest_topic(t) for t in self.tiers)]
-        missing = [t for t in needed if t not in topics]
-        if missing:
-            raise LoadError(
-                f"topic(s) {', '.join(missing)} do not exist at {self.options.bootstrap}: is "
-                "an inferbus stack running there? (`inferbus up`, or `inferbus topics create`)"
-            )
+        _require_topics(
+            await consumer.topics(), self.options.reply_to, self.tiers, self.options.bootstrap
+        )
         self.partitions = {
             tier: len(consumer.partitions_for_topic(request_topic(self.config.name, tier)) or ())
             for tier in self.tiers
@@ -170,6 +201,7 @@ class LoadRun:
         await consumer.seek_to_end(*tps)
         for tp in tps:
             await consumer.position(tp)
+        self._reader = ResultReader(consumer, self._log_ends, self._on_value)
 
     def _check_stack(self) -> dict[str, int]:
         """Refuse a stack with no ingest or no worker for a tier; ready workers per group."""
@@ -236,10 +268,10 @@ class LoadRun:
             wall_origin = time.time() + 0.2
             self.observer.begin(wall_origin)
             self._stage = "sending"
-            await self._send_all(times, tiers, tokens)
-            self._stage = "waiting"
-            while not self.ledger.settled(self.now_s(), self.options.grace_s):  # noqa: ASYNC110
-                await asyncio.sleep(0.2)  # results arrive on the reader task
+            with first_sigint_calls(self.interrupt):
+                await self._send_all(times, tiers, tokens)
+                self._stage = "waiting"
+                await self._wait_for_answers()
             ended = self.now_s()
             self._stage = "done"
             self.on_status(self.status())
@@ -251,24 +283,48 @@ class LoadRun:
                 initial_ready,
                 dict(self._probes),
                 dict(self.partitions),
+                self._interrupted_at,
+                self._reader.restarts if self._reader is not None else 0,
             )
         finally:
             for task in (ticker, reader):
                 await cancel_and_wait(task)
             await self._close()
 
+    def interrupt(self) -> None:
+        """Stop sending (Ctrl-C): the run waits `INTERRUPT_WAIT_S` at most for what it sent
+        to be answered, then ends with what it has."""
+        if self._interrupted_at is None:
+            self._interrupted_at = self.now_s()
+            log.info(
+                "event=load_interrupted t_s=%.1f sent=%d",
+                self._interrupted_at,
+                len(self.ledger.sent),
+            )
+
+    async def _wait_for_answers(self) -> None:
+        """Until every request is answered or past its deadline plus the grace; after an
+        interruption, `INTERRUPT_WAIT_S` at most."""
+        while not self.ledger.settled(self.now_s(), self.options.grace_s):
+            if (
+                self._interrupted_at is not None
+                and self.now_s() - self._interrupted_at >= INTERRUPT_WAIT_S
+            ):
+                return
+            await asyncio.sleep(0.1)  # results arrive on the reader task
+
     async def _send_all(
         self, times: np.ndarray[Any, Any], tiers: list[Tier], tokens: list[int]
     ) -> None:
         done = 0
-        while done < times.size:
+        while done < times.size and self._interrupted_at is None:
             now = self.now_s()
             due = int(np.searchsorted(times, now, side="right"))
             if due > done:
                 batch = [(uuid.uuid4().hex, tiers[i], tokens[i]) for i in range(done, due)]
                 self._send_batch(batch)
                 done = due
-            if done < times.size:
+            if done < times.size and self._interrupted_at is None:
                 await asyncio.sleep(min(0.005, max(float(times[done]) - self.now_s(), 0.0)))
         if self._sends:
             await asyncio.gather(*self._sends)
@@ -301,16 +357,11 @@ class LoadRun:
                 self.ledger.on_send_failed(request_id, repr(ack)[:300], self.now_s())
 
     async def _read(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None
-        gaps = GapGuard()
-        while True:
-            batches = await getmany_in_order(consumer, gaps, timeout_ms=100)
-            now = self.now_s()
-            for records in batches.values():
-                for record in records:
-                    if record.value is not None:
-                        self._on_result(read_result(record.value), now)
+        assert self._reader is not None
+        await self._reader.run()
+
+    def _on_value(self, value: bytes) -> None:
+        self._on_result(read_result(value), self.now_s())
 
     def _on_result(self, result: Mapping[str, Any], now: float) -> None:
         request_id = str(result.get("request_id", ""))
@@ -330,17 +381,19 @@ class LoadRun:
         )
 
     def status(self) -> Status:
-        ledger = self.ledger
+        ledger, now = self.ledger, self.now_s()
         errors = sum(1 for a in ledger.answered.values() if a.status != "ok")
         return Status(
             stage=self._stage,
-            t_s=max(self.now_s(), 0.0),
+            t_s=max(now, 0.0),
             scheduled=self._scheduled,
             sent=len(ledger.sent),
             answered=len(ledger.answered),
             errors=errors,
-            outstanding=ledger.outstanding(),
-            lost=len(ledger.lost(self.now_s(), self.options.grace_s)),
+            waiting=ledger.waiting(now, self.options.grace_s),
+            lost=len(ledger.lost(now, self.options.grace_s)),
+            logs_reread=self._reader.restarts if self._reader is not None else 0,
+            interrupted=self._interrupted_at is not None,
         )
 
     async def _tick(self) -> None:
@@ -350,6 +403,7 @@ class LoadRun:
 
     async def _close(self) -> None:
         await self.observer.stop()
+        await self._log_ends.close()
         for client in (self._consumer, self._producer):
             if client is not None:
                 await client.stop()

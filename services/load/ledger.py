@@ -81,8 +81,16 @@ class Ledger:
         return True
 
     def outstanding(self) -> int:
-        """Sent and not answered yet."""
+        """Sent and not answered yet (lost ones included)."""
         return len(self.sent) - len(self.answered)
+
+    def waiting(self, now_s: float, grace_s: float) -> int:
+        """Unanswered requests still within their deadline plus `grace_s`: not lost yet."""
+        return sum(
+            1
+            for s in self.sent.values()
+            if s.request_id not in self.answered and now_s <= s.deadline_s + grace_s
+        )
 
     def lost(self, now_s: float, grace_s: float) -> list[Sent]:
         """Unanswered requests whose deadline plus `grace_s` has passed."""

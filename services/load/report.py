@@ -21,6 +21,8 @@ from services.load.summary import in_window, summarize
 from services.load.timeline import BacklogPeak, backlog, backlog_peak, grid, latency, rate
 
 BACKLOG_STEP_S = 0.5
+LOST_IDS_LISTED = 50
+"""Lost request ids the report lists (`lost_request_ids`); how many more is said beside."""
 
 
 def backlog_levels(rate_rps: float) -> tuple[float, float]:
@@ -135,8 +137,10 @@ def build_report(
     replicas: Sequence[ReplicaSample],
     prediction: Mapping[str, Any] | None,
     context: Mapping[str, Any],
+    interrupted_at_s: float | None = None,
 ) -> dict[str, Any]:
-    """Everything `inferbus load` writes to its JSON, checks included."""
+    """Everything `inferbus load` writes to its JSON, checks included; `interrupted_at_s`:
+    when Ctrl-C stopped the sending (None: the run ran its course)."""
     focus = focus_phase(workload, scenario.get("focus_phase") if scenario else None)
     end_s = max(ended_s, workload.duration_s)
     tiers: dict[str, Any] = {}
@@ -166,6 +170,7 @@ def build_report(
         group = f"inferbus.workers.{config.name}.{tier}"
         lag_focus[tier] = _scaler_lag_focus(decisions, group, focus, focus_rps)
         series[tier] = _series(ledger, tier, end_s)
+    lost_ids = [s.request_id for s in ledger.lost(ended_s, grace_s)]
     report: dict[str, Any] = {
         "kind": "inferbus-load",
         **context,
@@ -182,16 +187,20 @@ def build_report(
             "phase_bounds": {p.name: [p.start_s, p.end_s] for p in workload.phases},
         },
         "ended_s": round(ended_s, 2),
+        "interrupted_at_s": None if interrupted_at_s is None else round(interrupted_at_s, 2),
         "grace_s": grace_s,
         "tiers": tiers,
         "totals": {
             "sent": len(ledger.sent),
             "answered": len(ledger.answered),
             "lost": sum(t["lost"] for t in tiers.values()),
+            "pending": sum(t["unanswered_within_deadline"] for t in tiers.values()),
+            "statuses": dict(sorted(ledger.statuses(ledger.sent.values()).items())),
             "duplicates": ledger.duplicates,
             "error_samples": dict(ledger.error_samples),
         },
-        "lost_request_ids": [s.request_id for s in ledger.lost(ended_s, grace_s)][:50],
+        "lost_request_ids": lost_ids[:LOST_IDS_LISTED],
+        "lost_request_ids_left_out": max(len(lost_ids) - LOST_IDS_LISTED, 0),
         "backlog": backlogs,
         "scaler": {
             "decisions": [dataclasses.asdict(d) for d in decisions],

@@ -60,7 +60,7 @@ async def run_load(
         partitions=record.partitions.get(tier, 12) or 12,
     )
     prediction = None
-    if spec.with_prediction:
+    if spec.with_prediction and record.interrupted_at_s is None:
         prediction = await asyncio.to_thread(
             predict, spec.workload, spec.config, inputs, focus=focus
         )
@@ -74,6 +74,7 @@ async def run_load(
         decisions=record.observer.decisions,
         replicas=record.observer.replicas,
         prediction=prediction,
+        interrupted_at_s=record.interrupted_at_s,
         context={
             "bootstrap": spec.options.bootstrap,
             "tenant": spec.options.tenant,
@@ -81,6 +82,7 @@ async def run_load(
             "probe_ms": record.probe_ms,
             "initial_ready": record.initial_ready,
             "sim_inputs": asdict(inputs),
+            "results_logs_reread": record.logs_reread,
             "host": host,
         },
     )

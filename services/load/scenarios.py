@@ -15,6 +15,7 @@ import numpy as np
 from scaler.sim.scenarios import poisson_arrivals
 from scaler.sim.workload import FloatArray, Phase, TierArrivals, Workload, WorkloadError
 from schemas.topics import Tier
+from services.load.limits import duration, positive, within_request_cap
 
 _BIN_S = 0.1  # poisson_arrivals samples its rate every 0.1 s
 _DURATION_S = 90.0
@@ -56,6 +57,7 @@ class LiveScenario:
 
 
 def _arrivals(rate: FloatArray, rng: np.random.Generator) -> FloatArray:
+    within_request_cap(float(rate.sum()) * _BIN_S)  # before drawing: a typo costs no memory
     return poisson_arrivals(rate, rng)
 
 
@@ -180,8 +182,7 @@ def scenario_workload(name: str, *, rate_scale: float = 1.0, seed: int = 1) -> W
     """A live scenario's arrivals (same seed, same arrivals)."""
     if name not in SCENARIOS:
         raise WorkloadError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
-    if rate_scale <= 0:
-        raise WorkloadError(f"--rate-scale must be > 0, got {rate_scale:g}")
+    positive("--rate-scale", rate_scale)
     return SCENARIOS[name].build(np.random.default_rng(seed), rate_scale)
 
 
@@ -194,8 +195,8 @@ def rate_workload(
     seed: int = 1,
 ) -> Workload:
     """Poisson arrivals at `rate_rps` in all, split evenly over `tiers`, inputs of `tokens`."""
-    if rate_rps <= 0 or duration_s <= 0:
-        raise WorkloadError("--rate and --duration must be > 0")
+    positive("--rate", rate_rps, " requests/s")
+    duration("--duration", duration_s)
     if tokens < 1:
         raise WorkloadError("--tokens must be >= 1")
     rng = np.random.default_rng(seed)

@@ -16,6 +16,7 @@ import numpy as np
 from scaler.sim.workload import FloatArray, Phase, Workload, WorkloadError, read_trace, scale_rate
 from scaler.sim.workload import split_tiers as _split_tiers
 from schemas.topics import Tier
+from services.load.limits import duration, non_negative, positive, within_request_cap
 
 
 def window(
@@ -43,10 +44,10 @@ def trace_workload(
     seed: int = 1,
 ) -> Workload:
     """A bounded replay of `path`: `duration_s` of it from `start_s`, rate and lengths mapped."""
-    if duration_s <= 0 or start_s < 0:
-        raise WorkloadError("--duration must be > 0 and --trace-start >= 0")
-    if token_scale <= 0:
-        raise WorkloadError(f"--token-scale must be > 0, got {token_scale:g}")
+    duration("--duration", duration_s)
+    non_negative("--trace-start", start_s, " seconds")
+    positive("--token-scale", token_scale)
+    positive("--rate-scale", rate_scale)
     times, context = read_trace(path)
     span_s = float(times[-1]) if times.size else 0.0
     times, context = window(times, context, start_s, duration_s)
@@ -56,6 +57,7 @@ def trace_workload(
             f"trace spans {span_s:.0f} s: pick another --trace-start",
             path=str(path),
         )
+    within_request_cap(times.size * rate_scale)
     rng = np.random.default_rng(seed)
     times, context = scale_rate(times, context, rate_scale, rng)
     keep = times < duration_s  # copies of the last request may land past the window

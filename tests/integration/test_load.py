@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
+import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from aiokafka import TopicPartition
 from typer.testing import CliRunner
 
-from infra.kafka import make_producer
+from infra.broker import EmbeddedBroker
+from infra.kafka import make_consumer, make_producer
+from infra.log_end import LogEndProbe
 from infra.models.repository import ModelRepository
-from infra.topics import ensure_topics, standard_topics
+from infra.topics import TopicSpec, ensure_topics, standard_topics
 from schemas.topics import DECISIONS
 from services.cli.main import app
 from services.ingest.app import IngestService
 from services.ingest.settings import IngestSettings
 from services.load.driver import LoadError, RunOptions, Status
+from services.load.results import ResultReader
 from services.load.run import LoadSpec, run_load
 from services.load.scenarios import rate_workload
 from services.worker.app import Worker
@@ -137,3 +145,99 @@ async def test_the_command_writes_its_report_and_timeline(stack: Stack, tmp_path
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
     assert (tmp_path / "arrivals-interactive.csv").exists()
     assert "nothing lost" in result.stdout
+
+
+async def test_a_missing_reply_topic_is_named_with_how_to_make_it(stack: Stack) -> None:
+    config = ModelRepository(stack.models).config("load-encoder")
+    spec = LoadSpec(
+        workload=rate_workload(5, 1, ["interactive"], tokens=8),
+        config=config,
+        options=RunOptions(bootstrap=stack.bootstrap, reply_to="nosuch.topic"),
+    )
+    with pytest.raises(LoadError) as refused:
+        await asyncio.wait_for(run_load(spec), 30)
+    assert str(refused.value) == (
+        f"the reply topic nosuch.topic does not exist at {stack.bootstrap}: create it "
+        "(`inferbus topics create --reply-topic nosuch.topic`) or pass another --reply-to"
+    )
+
+
+async def test_ctrl_c_stops_sending_and_still_reports(stack: Stack, tmp_path: Path) -> None:
+    """Ctrl-C used to exit 130 at once, with no summary and no report.json."""
+    args = [
+        sys.executable, "-m", "services.cli.main", "load", "--rate", "10", "--duration", "60",
+        "--model", "load-encoder", "--tokens", "16", "--models", str(stack.models),
+        "--bootstrap", stack.bootstrap, "--out", str(tmp_path), "--no-predict",
+    ]  # fmt: skip
+    load = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    assert load.stderr is not None
+    seen = b""
+    while b"probing" not in seen:  # the bar's stage lines; sending follows the probe
+        line = await asyncio.wait_for(load.stderr.readline(), 60)
+        assert line, seen.decode()
+        seen += line
+    await asyncio.sleep(3.0)  # a few seconds of the schedule
+    load.send_signal(signal.SIGINT)
+    stdout, stderr = await asyncio.wait_for(load.communicate(), 30)
+    output = stdout.decode() + (seen + stderr).decode()
+    assert load.returncode == 130, output
+    report = json.loads((tmp_path / "report.json").read_text())
+    totals = report["totals"]
+    assert report["interrupted_at_s"] is not None
+    assert 0 < totals["sent"] < report["workload"]["requests"] / 2
+    assert totals["lost"] == 0
+    assert totals["answered"] + totals["pending"] == totals["sent"]
+    assert "interrupted (Ctrl-C)" in stdout.decode()
+    assert "Ctrl-C: sending stopped" in stderr.decode()
+
+
+async def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = make_producer(bootstrap)
+    await producer.start()
+    try:
+        for i, value in enumerate(values):
+            await producer.send_and_wait(topic, value, partition=i % 2)
+    finally:
+        await producer.stop()
+
+
+async def test_the_result_reader_reads_a_restarted_reply_log_from_its_start() -> None:
+    """After the broker came back without its logs a run counted 288 answered requests
+    lost: their results were on the new log, which ended before the reader's position."""
+    topic = f"t-load-results-{uuid.uuid4().hex[:6]}"
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    seen: list[bytes] = []
+    with EmbeddedBroker(port=0) as broker:
+        await ensure_topics(broker.bootstrap, [TopicSpec(topic, 2)])
+        await produce(broker.bootstrap, topic, [f"old-{i}".encode() for i in range(40)])
+        consumer = make_consumer(bootstrap=broker.bootstrap, group_id=None, client_id="t-load")
+        probe = LogEndProbe(broker.bootstrap, client_id="t-load")
+        await consumer.start()
+        reading: asyncio.Task[None] | None = None
+        try:
+            consumer.assign(tps)
+            await consumer.seek_to_end(*tps)  # as a run starts: after every older result
+            assert [await consumer.position(tp) for tp in tps] == [20, 20]
+            reader = ResultReader(consumer, probe, seen.append, check_every_s=0.5)
+            reading = asyncio.create_task(reader.run())
+            await produce(broker.bootstrap, topic, [b"before-0", b"before-1"])
+
+            await asyncio.to_thread(broker.restart)  # memory only: every log is gone
+            await ensure_topics(broker.bootstrap, [TopicSpec(topic, 2)])
+            await produce(broker.bootstrap, topic, [f"new-{i}".encode() for i in range(4)])
+
+            deadline = time.monotonic() + 30
+            while len(seen) < 6:
+                assert time.monotonic() < deadline, f"the new log was not read: {seen}"
+                await asyncio.sleep(0.2)
+        finally:
+            if reading is not None:
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reading
+            await probe.close()
+            await consumer.stop()
+    assert sorted(seen) == [b"before-0", b"before-1", b"new-0", b"new-1", b"new-2", b"new-3"]
+    assert reader.restarts == 1 and sorted(reader.reread) == tps

@@ -188,7 +188,7 @@ def repo(tmp_path: Path) -> Path:
         pytest.param(
             ["load", "--rate", "5", "--duration", "0", "--model", "demo-mlp"],
             {},
-            "error: --duration must be > 0 seconds, not 0",
+            "error: --duration must be a finite number > 0 seconds, not 0",
             id="load-duration-zero",
         ),
         pytest.param(

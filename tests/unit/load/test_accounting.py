@@ -45,6 +45,25 @@ def test_lost_and_settled(
     assert ledger.settled(now, grace_s=10) is settled
 
 
+@pytest.mark.parametrize(
+    ("events", "now", "waiting", "lost"),
+    [
+        ([("send", "a", 0, 5)], 3, 1, 0),
+        ([("send", "a", 0, 5)], 15.5, 0, 1),  # past deadline + grace: lost, not waiting
+        ([("send", "a", 0, 5), ("send", "b", 10, 15), ("ok", "c", 11, 1)], 15.5, 1, 1),
+        ([("send", "a", 0, 5), ("ok", "a", 1, 10)], 30, 0, 0),
+    ],
+    ids=["in-time", "lost", "one-of-each", "answered"],
+)
+def test_waiting_never_counts_the_lost(
+    events: list[tuple[str, ...]], now: float, waiting: int, lost: int
+) -> None:
+    """The progress line once said `waiting 288 lost 288` of the same 288 requests."""
+    ledger = ledger_of(*events)
+    assert ledger.waiting(now, grace_s=10) == waiting
+    assert len(ledger.lost(now, grace_s=10)) == lost
+
+
 def test_repeats_and_foreign_results_do_not_count() -> None:
     ledger = ledger_of(("send", "a", 0, 5), ("ok", "a", 1, 10), ("ok", "a", 1.5, 10))
     assert ledger.duplicates == 1

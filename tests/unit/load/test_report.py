@@ -17,7 +17,7 @@ from services.load.plot import plot_report
 from services.load.predict import predict, sim_inputs
 from services.load.report import build_report, focus_phase, longest_stretch, write_arrivals_csv
 from services.load.run import _scenario_fields
-from services.load.scenarios import SCENARIOS, scenario_workload
+from services.load.scenarios import SCENARIOS, rate_workload, scenario_workload
 from services.models.demo import encoder_config
 
 Answer = Callable[[str, float, int], tuple[float, str, dict[str, float]]]
@@ -102,6 +102,100 @@ def test_nothing_lost_fails_on_a_missing_answer() -> None:
     assert verdicts(bad)["nothing lost"] is False
     assert bad["totals"]["lost"] == 2
     assert bad["lost_request_ids"] == ["i" + "0" * 31, "b" + "0" * 31]
+    assert bad["lost_request_ids_left_out"] == 0
+
+
+def test_the_lost_ids_listed_say_how_many_were_left_out() -> None:
+    report = report_of("mixed", skip=40)  # 40 per tier, two tiers
+    assert report["totals"]["lost"] == 80
+    assert len(report["lost_request_ids"]) == 50
+    assert report["lost_request_ids_left_out"] == 30
+
+
+def answered(status: str) -> Answer:
+    def answer(tier: str, t: float, n: int) -> tuple[float, str, dict[str, float]]:
+        return 0.03, status, timings(30)
+
+    return answer
+
+
+def some(status: str, every: int = 10) -> Answer:
+    """`status` for one request in `every` (by send time), ok for the rest."""
+
+    def answer(tier: str, t: float, n: int) -> tuple[float, str, dict[str, float]]:
+        return 0.03, status if int(t * 100) % every == 0 else "ok", timings(30)
+
+    return answer
+
+
+ERRORS = "no request answered with an error (other than shedding)"
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected", "in_detail"),
+    [
+        (fast, True, "none of"),
+        (answered("invalid_input"), False, "invalid_input"),
+        (some("internal_error"), False, "internal_error"),
+        (some("model_not_found"), False, "model_not_found"),
+        (some("unauthorized"), False, "unauthorized"),
+        (answered("rejected_overload"), True, "none of"),
+        (some("deadline_exceeded"), True, "none of"),
+    ],
+    ids=["all-ok", "all-invalid", "some-internal", "some-no-model", "some-unauthorized",
+         "all-shed", "some-expired"],
+)  # fmt: skip
+def test_errors_fail_a_run_and_shedding_does_not(
+    answer: Answer, expected: bool, in_detail: str
+) -> None:
+    """A run whose every request was answered invalid_input used to pass all its checks."""
+    report = report_of("mixed", answer)
+    [check] = [c for c in report["checks"] if c["name"] == ERRORS]
+    assert check["ok"] is expected
+    assert in_detail in check["detail"]
+    [shed] = [c for c in report["checks"] if c["name"].startswith("shed under overload")]
+    assert shed["ok"] is None and "rejected_overload" in shed["detail"]
+
+
+def test_a_send_the_broker_refused_fails_the_run() -> None:
+    workload = rate_workload(10, 2, ["interactive"], tokens=8, seed=1)
+    ledger = synthetic(workload, fast)
+    first = next(iter(ledger.sent))
+    ledger.answered.pop(first)
+    ledger.on_send_failed(first, "KafkaTimeoutError()", 0.1)
+    report = build_report(
+        workload=workload, scenario=None, config=encoder_config(), ledger=ledger, ended_s=3,
+        grace_s=10, decisions=(), replicas=(), prediction=None, context={},
+    )  # fmt: skip
+    assert verdicts(report)[ERRORS] is False
+    [check] = [c for c in report["checks"] if c["name"] == ERRORS]
+    assert "not_sent 1" in check["detail"] and "KafkaTimeoutError()" in check["detail"]
+
+
+def test_an_interrupted_run_reports_pending_apart_from_lost() -> None:
+    """Ctrl-C at 4 s of 10: what was sent in its last seconds is pending, not lost; the
+    schedule's remainder is not a failed send; the scenario's checks are not run."""
+    workload = scenario_workload("mixed", seed=1)
+    ledger = Ledger()
+    for tier, arrivals in workload.tiers.items():
+        for i, t in enumerate(arrivals.times[arrivals.times < 4.0]):
+            request_id = f"{tier[:1]}{i:031d}"
+            ledger.on_sent(Sent(request_id, tier, float(t), float(t) + 20, 16))
+            if t < 3.0:
+                ledger.on_result(request_id, float(t) + 0.05, "ok", timings(50))
+    report = build_report(
+        workload=workload, scenario=_scenario_fields(SCENARIOS["mixed"]), config=encoder_config(),
+        ledger=ledger, ended_s=6.0, grace_s=10.0, decisions=(), replicas=(), prediction=None,
+        context={}, interrupted_at_s=4.0,
+    )  # fmt: skip
+    totals = report["totals"]
+    assert report["interrupted_at_s"] == 4.0
+    assert totals["lost"] == 0 and totals["pending"] == totals["sent"] - totals["answered"] > 0
+    got = verdicts(report)
+    assert got["nothing lost"] is True and got["sent as scheduled"] is None
+    assert got["ran its course"] is False
+    assert "batch doubles" not in got  # the scenario's shape needs the whole schedule
+    assert "still pending when it stopped" in report["checks"][0]["detail"]
 
 
 Answered = tuple[float, str, dict[str, float]]

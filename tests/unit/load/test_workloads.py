@@ -61,17 +61,36 @@ def test_warmup_ramps_faster_than_a_worker_starts() -> None:
     assert rate_in(times, 60, 90) == pytest.approx(20, rel=0.25)
 
 
+NAN, INF = float("nan"), float("inf")
+CAP = "a load run sends at most 1,000,000"
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
         (lambda: scenario_workload("nope"), "unknown scenario 'nope'"),
-        (lambda: scenario_workload("burst", rate_scale=0), "--rate-scale must be > 0"),
-        (lambda: rate_workload(0, 10, ["interactive"], tokens=8), "--rate and --duration"),
+        (lambda: scenario_workload("burst", rate_scale=0), "--rate-scale must be a finite .* 0"),
+        (lambda: scenario_workload("burst", rate_scale=NAN), "--rate-scale .* not nan"),
+        (lambda: scenario_workload("burst", rate_scale=INF), "--rate-scale .* not inf"),
+        (lambda: scenario_workload("burst", rate_scale=1e6), CAP),
+        (lambda: rate_workload(0, 10, ["interactive"], tokens=8), "--rate must be a finite"),
+        (lambda: rate_workload(NAN, 10, ["interactive"], tokens=8), "--rate .* not nan"),
+        (lambda: rate_workload(INF, 10, ["interactive"], tokens=8), "--rate .* not inf"),
+        (lambda: rate_workload(1e9, 1, ["interactive"], tokens=8), CAP),
+        (lambda: rate_workload(5, INF, ["interactive"], tokens=8), "--duration .* not inf"),
+        (lambda: rate_workload(5, NAN, ["interactive"], tokens=8), "--duration .* not nan"),
+        (lambda: rate_workload(1e-9, 1e12, ["interactive"], tokens=8), "longer than a load"),
         (lambda: rate_workload(5, 10, ["interactive"], tokens=0), "--tokens must be >= 1"),
     ],
-    ids=["unknown", "zero-scale", "zero-rate", "zero-tokens"],
-)
+    ids=[
+        "unknown", "zero-scale", "nan-scale", "inf-scale", "scale-over-cap", "zero-rate",
+        "nan-rate", "inf-rate", "rate-over-cap", "inf-duration", "nan-duration",
+        "duration-over-a-day", "zero-tokens",
+    ],
+)  # fmt: skip
 def test_bad_requests_are_refused(call: object, message: str) -> None:
+    """Refused with the flag named, before any arrival is drawn (1e9/s for 1 s once tried
+    to allocate 7.45 GiB; NaN passed every `<= 0` check)."""
     with pytest.raises(WorkloadError, match=message):
         call()  # type: ignore[operator]
 
@@ -116,6 +135,33 @@ def test_trace_workload_is_bounded_and_scaled(tmp_path: Path) -> None:
             trace, start_s=100, duration_s=20, rate_scale=1, token_scale=1, max_tokens=512,
             tiers=["interactive"],
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"token_scale": NAN}, "--token-scale .* not nan"),
+        ({"token_scale": 0.0}, "--token-scale must be a finite number > 0"),
+        ({"rate_scale": NAN}, "--rate-scale .* not nan"),
+        ({"rate_scale": INF}, "--rate-scale .* not inf"),
+        ({"rate_scale": 1e6}, CAP),
+        ({"start_s": NAN}, "--trace-start .* not nan"),
+        ({"start_s": -1.0}, "--trace-start must be a finite number >= 0"),
+        ({"duration_s": INF}, "--duration .* not inf"),
+    ],
+    ids=[
+        "nan-token-scale", "zero-token-scale", "nan-rate-scale", "inf-rate-scale",
+        "rate-scale-over-cap", "nan-start", "negative-start", "inf-duration",
+    ],
+)  # fmt: skip
+def test_bad_trace_numbers_are_refused(
+    tmp_path: Path, change: dict[str, float], message: str
+) -> None:
+    trace = _trace(tmp_path / "t.csv", [(f"2023-11-16 18:00:{s:02d}.5", 800) for s in range(60)])
+    args: dict[str, float] = {"start_s": 0.0, "duration_s": 30.0, "rate_scale": 1.0,
+                              "token_scale": 0.125} | change  # fmt: skip
+    with pytest.raises(WorkloadError, match=message):
+        trace_workload(trace, **args, max_tokens=512, tiers=["interactive"])  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(not AZURE.exists(), reason="the shared Azure trace is not here")
