@@ -185,9 +185,13 @@ def _from_nested_list(data: Any, dtype: np.dtype[Any], dtype_name: str) -> np.nd
     kind = loose.dtype.kind
     if kind in "US":
         raise TensorDecodeError(f"`data` holds strings; the tensor is {dtype_name}")
+    if kind == "b" and dtype.kind != "b":  # NumPy reads true as 1, false as 0
+        raise TensorDecodeError(_booleans(dtype_name))
     if dtype.kind == "f":
-        if kind not in "biufO":
+        if kind not in "ifO":
             raise TensorDecodeError(f"`data` holds values that are not numbers ({dtype_name})")
+        if kind == "O" and _holds_bool(loose):  # with null beside them, still objects
+            raise TensorDecodeError(_booleans(dtype_name))
         try:  # JSON null (None) becomes NaN, refused unless the input allows NaN
             with np.errstate(over="ignore"):  # beyond the dtype: inf, refused by the input check
                 return loose.astype(dtype, copy=False)
@@ -209,6 +213,16 @@ def _from_nested_list(data: Any, dtype: np.dtype[Any], dtype_name: str) -> np.nd
     if kind == "f" or dtype.kind != "b":
         return _exact(data, dtype, dtype_name)
     return loose.astype(dtype, copy=False)
+
+
+def _booleans(dtype_name: str) -> str:
+    return f"`data` holds true or false; the tensor is {dtype_name}, which holds numbers"
+
+
+def _holds_bool(objects: np.ndarray[Any, Any]) -> bool:
+    """Whether an object array (a list with nulls) holds a JSON true or false: its types
+    are read in C, and only lists that NumPy could not make numbers of come here."""
+    return bool in set(map(type, objects.ravel().tolist()))
 
 
 def _exact(data: Any, dtype: np.dtype[Any], dtype_name: str) -> np.ndarray[Any, Any]:

@@ -4,32 +4,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
+import httpx
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from schemas.errors import InferbusError
+from schemas.errors import InferbusError, describe_validation_error
+from schemas.result import InferenceResult, Timings
 from tracing.attributes import STAGES
 from tracing.jaeger import (
     DEFAULT_JAEGER_URL,
     DEFAULT_SERVICE,
     JAEGER_URL_ENV,
     Breakdown,
+    InvalidTimings,
     JaegerClient,
     JaegerUnavailableError,
     breakdown_from_timings,
+    duration_ms,
 )
 
 trace_app = typer.Typer(help="Request latency breakdowns from Jaeger traces.")
-
-JaegerUrl = Annotated[
-    str, typer.Option("--jaeger", envvar=JAEGER_URL_ENV, help="Jaeger query base URL.")
-]
-Service = Annotated[str, typer.Option(help="Service whose spans carry the request id.")]
-Lookback = Annotated[float, typer.Option("--lookback-s", help="How far back to search, seconds.")]
 
 
 class TraceUnavailable(InferbusError):
@@ -37,19 +38,51 @@ class TraceUnavailable(InferbusError):
     says it on one `error:` line)."""
 
 
+def jaeger_url(ctx: typer.Context, value: str) -> str:
+    """`--jaeger` (or INFERBUS_JAEGER_URL) as an http(s) URL with a host, else refused:
+    `garbage` or `http://` would only fail later as an unreachable Jaeger."""
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL:
+        url = httpx.URL()
+    if url.scheme in ("http", "https") and url.host:
+        return value
+    problem = f"{value!r} is not an http(s) URL with a host, e.g. {DEFAULT_JAEGER_URL}"
+    source = ctx.get_parameter_source("jaeger")  # typer's own click's enum: by name
+    if source is not None and source.name == "ENVIRONMENT":
+        raise TraceUnavailable(f"{JAEGER_URL_ENV}: {problem}")
+    raise typer.BadParameter(problem)
+
+
+JaegerUrl = Annotated[
+    str,
+    typer.Option(
+        "--jaeger", envvar=JAEGER_URL_ENV, callback=jaeger_url, help="Jaeger query base URL."
+    ),
+]
+Service = Annotated[str, typer.Option(help="Service whose spans carry the request id.")]
+Lookback = Annotated[float, typer.Option("--lookback-s", help="How far back to search, seconds.")]
+
 UNSTAGED = "not in a stage"
 """The row for e2e's time outside every stage: mostly the wait in the ingest topic before
 ingest polled the request (e2e starts at the producer's send, `ingest` at ingest's poll),
 then ingest's send of it to the tier topic."""
 
+SHOWN_MS = 0.005
+"""The least time the table shows as more than 0.00 ms."""
+
+
+def staged_ms(stages_ms: Mapping[str, float]) -> float:
+    """The stages' time within e2e (`publish` comes after e2e ends)."""
+    return sum(ms for stage, ms in stages_ms.items() if stage not in ("e2e", "publish"))
+
 
 def unstaged_ms(stages_ms: Mapping[str, float], e2e_ms: float | None) -> float | None:
-    """e2e less the stages within it (`publish` comes after e2e ends); None when there is no
-    e2e or nothing left (clocks of different hosts can make the rest negative)."""
+    """e2e less the stages within it; None when there is no e2e or nothing left (clocks of
+    different hosts can make the rest negative: `render` says so)."""
     if e2e_ms is None:
         return None
-    within = sum(ms for stage, ms in stages_ms.items() if stage not in ("e2e", "publish"))
-    rest = e2e_ms - within
+    rest = e2e_ms - staged_ms(stages_ms)
     return rest if rest > 0 else None
 
 
@@ -60,7 +93,29 @@ def render(breakdown: Breakdown, console: Console) -> None:
         if breakdown.source == "jaeger"
         else "the result's timings (no trace)"
     )
-    console.print(f"request {breakdown.request_id}: from {source}")
+    console.print(f"request {escape(breakdown.request_id)}: from {source}")
+    if breakdown.status not in (None, "ok"):
+        why = breakdown.error or "the result gives no reason"
+        console.print(f"[red]status {breakdown.status}[/red]: {escape(why)}")
+    e2e = breakdown.e2e_ms
+    if breakdown.stages_ms or e2e is not None:
+        console.print(_stage_table(breakdown))
+    notes = list(breakdown.notes)
+    if e2e is not None and staged_ms(breakdown.stages_ms) - e2e >= SHOWN_MS:
+        within = staged_ms(breakdown.stages_ms)
+        notes.append(
+            f"the stages add up to {within:.2f} ms, {within - e2e:.2f} ms more than e2e "
+            f"({e2e:.2f} ms): the clocks that timed them disagree, so the shares overstate"
+        )
+    if e2e is None and breakdown.stages_ms and breakdown.status in (None, "ok"):
+        notes.append("no e2e time: the stages' shares of e2e are unknown")
+    if breakdown.services:
+        console.print(f"services: {', '.join(breakdown.services)}")
+    for note in notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}")
+
+
+def _stage_table(breakdown: Breakdown) -> Table:
     table = Table()  # a title wraps at the table's width: the line above does not
     table.add_column("stage")
     table.add_column("ms", justify="right")
@@ -76,26 +131,77 @@ def render(breakdown: Breakdown, console: Console) -> None:
     if other is not None and e2e:
         table.add_row(UNSTAGED, f"{other:.2f}", f"{100 * other / e2e:.1f}")
     table.add_row("e2e", f"{e2e:.2f}" if e2e is not None else "-", "100.0" if e2e else "-")
-    console.print(table)
-    if breakdown.services:
-        console.print(f"services: {', '.join(breakdown.services)}")
-    for note in breakdown.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+    return table
 
 
-def load_timings(path: Path) -> tuple[str | None, dict[str, Any]]:
-    """(request id, timings) from an `InferenceResult` JSON, or a bare timings object."""
+@dataclass(frozen=True, slots=True)
+class ResultFile:
+    """What `--result-json` gave: an `InferenceResult`'s id, status and timings, or bare
+    timings (a `Timings` object)."""
+
+    request_id: str | None
+    status: str | None
+    error: str | None
+    timings: Mapping[str, float | None]
+
+
+_RESULT_FIELDS = frozenset({"request_id", "model", "status", "timings"})
+"""Fields that make a file a result rather than bare timings."""
+_JSON_KINDS = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+PASS_RESULT = "pass the result JSON that `inferbus infer` printed for the request"
+
+
+def load_result(path: Path) -> ResultFile:
+    """A result file as the result schema reads it, or TraceUnavailable naming what is wrong:
+    the file, its encoding, its JSON, the field at fault, or timings that are not durations."""
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise TraceUnavailable(f"{path} is not JSON ({exc}); pass a result's JSON") from None
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceUnavailable(f"{path} does not exist; {PASS_RESULT}") from None
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise TraceUnavailable(f"cannot read {path} ({why}); {PASS_RESULT}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+        data = json.loads(text)
+    except UnicodeDecodeError as exc:
+        raise TraceUnavailable(
+            f"{path} is not UTF-8 text (byte {exc.start}); {PASS_RESULT}"
+        ) from None
+    except ValueError as exc:  # not JSON, or a number of more digits than Python reads
+        raise TraceUnavailable(f"{path} is not JSON ({exc}); {PASS_RESULT}") from None
     if not isinstance(data, dict):
-        raise typer.BadParameter(f"{path} does not hold a JSON object")
-    timings = data.get("timings", data)
-    if not isinstance(timings, dict):
-        raise typer.BadParameter(f"{path}: `timings` is not an object")
-    request_id = data.get("request_id")
-    return (str(request_id) if request_id else None), timings
+        kind = _JSON_KINDS.get(type(data), "a number")
+        raise TraceUnavailable(f"{path} holds {kind}, not a result object; {PASS_RESULT}")
+    is_result = not _RESULT_FIELDS.isdisjoint(data)
+    try:
+        if is_result:
+            result = InferenceResult.model_validate_json(text, strict=True)
+            found = ResultFile(
+                result.request_id,
+                result.status,
+                result.error.message if result.error else None,
+                result.timings.model_dump(),
+            )
+        else:
+            found = ResultFile(
+                None, None, None, Timings.model_validate_json(text, strict=True).model_dump()
+            )
+    except ValidationError as exc:
+        what = "a valid result" if is_result else "valid timings"
+        detail = describe_validation_error(exc)
+        raise TraceUnavailable(f"{path} is not {what} ({detail}); {PASS_RESULT}") from None
+    prefix = "timings." if is_result else ""
+    try:
+        for key, value in found.timings.items():
+            if value is not None:
+                duration_ms(prefix + key, value)
+    except InvalidTimings as exc:
+        raise TraceUnavailable(f"{path}: {exc}; {PASS_RESULT}") from None
+    if found.status in (None, "ok") and all(v is None for v in found.timings.values()):
+        fields = "`timings`" if is_result else "`ingest_ms` … `e2e_ms`"
+        raise TraceUnavailable(f"{path} holds no stage timings ({fields}); {PASS_RESULT}")
+    return found
 
 
 def trace_command(
@@ -123,15 +229,20 @@ def trace_command(
         reason = f"no trace for request {request_id} in Jaeger at {jaeger}"
     if result_json is None:
         raise TraceUnavailable(f"{reason}; pass --result-json to use the result's timings")
-    found_id, timings = load_timings(result_json)
-    if found_id is not None and found_id != request_id:
+    found = load_result(result_json)
+    if found.request_id is not None and found.request_id != request_id:
         raise TraceUnavailable(
-            f"{result_json} is the result of request {found_id}, not {request_id}; "
+            f"{result_json} is the result of request {found.request_id}, not {request_id}; "
             "pass that request's result"
         )
-    render(
-        breakdown_from_timings(request_id, timings, note=f"{reason}; used {result_json}"), console
+    breakdown = breakdown_from_timings(
+        request_id,
+        found.timings,
+        note=f"{reason}; used {result_json}",
+        status=found.status,
+        error=found.error,
     )
+    render(breakdown, console)
 
 
 def traces_command(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -21,6 +22,10 @@ JAEGER_URL_ENV = "INFERBUS_JAEGER_URL"
 DEFAULT_SERVICE = "inferbus-worker"
 """Every request that reached a worker has spans there carrying its request id."""
 _ENGINE_STAGES = ("preprocess", "infer", "postprocess")
+
+
+class InvalidTimings(InferbusError):
+    """A result's timings that are not stage durations (the CLI says it on one line)."""
 
 
 class JaegerUnavailableError(InferbusError):
@@ -63,6 +68,10 @@ class Breakdown:
     trace_id: str | None = None
     services: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    status: str | None = None
+    """The result's status, when the breakdown comes from a result (`ok`, `invalid_input`, …)."""
+    error: str | None = None
+    """Why the request failed, in the result's words."""
 
 
 def _hex_id(raw: str | None) -> str | None:
@@ -155,21 +164,53 @@ def breakdown_from_spans(
     )
 
 
+_JSON_KINDS: dict[type, str] = {
+    str: "a string",
+    list: "a list",
+    dict: "an object",
+    bool: "a boolean",
+}
+
+
+def duration_ms(key: str, value: object) -> float:
+    """A stage's time from a result's timings: a finite number of ms, 0 or more; anything
+    else is InvalidTimings naming `key`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = _JSON_KINDS.get(type(value), type(value).__name__)
+        raise InvalidTimings(f"`{key}` is {kind}, not a number of milliseconds")
+    try:
+        ms = float(value)
+    except OverflowError:  # a JSON integer beyond float's range
+        ms = math.inf
+    if not math.isfinite(ms) or ms < 0:
+        raise InvalidTimings(f"`{key}` is {ms:g}, not a duration (milliseconds, 0 or more)")
+    return ms
+
+
 def breakdown_from_timings(
-    request_id: str, timings: Mapping[str, float | None], *, note: str | None = None
+    request_id: str,
+    timings: Mapping[str, object],
+    *,
+    note: str | None = None,
+    status: str | None = None,
+    error: str | None = None,
 ) -> Breakdown:
-    """Stage times from a result's `timings` (`queue_ms` or `queue` keys), when Jaeger can't."""
+    """Stage times from a result's `timings` (`queue_ms` or `queue` keys), when Jaeger can't;
+    InvalidTimings for a value that is not a duration."""
     stages: dict[str, float] = {}
     for stage in STAGES:
-        value = timings.get(f"{stage}_ms", timings.get(stage))
+        key = f"{stage}_ms" if f"{stage}_ms" in timings else stage
+        value = timings.get(key)
         if value is not None:
-            stages[stage] = float(value)
+            stages[stage] = duration_ms(key, value)
     return Breakdown(
         request_id=request_id,
         source="result",
         stages_ms=stages,
         e2e_ms=stages.get("e2e"),
         notes=(note,) if note else (),
+        status=status,
+        error=error,
     )
 
 

@@ -279,6 +279,10 @@ def set_rollout(
         ROLLOUT_P99.labels(model, lane, version).set(_ms_to_s(p99_ms))
 
 
+PATHS = ("/metrics", "/healthz", "/readyz")
+"""What a metrics port serves; any other path is 404."""
+
+
 def start_metrics_server(port: int, *, addr: str = "0.0.0.0") -> WSGIServer | None:
     """Serve `/metrics` from REGISTRY, and `/healthz` and `/readyz` from HEALTH, on `port` in
     a daemon thread; port 0 means off.
@@ -290,7 +294,7 @@ def start_metrics_server(port: int, *, addr: str = "0.0.0.0") -> WSGIServer | No
     server = make_server(addr, port, metrics_app(), ThreadingWSGIServer, handler_class=_Quiet)
     thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
     thread.start()
-    log.info("metrics.serving addr=%s port=%d paths=/metrics,/healthz,/readyz", addr, port)
+    log.info("metrics.serving addr=%s port=%d paths=%s", addr, port, ",".join(PATHS))
     return server
 
 
@@ -305,7 +309,11 @@ def metrics_app(health: Health = HEALTH) -> WsgiApp:
             status = "200 OK" if ok else "503 Service Unavailable"
             start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
             return [f"{'ok' if ok else 'not ok'}: {why}\n".encode()]
-        return prometheus(environ, start_response)  # type: ignore[no-any-return]
+        if path == "/metrics":
+            return prometheus(environ, start_response)  # type: ignore[no-any-return]
+        # A typo'd scrape or probe path must fail, not pass on the metrics page.
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [f"not found; this port serves {', '.join(PATHS)}\n".encode()]
 
     return app
 

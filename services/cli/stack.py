@@ -46,6 +46,7 @@ from schemas.telemetry import InstanceRecord
 from schemas.topics import INGEST_GROUP, INGEST_TOPICS, INSTANCES, TIERS, Tier
 from services.models.demo import write_demo_models
 from services.runtime.membership import gone_record
+from tracing.health import HEALTH
 from tracing.metrics import start_metrics_server
 
 log = logging.getLogger(__name__)
@@ -234,6 +235,7 @@ class Stack:
         self._ingest_ids: dict[str, str] = {}
         self._watch: asyncio.Task[None] | None = None
         self._broker_watch: asyncio.Task[None] | None = None
+        self._beat: asyncio.Task[None] | None = None
         self._metrics: WSGIServer | None = None
         self.broker_restarts = 0
         self.actuator: LocalActuator | None = None
@@ -313,11 +315,12 @@ class Stack:
                 group, options.workers_per_group, "inferbus up: initial workers"
             )
         await self.scaler.start()
+        self._serve_health(self.scaler)
         self._metrics = start_metrics_server(options.scaler_metrics_port)
         if self._metrics is not None:
             self._say(
-                f"scaler metrics on :{options.scaler_metrics_port}/metrics "
-                "(workers from INFERBUS_WORKER_METRICS_PORT on, one port each)"
+                f"scaler metrics on :{options.scaler_metrics_port}/metrics, health on /healthz "
+                "and /readyz (workers from INFERBUS_WORKER_METRICS_PORT on, one port each)"
             )
         self._say(
             f"{options.ingest_instances} ingest and "
@@ -326,6 +329,13 @@ class Stack:
             f"workers: INFERBUS_SCALER_MAX_TOTAL_REPLICAS); logs in {options.log_dir}"
         )
         return bootstrap
+
+    def _serve_health(self, scaler: ScalerService) -> None:
+        """`/healthz` and `/readyz` on the scaler's metrics port answer for this scaler, as
+        the standalone scaler's do: live while this event loop beats, ready once it decides."""
+        HEALTH.serve_readiness(scaler.readiness)
+        if self._beat is None:
+            self._beat = asyncio.create_task(HEALTH.keep_beating(), name="health")
 
     def _ingest_env(self, index: int) -> dict[str, str]:
         instance_id = f"ingest-{socket.gethostname()}-{index}-{uuid.uuid4().hex[:6]}"
@@ -419,12 +429,12 @@ class Stack:
         if self.actuator is not None:
             await self.actuator.close()
             self.actuator = None
-        for task in (self._watch, self._broker_watch):
+        for task in (self._watch, self._broker_watch, self._beat):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._watch = self._broker_watch = None
+        self._watch = self._broker_watch = self._beat = None
         if self.ingest is not None:
             await asyncio.to_thread(self.ingest.stop)
             self.ingest = None

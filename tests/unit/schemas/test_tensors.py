@@ -13,6 +13,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from pydantic import ValidationError
 
+from infra.models.config import ModelConfig
+from infra.models.inputs import validate_inputs
+from schemas.errors import InvalidInput
+from schemas.request import InferenceRequest
 from schemas.tensors import DTYPES, Tensor, TensorDecodeError, TextInput, dtype_name
 
 
@@ -148,6 +152,57 @@ def test_decode_errors_name_the_problem(tensor: Tensor, message: str) -> None:
     with pytest.raises(TensorDecodeError) as info:
         tensor.to_numpy()
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "data"),
+    [
+        pytest.param("float32", [[True, False]], id="float32"),
+        pytest.param("float16", [True], id="float16"),
+        pytest.param("float64", [False], id="float64"),
+        pytest.param("float32", [True, None], id="beside-null"),
+        pytest.param("float32", [[None, False]], id="beside-null-2d"),
+        pytest.param("int64", [[True, True, False]], id="int64-mask"),
+        pytest.param("int32", [True], id="int32"),
+        pytest.param("uint8", [False], id="uint8"),
+    ],
+)
+def test_true_and_false_are_not_numbers(dtype: str, data: list[Any]) -> None:
+    """Regression: JSON true/false decoded as 1 and 0 in float and integer tensors."""
+    shape = list(np.asarray(data, dtype=object).shape)
+    tensor = Tensor(dtype=dtype, shape=shape, data=data)  # type: ignore[arg-type]
+    with pytest.raises(TensorDecodeError) as info:
+        tensor.to_numpy()
+    assert f"`data` holds true or false; the tensor is {dtype}" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        pytest.param([True, False], [True, False], id="booleans"),
+        pytest.param([1, 0], [True, False], id="ones-and-zeros"),
+    ],
+)
+def test_a_bool_tensor_still_takes_true_and_false(data: list[Any], expected: list[bool]) -> None:
+    array = Tensor(dtype="bool", shape=[2], data=data).to_numpy()
+    np.testing.assert_array_equal(array, np.asarray(expected))
+
+
+def test_a_request_with_true_in_a_float_input_is_invalid_input_naming_it() -> None:
+    config = ModelConfig.model_validate(
+        {
+            "name": "m",
+            "inputs": [{"name": "x", "dtype": "float32", "shape": [-1, 2]}],
+            "outputs": [{"name": "y", "dtype": "float32", "shape": [-1, 1]}],
+        }
+    )
+    request = InferenceRequest.model_validate_json(
+        '{"request_id": "r", "model": "m", "reply_to": "inferbus.results", '
+        '"inputs": {"x": {"dtype": "float32", "shape": [1, 2], "data": [[true, false]]}}}'
+    )
+    with pytest.raises(InvalidInput, match=r"input 'x': `data` holds true or false") as info:
+        validate_inputs(request, config, max_tensor_bytes=1 << 20, max_samples=4)
+    assert info.value.status == "invalid_input"
 
 
 @pytest.mark.parametrize("name", sorted(DTYPES))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +86,22 @@ def test_the_scaler_exports_a_tick_of_signals_and_its_decision() -> None:
         diagnosis="capacity_bound",
     )
     assert stamp is not None and stamp > 1_600_000_000
+
+
+def test_the_replica_states_exported_are_the_ones_docs_metrics_lists() -> None:
+    """Regression: docs/metrics.md listed loading, warming, ready and draining; the scaler
+    exports ready and starting."""
+    signals = make_signals(group="inferbus.workers.states.interactive", model="states")
+    ScalerService._export(GroupCollection(signals.group, signals, 0), None)
+    exported = {
+        s.labels["state"]
+        for family in REGISTRY.collect()
+        for s in family.samples
+        if s.name == "inferbus_replicas" and s.labels["group"] == signals.group
+    }
+    docs = Path(__file__).parents[3] / "docs" / "metrics.md"
+    row = next(
+        line for line in docs.read_text().splitlines() if line.startswith("| `inferbus_replicas` |")
+    )
+    what = row.split("|")[4]
+    assert set(re.findall(r"`([a-z_]+)`", what)) == exported == {"ready", "starting"}

@@ -69,3 +69,24 @@ def test_a_readiness_check_that_raises_is_not_ready_and_says_why() -> None:
 def test_metrics_are_still_served() -> None:
     status, body = get(Health(), "/metrics")
     assert status.startswith("200") and "inferbus_requests" in body
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        pytest.param("/metrics", "200", id="metrics"),
+        pytest.param("/healthz", "200", id="healthz"),
+        pytest.param("/readyz", "503", id="readyz-starting"),
+        pytest.param("/nosuch", "404", id="unknown"),
+        pytest.param("/", "404", id="root"),
+        pytest.param("/metrics/x", "404", id="below-metrics"),
+        pytest.param("/readyz/", "404", id="trailing-slash"),
+    ],
+)
+def test_only_the_documented_paths_are_served(path: str, status: str) -> None:
+    """Regression: any path answered the metrics with 200, so a probe or scrape of a
+    mistyped path passed."""
+    got, body = get(Health(), path)
+    assert got.startswith(status), (got, body)
+    if status == "404":
+        assert "inferbus_requests" not in body and "/metrics, /healthz, /readyz" in body

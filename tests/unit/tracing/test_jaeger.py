@@ -166,7 +166,14 @@ def test_cli_trace_from_jaeger(jaeger: str) -> None:
 def test_cli_trace_falls_back_to_result_timings(dead_url: str, tmp_path: Path) -> None:
     result_file = tmp_path / "result.json"
     result_file.write_text(
-        json.dumps({"request_id": "r-1", "timings": {"queue_ms": 12.0, "e2e_ms": 40.0}})
+        json.dumps(
+            {
+                "request_id": "r-1",
+                "model": "demo-mlp",
+                "status": "ok",
+                "timings": {"queue_ms": 12.0, "e2e_ms": 40.0},
+            }
+        )
     )
     args = ["trace", "r-1", "--jaeger", dead_url, "--result-json", str(result_file)]
     result = CliRunner().invoke(trace_app, args)
@@ -182,7 +189,7 @@ def test_cli_trace_falls_back_to_result_timings(dead_url: str, tmp_path: Path) -
         pytest.param(["trace", "r-1"], "garbage{", "is not JSON", id="result-not-json"),
         pytest.param(
             ["trace", "r-2"],
-            '{"request_id": "r-1", "timings": {"e2e_ms": 40.0}}',
+            '{"request_id": "r-1", "model": "m", "status": "ok", "timings": {"e2e_ms": 40.0}}',
             "is the result of request r-1, not r-2",
             id="another-requests-result",
         ),

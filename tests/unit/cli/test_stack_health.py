@@ -1,0 +1,71 @@
+"""`inferbus up`'s scaler answers `/healthz` and `/readyz` as the standalone scaler does."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.cli import stack as stack_module
+from services.cli.stack import Stack, StackOptions
+from tracing.health import Health
+from tracing.metrics import metrics_app
+
+
+class FakeScaler:
+    """What `_serve_health` reads of a ScalerService: its readiness."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    def readiness(self) -> tuple[bool, str]:
+        return (self.ticks > 0, f"{self.ticks} ticks" if self.ticks else "no decision yet")
+
+
+def get(health: Health, path: str) -> tuple[str, str]:
+    seen: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        seen["status"] = status
+
+    body = b"".join(
+        metrics_app(health)({"PATH_INFO": path, "REQUEST_METHOD": "GET"}, start_response)
+    )
+    return seen["status"], body.decode()
+
+
+def test_up_serves_the_scalers_health(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: under `inferbus up` `/healthz` stayed `ok: starting` and `/readyz` 503
+    however many decisions the scaler took: nothing beat or served readiness."""
+    health = Health()
+    monkeypatch.setattr(stack_module, "HEALTH", health)
+    options = StackOptions(
+        bootstrap="127.0.0.1:1",
+        models_dir=tmp_path / "models",
+        workers_per_group=1,
+        headless=True,
+        duration_s=None,
+        with_scaler=True,
+        tiers=None,
+        broker_port=None,
+        log_dir=tmp_path / "logs",
+    )
+    scaler = FakeScaler()
+
+    async def scenario() -> list[tuple[str, str]]:
+        stack = Stack(options)
+        stack._serve_health(scaler)  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # the beat's first run
+        seen = [get(health, "/healthz"), get(health, "/readyz")]
+        scaler.ticks = 3
+        seen.append(get(health, "/readyz"))
+        await stack.close()
+        return seen
+
+    live, before, after = asyncio.run(scenario())
+
+    assert live == ("200 OK", "ok: ok\n")
+    assert before[0].startswith("503") and "no decision yet" in before[1]
+    assert after == ("200 OK", "ok: 3 ticks\n")
