@@ -27,10 +27,16 @@ COPY tracing ./tracing
 RUN pip install --upgrade pip && pip install ".[${EXTRAS}]"
 
 # Demo models, so the image serves something without a mounted repository.
+# The runtime user is numeric (10001:10001): Kubernetes' runAsNonRoot can verify a number,
+# not a name. What it writes at run time: the TensorRT engine cache (model.yaml's
+# engine_cache_dir, by default .inferbus/trt-cache under /app: made here so that a named
+# volume mounted there starts owned by 10001) and, under `inferbus up`, .inferbus/logs;
+# k8s mounts an emptyDir at /cache for the cache (infra/k8s/workers.yaml).
 RUN inferbus models init --dir /models \
- && useradd --system --uid 10001 --home-dir /app inferbus \
- && mkdir -p /app/.inferbus && chown -R inferbus /app/.inferbus /models
-USER inferbus
+ && groupadd --system --gid 10001 inferbus \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /app inferbus \
+ && mkdir -p /app/.inferbus/trt-cache && chown -R 10001:10001 /app/.inferbus /models
+USER 10001:10001
 
 ENV INFERBUS_MODELS_DIR=/models \
     INFERBUS_KAFKA_BOOTSTRAP=kafka:9092

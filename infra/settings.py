@@ -26,7 +26,12 @@ class KafkaSettings(BaseSettings):
     """Largest record batch per partition in one produce request, bytes: above ingest's
     largest event plus its headers, so every accepted event fits."""
     max_request_bytes: int = Field(default=8_388_608, gt=0)
-    """Largest produce request, bytes (a record must fit)."""
+    """Largest produce request, bytes (a record must fit). Topics are created with
+    `max.message.bytes` of this much, so every batch a client sends fits (docs/kafka.md)."""
+    replication_factor: int = Field(default=1, ge=1)
+    """Replicas of every topic `inferbus topics create` and ingest's topic keeper make: 1 for
+    the embedded broker and a single-node Kafka; 3 on a production cluster, with the
+    brokers' `min.insync.replicas` at 2 (docs/kafka.md). Existing topics keep theirs."""
     partition_fetch_bytes: int = Field(default=8_388_608, gt=0)
     """Most bytes one fetch returns per partition."""
     fetch_wait_busy_ms: int = Field(default=5, ge=0)

@@ -21,6 +21,7 @@ from aiokafka.errors import (
 
 from infra.kafka import make_admin
 from infra.models.repository import ModelRepository
+from infra.settings import KafkaSettings, kafka_settings
 from infra.tasks import cancel_and_wait
 from schemas import topics
 from schemas.errors import InferbusError
@@ -109,8 +110,13 @@ def created_topics(answer: Any) -> list[str]:
     return created
 
 
-def _new_topic(spec: TopicSpec) -> NewTopic:
-    return NewTopic(spec.name, spec.partitions, 1, topic_configs=spec.configs)
+def new_topic(spec: TopicSpec, settings: KafkaSettings | None = None) -> NewTopic:
+    """The CreateTopics entry for `spec`: the replication factor of the settings, and a
+    `max.message.bytes` that admits the largest produce request a client sends (a record
+    batch passes `max_batch_bytes` by its last record; the broker's default is ~1 MiB)."""
+    settings = settings or kafka_settings()
+    configs = {"max.message.bytes": str(settings.max_request_bytes), **spec.configs}
+    return NewTopic(spec.name, spec.partitions, settings.replication_factor, topic_configs=configs)
 
 
 async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]:
@@ -123,7 +129,7 @@ async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]
         missing = [spec for spec in specs if spec.name not in existing]
         created: list[str] = []
         for spec in missing:
-            made = created_topics(await admin.create_topics([_new_topic(spec)]))
+            made = created_topics(await admin.create_topics([new_topic(spec)]))
             if not made:
                 log.info("event=topic_exists topic=%s", spec.name)
             created.extend(made)
@@ -261,7 +267,7 @@ class TopicKeeper:
         if missing:
             # One request for all; one that someone else made meanwhile is not counted.
             created = created_topics(
-                await self._admin.create_topics([_new_topic(spec) for spec in missing])
+                await self._admin.create_topics([new_topic(spec) for spec in missing])
             )
         if created:
             self.recreated += len(created)

@@ -30,6 +30,7 @@ async def run_scaler(bootstrap: str, models_dir: Path, settings: ScalerSettings)
         namespace=settings.namespace,
         compose_file=settings.compose_file,
         compose_project=settings.compose_project,
+        compose_project_dir=settings.compose_project_dir,
     )
     config = PolicyConfig(
         max_total_replicas=settings.max_total_replicas,

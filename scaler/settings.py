@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 IDLE_HOLD_EVERY_S = 25.0
@@ -38,7 +38,19 @@ class ScalerSettings(BaseSettings):
     """docker compose file whose worker services are scaled."""
     compose_project: str | None = None
     """docker compose project name."""
+    compose_project_dir: Path | None = None
+    """The compose project's directory on the Docker host (`--project-directory`): relative
+    paths in the compose file (bind mounts such as `./models`) are resolved against it. A
+    scaler in a container reads the file from its own mount, so without this they would
+    name the mount's folder on the host. None: the compose file's folder."""
     metrics_port: int = 0
     """Prometheus /metrics port; 0 turns it off."""
     dry_run: bool = False
     """Decide and publish, but never change replicas."""
+
+    @field_validator("compose_project_dir", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        # docker-compose.yml sets it from ${PWD:-}, which is blank where PWD is not set;
+        # Path("") would be the scaler's own working directory.
+        return None if isinstance(value, str) and not value.strip() else value

@@ -42,14 +42,21 @@ class ComposeActuator(Actuator):
         compose_file: Path,
         *,
         project: str | None = None,
+        project_dir: Path | None = None,
         docker: Sequence[str] = ("docker", "compose"),
         service_for: Callable[[str], str] = service_name,
         runner: Runner = run_process,
         timeout_s: float = 120.0,
     ) -> None:
+        """`project_dir`: the project's folder on the Docker host
+        (`INFERBUS_SCALER_COMPOSE_PROJECT_DIR`); None: the compose file's folder."""
         self._base = [*docker, "-f", str(compose_file)]
         if project is not None:
             self._base += ["-p", project]
+        if project_dir is not None:
+            # The engine resolves bind mounts on the host: a relative `./models` must name
+            # the host's project folder, not the folder the file is mounted at in here.
+            self._base += ["--project-directory", str(project_dir)]
         self._service_for = service_for
         self._runner = runner
         self._timeout_s = timeout_s

@@ -31,6 +31,7 @@ def make_actuator(
     namespace: str = "inferbus",
     compose_file: Path = Path("docker-compose.yml"),
     compose_project: str | None = None,
+    compose_project_dir: Path | None = None,
     worker_command: Sequence[str] = ("inferbus", "worker"),
     log_dir: Path | None = None,
 ) -> Actuator:
@@ -42,7 +43,9 @@ def make_actuator(
     if kind == "compose":
         from scaler.actuators.compose import ComposeActuator
 
-        return ComposeActuator(compose_file, project=compose_project)
+        return ComposeActuator(
+            compose_file, project=compose_project, project_dir=compose_project_dir
+        )
     from scaler.actuators.local import LocalActuator
 
     return LocalActuator(bootstrap, models_dir, command=worker_command, log_dir=log_dir)

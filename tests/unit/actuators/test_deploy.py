@@ -14,10 +14,12 @@ import yaml
 
 from infra.models.config import ModelConfig
 from infra.models.repository import ModelRepository
+from infra.settings import KafkaSettings
 from scaler.actuators.compose import service_name
 from scaler.actuators.kubernetes import deployment_name
 from schemas.topics import TIERS, worker_group
 from services.models.demo import write_demo_models
+from tracing.metrics import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "infra" / "k8s"
@@ -56,7 +58,9 @@ def test_compose_services(compose: dict[str, Any]) -> None:
     assert services["kafka"]["image"].startswith("apache/kafka:")
     assert "controller" in services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"]
     assert services["jaeger"]["image"].startswith("jaegertracing/jaeger:2.")
-    assert {"4317:4317", "4318:4318", "16686:16686"} <= set(services["jaeger"]["ports"])
+    assert {"127.0.0.1:4317:4317", "127.0.0.1:4318:4318", "127.0.0.1:16686:16686"} <= set(
+        services["jaeger"]["ports"]
+    )
     assert services["topics"]["command"][:4] == ["topics", "create", "--bootstrap", "kafka:9092"]
     assert services["ingest"]["environment"]["INFERBUS_INGEST_METRICS_PORT"] == "9101"
     assert services["scaler"]["environment"]["INFERBUS_SCALER_ACTUATOR"] == "compose"
@@ -206,3 +210,199 @@ def test_k8s_runs_a_deployment_for_every_tier_its_models_declare_and_no_other() 
     }
 
     assert running == declared
+
+
+def test_compose_publishes_ports_on_loopback_only(compose: dict[str, Any]) -> None:
+    """Regression: Kafka's PLAINTEXT listener, Jaeger, Prometheus and Grafana were on 0.0.0.0."""
+    published = {
+        name: port
+        for name, service in compose["services"].items()
+        for port in service.get("ports", [])
+    }
+    assert published
+    for name, port in published.items():
+        assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every address"
+
+
+def _interpolated_default(value: str) -> str:
+    """`${VAR:-default}` as compose reads it with VAR unset."""
+    assert value.startswith("${") and ":-" in value and value.endswith("}"), value
+    return value[value.index(":-") + 2 : -1]
+
+
+def _floors(configs: list[ModelConfig]) -> int:
+    return sum(
+        max(c.replicas.min, c.replicas.warm) for c in configs for _tier in c.tiers
+    )  # one group per model and tier
+
+
+def test_compose_scaler_has_a_replica_budget_and_the_host_project_dir(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    """Regression: no budget (6 groups x replicas.max 12 on one GPU), and no project folder
+    (added workers' `./models` mounts named /deploy/models on the host)."""
+    env = compose["services"]["scaler"]["environment"]
+    budget = int(_interpolated_default(env["INFERBUS_SCALER_MAX_TOTAL_REPLICAS"]))
+    write_demo_models(tmp_path)
+    repository = ModelRepository(tmp_path)
+    floors = _floors([repository.config(name) for name in repository.names()])
+    assert floors <= budget < floors * 12
+    # Same name inside and out: the scaler's own `docker compose` reads the same value.
+    assert env["INFERBUS_SCALER_COMPOSE_PROJECT_DIR"].startswith(
+        "${INFERBUS_SCALER_COMPOSE_PROJECT_DIR:-${PWD"
+    )
+
+
+def test_compose_kafka_takes_inferbus_batches(compose: dict[str, Any]) -> None:
+    """Regression: the broker kept its ~1 MiB message limit under 4 MiB record batches."""
+    env = compose["services"]["kafka"]["environment"]
+    settings = KafkaSettings()
+    assert int(env["KAFKA_MESSAGE_MAX_BYTES"]) >= settings.max_request_bytes
+    assert int(env["KAFKA_REPLICA_FETCH_MAX_BYTES"]) >= settings.max_request_bytes
+
+
+def _metric_labels() -> set[str]:
+    """Every label name inferbus's own metrics carry (a collector without samples yet too)."""
+    labels: set[str] = set()
+    for collector in REGISTRY._collector_to_names:
+        if hasattr(collector, "_labelnames"):
+            labels.update(collector._labelnames)
+        else:  # the batch-fed stage histogram
+            labels.update(getattr(collector, "labels", ()))
+    assert {"service", "model", "tier", "stage"} <= labels
+    return labels
+
+
+def _target_labels(config: dict[str, Any]) -> set[str]:
+    return {
+        rule["target_label"]
+        for job in config["scrape_configs"]
+        for rule in job.get("relabel_configs", [])
+        if "target_label" in rule and not rule["target_label"].startswith("__")
+    }
+
+
+@pytest.mark.parametrize("path", ["prometheus.yml", "prometheus-k8s.yml"])
+def test_prometheus_target_labels_leave_the_metrics_own_labels_alone(path: str) -> None:
+    """Regression: a target label `service` renamed inferbus_requests_total's own `service` to
+    `exported_service`, and `{service="inferbus-worker"}` matched nothing under compose."""
+    config = yaml.safe_load((ROOT / "infra" / "prometheus" / path).read_text())
+    assert _target_labels(config) & _metric_labels() == set()
+
+
+def _pods() -> list[tuple[str, dict[str, Any]]]:
+    """(name, pod spec) of every Deployment and Job."""
+    return [
+        (f"{d['kind']}/{d['metadata']['name']}", d["spec"]["template"]["spec"])
+        for d in k8s_docs()
+        if d["kind"] in ("Deployment", "Job")
+    ]
+
+
+def _dockerfile_user() -> str:
+    users = [
+        line.split()[1]
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("USER ")
+    ]
+    return users[0]
+
+
+def test_the_image_runs_as_a_numeric_user() -> None:
+    """runAsNonRoot cannot verify a user name: the kubelet refuses to start the pod."""
+    uid, _, gid = _dockerfile_user().partition(":")
+    assert uid.isdigit() and int(uid) > 0
+    assert gid.isdigit()
+
+
+@pytest.mark.parametrize(("name", "pod"), _pods(), ids=[name for name, _ in _pods()])
+def test_k8s_pods_are_restricted_and_pull_only_when_missing(name: str, pod: dict[str, Any]) -> None:
+    """Regression: no securityContext anywhere, and `inferbus:latest` with the default pull
+    policy (Always) sent every node to docker.io/library/inferbus."""
+    uid, _, gid = _dockerfile_user().partition(":")
+    context = pod["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert (context["runAsUser"], context["runAsGroup"]) == (int(uid), int(gid))
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["containers"]:
+        assert container["imagePullPolicy"] == "IfNotPresent"
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    for volume in pod.get("volumes", []):
+        assert "hostPath" not in volume
+
+
+def test_k8s_scaler_has_a_replica_budget() -> None:
+    scaler = next(
+        d
+        for d in k8s_docs()
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "inferbus-scaler"
+    )
+    (container,) = scaler["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    models = next(d for d in k8s_docs() if d["metadata"]["name"] == "inferbus-models")
+    floors = _floors(
+        [ModelConfig.model_validate(yaml.safe_load(text)) for text in models["data"].values()]
+    )
+    assert int(env["INFERBUS_SCALER_MAX_TOTAL_REPLICAS"]) >= floors
+
+
+def test_k8s_scaler_role_grants_only_what_the_actuator_calls() -> None:
+    """scaler/actuators/kubernetes.py reads and patches deployments/scale, nothing else."""
+    role = next(d for d in k8s_docs() if d["kind"] == "Role")
+    grants = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert grants == {("apps", "deployments/scale", "get"), ("apps", "deployments/scale", "patch")}
+
+
+def _model_mounts(pod: dict[str, Any]) -> set[tuple[str, str]]:
+    configmaps = {
+        v["name"]
+        for v in pod.get("volumes", [])
+        if v.get("configMap", {}).get("name") == "inferbus-models"
+    }
+    (container,) = pod["containers"]
+    return {
+        (m["mountPath"], m["subPath"])
+        for m in container.get("volumeMounts", [])
+        if m["name"] in configmaps
+    }
+
+
+def test_k8s_topics_job_sees_the_model_yaml_the_services_see() -> None:
+    """Regression: the Job read the image's demo model.yaml, so a canary added to the
+    inferbus-models ConfigMap got no canary topics."""
+    pods = dict(_pods())
+    job = _model_mounts(pods["Job/inferbus-topics"])
+    assert job
+    for name, pod in pods.items():
+        if name.startswith("Deployment/"):
+            assert _model_mounts(pod) == job, name
+
+
+def test_k8s_worker_probes_never_kill_a_worker_mid_build() -> None:
+    """The engine loads (and TensorRT builds) in a thread while /healthz answers: liveness
+    and startup stay on /healthz, the build is readiness's to hold off."""
+    for name, pod in _pods():
+        if "inferbus-worker-" not in name:
+            continue
+        (container,) = pod["containers"]
+        assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_deploy_docs_apply_the_manifests_with_kustomize() -> None:
+    """`kubectl apply -f infra/k8s/` also sends kustomization.yaml, which is no object."""
+    commands = [
+        line
+        for line in (ROOT / "docs" / "deploy.md").read_text().splitlines()
+        if line.startswith("kubectl apply")
+    ]
+    assert any(line.startswith("kubectl apply -k infra/k8s") for line in commands)
+    assert not [line for line in commands if "-f infra/k8s" in line]

@@ -17,6 +17,7 @@ from scaler.actuators.factory import choose_kind, make_actuator
 from scaler.actuators.kubernetes import KubernetesActuator, deployment_name
 from scaler.actuators.local import LocalActuator
 from scaler.decision import GroupDecision, Reason
+from scaler.settings import ScalerSettings
 from scaler.signals import GroupSignals
 
 GROUP = "inferbus.workers.demo_mlp.interactive"
@@ -122,7 +123,8 @@ class FakeRunner:
         return self.answers.pop(0)
 
 
-async def test_compose_command_lines() -> None:
+async def test_compose_command_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFERBUS_SCALER_COMPOSE_PROJECT_DIR", raising=False)
     runner = FakeRunner([(0, "", ""), (0, '{"Name":"a"}\n{"Name":"b"}\n', "")])
     compose = ComposeActuator(Path("/srv/docker-compose.yml"), project="ib", runner=runner)
     await compose.scale(GROUP, 3, "test")
@@ -137,6 +139,58 @@ async def test_compose_command_lines() -> None:
             "docker", "compose", "-f", "/srv/docker-compose.yml", "-p", "ib",
             "ps", "--format", "json", "--status", "running", "worker-demo-mlp-interactive",
         ],
+    ]  # fmt: skip
+
+
+async def test_compose_commands_name_the_host_project_directory() -> None:
+    """Regression: the scaler in its container ran `docker compose -f /deploy/...` alone, so
+    a worker's relative bind mount `./models` named /deploy/models on the host."""
+    runner = FakeRunner([(0, "", ""), (0, "", "")])
+    compose = ComposeActuator(
+        Path("/deploy/docker-compose.yml"),
+        project="inferbus",
+        project_dir=Path("/home/op/inferbus"),
+        runner=runner,
+    )
+    await compose.scale(GROUP, 2, "test")
+    await compose.current(GROUP)
+    base = [
+        "docker", "compose", "-f", "/deploy/docker-compose.yml", "-p", "inferbus",
+        "--project-directory", "/home/op/inferbus",
+    ]  # fmt: skip
+    assert [call[: len(base)] for call in runner.calls] == [base, base]
+    assert [call[len(base)] for call in runner.calls] == ["up", "ps"]
+
+
+@pytest.mark.parametrize(
+    ("value", "flag"),
+    [
+        pytest.param("/srv/inferbus", ["--project-directory", "/srv/inferbus"], id="set"),
+        pytest.param("", [], id="blank-from-unset-pwd"),
+        pytest.param(None, [], id="unset"),
+    ],
+)
+def test_the_factory_takes_the_project_directory_from_the_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str | None, flag: list[str]
+) -> None:
+    """docker-compose.yml sets INFERBUS_SCALER_COMPOSE_PROJECT_DIR from ${PWD:-}: blank
+    must not become the scaler's own working directory."""
+    if value is None:
+        monkeypatch.delenv("INFERBUS_SCALER_COMPOSE_PROJECT_DIR", raising=False)
+    else:
+        monkeypatch.setenv("INFERBUS_SCALER_COMPOSE_PROJECT_DIR", value)
+    compose = make_actuator(
+        "compose",
+        bootstrap="b:1",
+        models_dir=tmp_path,
+        compose_file=Path("/deploy/docker-compose.yml"),
+        compose_project="inferbus",
+        compose_project_dir=ScalerSettings().compose_project_dir,
+    )
+    assert isinstance(compose, ComposeActuator)
+    argv = compose.ps_argv(GROUP)
+    assert argv[: argv.index("ps")] == [
+        "docker", "compose", "-f", "/deploy/docker-compose.yml", "-p", "inferbus", *flag,
     ]  # fmt: skip
 
 

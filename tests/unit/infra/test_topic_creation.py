@@ -1,9 +1,11 @@
-"""What a CreateTopics answer means, and what the topic keeper does when it is refused."""
+"""What a CreateTopics answer means, what the topic keeper does when it is refused, and the
+replication and message size topics are made with."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +16,11 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError,
 )
 
-from infra.topics import TopicKeeper, TopicSpec, created_topics
+import infra.topics
+from infra.settings import KafkaSettings, kafka_settings
+from infra.topics import TopicKeeper, TopicSpec, created_topics, ensure_topics, new_topic
+
+COMPACT = {"cleanup.policy": "compact"}
 
 
 @dataclass(frozen=True)
@@ -96,3 +102,87 @@ async def test_a_refused_keeper_says_so_once_and_asks_at_its_usual_pace(
     # every_s (0.02 s) apart: ~25 in 0.5 s; as for a broker away (0.2 s) at most 3
     assert 6 <= admin.creates <= 26, "at the usual pace, neither away nor a busy loop"
     assert announced == [] and keeper.recreated == 0
+
+
+class RecordingAdmin:
+    """A broker that has no topics and makes every one asked for, keeping the requests."""
+
+    def __init__(self) -> None:
+        self.asked: list[Any] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def list_topics(self) -> list[str]:
+        return []
+
+    async def create_topics(self, new: list[Any]) -> Answer:
+        self.asked.extend(new)
+        return Answer([(topic.name, 0, None) for topic in new])
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def kafka_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """The process's Kafka settings re-read from an environment the test sets."""
+    kafka_settings.cache_clear()
+    yield monkeypatch
+    kafka_settings.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("env", "replicas", "max_message_bytes"),
+    [
+        pytest.param({}, 1, "8388608", id="defaults-single-node"),
+        pytest.param(
+            {
+                "INFERBUS_KAFKA_REPLICATION_FACTOR": "3",
+                "INFERBUS_KAFKA_MAX_REQUEST_BYTES": "9000000",
+            },
+            3,
+            "9000000",
+            id="cluster",
+        ),
+    ],
+)
+async def test_created_topics_take_the_replication_factor_and_message_size_of_the_settings(
+    kafka_env: pytest.MonkeyPatch, env: dict[str, str], replicas: int, max_message_bytes: str
+) -> None:
+    """Regression: every topic was made with one replica whatever the cluster, and with the
+    broker's ~1 MiB message limit under inferbus's 4 MiB batches."""
+    for name, value in env.items():
+        kafka_env.setenv(name, value)
+    admin = RecordingAdmin()
+    kafka_env.setattr(infra.topics, "make_admin", lambda *_a, **_k: admin)
+    specs = [TopicSpec("inferbus.req.m.batch", 12), TopicSpec("inferbus.instances", 1, COMPACT)]
+
+    assert await ensure_topics("unused:9092", specs) == [s.name for s in specs]
+
+    assert [(t.name, t.num_partitions, t.replication_factor) for t in admin.asked] == [
+        ("inferbus.req.m.batch", 12, replicas),
+        ("inferbus.instances", 1, replicas),
+    ]
+    assert [t.topic_configs for t in admin.asked] == [
+        {"max.message.bytes": max_message_bytes},
+        {"max.message.bytes": max_message_bytes, **COMPACT},
+    ]
+
+
+async def test_the_keeper_recreates_topics_with_the_same_replication(
+    kafka_env: pytest.MonkeyPatch,
+) -> None:
+    kafka_env.setenv("INFERBUS_KAFKA_REPLICATION_FACTOR", "3")
+    admin = RecordingAdmin()
+    keeper = TopicKeeper("unused:9092", lambda: [TopicSpec("inferbus.dlq", 1)])
+    keeper._admin = admin
+
+    assert await keeper.round() == ["inferbus.dlq"]
+    assert [t.replication_factor for t in admin.asked] == [3]
+
+
+def test_a_spec_config_wins_over_the_default_message_size() -> None:
+    spec = TopicSpec("inferbus.x", 1, {"max.message.bytes": "100"})
+    topic = new_topic(spec, KafkaSettings(replication_factor=2))
+    assert (topic.replication_factor, topic.topic_configs) == (2, {"max.message.bytes": "100"})
