@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from services.cli import stack as stack_module
 from services.cli.stack import Stack, StackOptions
+from tests.unit.tracing.test_health import get
 from tracing.health import Health
-from tracing.metrics import metrics_app
 
 
 class FakeScaler:
@@ -22,18 +21,6 @@ class FakeScaler:
 
     def readiness(self) -> tuple[bool, str]:
         return (self.ticks > 0, f"{self.ticks} ticks" if self.ticks else "no decision yet")
-
-
-def get(health: Health, path: str) -> tuple[str, str]:
-    seen: dict[str, Any] = {}
-
-    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
-        seen["status"] = status
-
-    body = b"".join(
-        metrics_app(health)({"PATH_INFO": path, "REQUEST_METHOD": "GET"}, start_response)
-    )
-    return seen["status"], body.decode()
 
 
 def test_up_serves_the_scalers_health(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
