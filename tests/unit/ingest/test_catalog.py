@@ -15,11 +15,13 @@ from services.ingest import catalog as catalog_module
 from services.ingest.app import metric_model
 from services.ingest.catalog import (
     CachedModelCatalog,
+    CommitSpan,
     QueueDepths,
     admission_rate,
     backlogged,
     drain_capacity,
     projected_depth,
+    span_rate,
 )
 from services.models.demo import mlp_config, write_demo_models
 
@@ -451,6 +453,27 @@ def test_drain_capacity(
         known, interval_rate, within_backlog=within_backlog, rate_before=rate_before
     )
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("span", "expected"),
+    [
+        pytest.param(CommitSpan(20, 0.5, 1, (0.5,)), 40.0, id="adjacent-reads"),
+        pytest.param(CommitSpan(20, 0.5, 1), 40.0, id="adjacent-with-nothing-before"),
+        pytest.param(CommitSpan(32, 2.0, 4, (2.0, 2.0)), 16.0, id="a-batch-every-4th-read"),
+        pytest.param(CommitSpan(32, 1.5, 3, (1.0,)), 32 / 1.5, id="one-read-later-than-the-last"),
+        pytest.param(CommitSpan(32, 1.25, 3, (0.5,)), 32 / 1.25, id="within-the-slack"),
+        pytest.param(CommitSpan(32, 2.0, 4, (0.5, 0.5)), None, id="longer-than-batches-explain"),
+        pytest.param(CommitSpan(20, 3.5, 7, (0.5,) * 4), None, id="steady-then-3s-away"),
+        pytest.param(CommitSpan(20, 1.0, 2), None, id="nothing-to-compare-with"),
+        pytest.param(CommitSpan(20, 0.5, 1, (8.0,)), 40.0, id="after-an-absence"),
+        pytest.param(CommitSpan(20, 0.0, 1), None, id="no-time-passed"),
+    ],
+)
+def test_span_rate(span: CommitSpan, expected: float | None) -> None:
+    assert span_rate(span, interval_s=0.5) == (
+        None if expected is None else pytest.approx(expected)
+    )
 
 
 @pytest.mark.parametrize(
