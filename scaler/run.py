@@ -52,8 +52,7 @@ async def run_scaler(bootstrap: str, models_dir: Path, settings: ScalerSettings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    HEALTH.serve_readiness(service.readiness)
-    beat = asyncio.create_task(HEALTH.keep_beating(), name="health")
+    beat = HEALTH.serve(service.readiness)
     await service.start()
     log.info(
         "event=scaler_started actuator=%s policy=%s groups=%s",

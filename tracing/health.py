@@ -49,6 +49,12 @@ class Health:
         except Exception as exc:  # a readiness check that fails says not ready, and why
             return False, f"readiness check failed: {exc!r}"
 
+    def serve(self, readiness: Callable[[], tuple[bool, str]]) -> asyncio.Task[None]:
+        """Answer for a service: its readiness, and a beat from the running event loop (the
+        task beats until the caller cancels it)."""
+        self.serve_readiness(readiness)
+        return asyncio.create_task(self.keep_beating(), name="health")
+
     async def keep_beating(self, every_s: float = 1.0) -> None:
         """Beat from the event loop until cancelled."""
         while True:

@@ -333,9 +333,10 @@ class Stack:
     def _serve_health(self, scaler: ScalerService) -> None:
         """`/healthz` and `/readyz` on the scaler's metrics port answer for this scaler, as
         the standalone scaler's do: live while this event loop beats, ready once it decides."""
-        HEALTH.serve_readiness(scaler.readiness)
         if self._beat is None:
-            self._beat = asyncio.create_task(HEALTH.keep_beating(), name="health")
+            self._beat = HEALTH.serve(scaler.readiness)
+        else:
+            HEALTH.serve_readiness(scaler.readiness)
 
     def _ingest_env(self, index: int) -> dict[str, str]:
         instance_id = f"ingest-{socket.gethostname()}-{index}-{uuid.uuid4().hex[:6]}"

@@ -592,8 +592,7 @@ async def run_ingest(bootstrap: str, settings: IngestSettings | None = None) -> 
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
-    HEALTH.serve_readiness(service.readiness)
-    beat = asyncio.create_task(HEALTH.keep_beating(), name="health")
+    beat = HEALTH.serve(service.readiness)
     try:
         await service.start()
         await stop.wait()

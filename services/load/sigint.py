@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -33,8 +36,10 @@ def first_sigint_calls(callback: Callable[[], None]) -> Iterator[bool]:
     try:
         loop.add_signal_handler(signal.SIGINT, first)
         installed = True
-    except (ValueError, RuntimeError, NotImplementedError):
-        pass  # not the main thread: Ctrl-C cannot reach this run anyway
+    except (ValueError, RuntimeError, NotImplementedError) as exc:
+        # Not the main thread (or a loop without signal handlers): Ctrl-C cannot reach
+        # this run, and a run driven from elsewhere stops by cancellation instead.
+        log.debug("event=load_sigint_not_handled reason=%r", exc)
     try:
         yield installed
     finally:

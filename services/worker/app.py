@@ -374,8 +374,7 @@ async def run_worker(bootstrap: str, settings: WorkerSettings | None = None) -> 
         },
     )
     start_metrics_server(worker.settings.metrics_port)
-    HEALTH.serve_readiness(worker.readiness)
-    beat = asyncio.create_task(HEALTH.keep_beating(), name="health")
+    beat = HEALTH.serve(worker.readiness)
     try:
         await worker.run()
     finally:
