@@ -66,7 +66,8 @@ def decide_command(
         bool, typer.Option("--explain", help="Also print one readable line per group.")
     ] = False,
 ) -> None:
-    """Run the policy once on a snapshot and print the decision JSON, one object per group."""
+    """Run the policy once on a snapshot and print the decision as JSON Lines: one object per
+    group, one line each."""
     try:
         snapshot = load_snapshot(signals)
         cfg = _config(config)
@@ -83,8 +84,9 @@ def decide_command(
         raise typer.Exit(code=2) from exc
     for group in decision.groups:
         # A number the policy's arithmetic took past a float (1e308 arrivals) is null, not
-        # `Infinity`, which no JSON reader takes.
-        typer.echo(json.dumps(finite_or_null(group.to_dict()), indent=2, allow_nan=False))
+        # `Infinity`, which no JSON reader takes. One compact line per group (JSON Lines):
+        # indented objects one after another were neither one JSON document nor lines.
+        typer.echo(json.dumps(finite_or_null(group.to_dict()), allow_nan=False))
         if explain:
             typer.echo(group.line(), err=True)
 

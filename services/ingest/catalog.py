@@ -610,19 +610,20 @@ class QueueDepths:
                 and backlog_since <= read.since_s,
                 rate_before=read.rate_before,
             )
-            log.debug(
-                "event=drain_read topic=%s depth=%d backlogged=%s span_s=%s reads=%d "
-                "reading=%s rate_before=%s capacity_before=%s capacity=%s",
-                topic,
-                depth,
-                now_backlogged,
-                None if read.since_s is None else f"{read_at - read.since_s:.2f}",
-                read.reads,
-                _rounded(read.rate),
-                _rounded(read.rate_before),
-                _rounded(known),
-                _rounded(capacity),
-            )
+            if log.isEnabledFor(logging.DEBUG):  # the span text is formatted before the call
+                log.debug(
+                    "event=drain_read topic=%s depth=%d backlogged=%s span_s=%s reads=%d "
+                    "reading=%s rate_before=%s capacity_before=%s capacity=%s",
+                    topic,
+                    depth,
+                    now_backlogged,
+                    None if read.since_s is None else f"{read_at - read.since_s:.2f}",
+                    read.reads,
+                    _rounded(read.rate),
+                    _rounded(read.rate_before),
+                    _rounded(known),
+                    _rounded(capacity),
+                )
             # Every interval that ends keeping up, not only those wholly outside a backlog:
             # at a steady 20/s the depth's noise reads "growing" every other refresh, and
             # the floor went stale within 30 s (chaos worker-kill, full size: 44 rejected).

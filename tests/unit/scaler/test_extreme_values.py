@@ -166,6 +166,24 @@ def test_decide_prints_json_a_reader_takes_when_numbers_overflow(tmp_path: Path)
     assert "Infinity" not in result.stdout
 
 
+def test_decide_prints_one_json_line_per_group(tmp_path: Path) -> None:
+    """Two groups: two lines, each a JSON object (indented objects back to back were not
+    one JSON document and not JSON Lines either)."""
+    groups = [
+        signals_to_dict(make_signals(group=f"inferbus.workers.m.{tier}", tier=tier))
+        for tier in ("interactive", "batch")
+    ]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"now": 0.0, "groups": groups}))
+    result = CliRunner().invoke(cli.scaler_app, ["decide", "--signals", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [json.loads(line)["group"] for line in lines] == [
+        "inferbus.workers.m.interactive",
+        "inferbus.workers.m.batch",
+    ]
+
+
 def test_decide_reports_a_policy_failure_as_a_defect(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
