@@ -21,6 +21,7 @@ from services.load.driver import INTERRUPT_WAIT_S, LoadError, RunOptions, Status
 
 if TYPE_CHECKING:
     from infra.models.config import ModelConfig
+    from scaler.sim.workload import Workload
 
 console = Console(stderr=True)
 
@@ -114,6 +115,23 @@ def _check_tokens(tokens: int | None, config: ModelConfig) -> None:
             "(its largest length bucket, else its tokenizer's max_length); every request "
             "would be answered invalid_input"
         )
+
+
+def _scenario(name: str, config: ModelConfig, *, rate_scale: float, seed: int) -> Workload:
+    """A live scenario's arrivals, inputs no longer than the model takes (and said so)."""
+    from services.load.events import max_input_tokens
+    from services.load.scenarios import clip_lengths, scenario_workload
+
+    longest = max_input_tokens(config)
+    workload, clipped = clip_lengths(
+        scenario_workload(name, rate_scale=rate_scale, seed=seed), longest
+    )
+    if clipped:
+        console.print(
+            f"[yellow]{clipped:,} of {name}'s inputs are longer than {config.name} takes; "
+            f"sent at its longest, {longest} tokens[/yellow]"
+        )
+    return workload
 
 
 def _ms(value: float | None) -> str:
@@ -295,7 +313,7 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
     from services.load.plot import plot_report
     from services.load.report import write_arrivals_csv
     from services.load.run import LoadSpec, run_load
-    from services.load.scenarios import SCENARIOS, rate_workload, scenario_workload
+    from services.load.scenarios import SCENARIOS, rate_workload
     from services.load.trace import trace_workload
 
     setup_logging("WARNING", kafka_level="CRITICAL")
@@ -318,7 +336,7 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         ) from None
     _check_tokens(tokens, config)
     if scenario is not None:
-        workload = scenario_workload(scenario, rate_scale=rate_scale, seed=seed)
+        workload = _scenario(scenario, config, rate_scale=rate_scale, seed=seed)
     elif trace is not None:
         workload = trace_workload(
             trace, start_s=trace_start or 0.0, duration_s=120.0 if duration is None else duration,

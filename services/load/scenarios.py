@@ -8,7 +8,7 @@ embedded stack can serve with demo-encoder. `rate_scale` multiplies every rate.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -184,6 +184,23 @@ def scenario_workload(name: str, *, rate_scale: float = 1.0, seed: int = 1) -> W
         raise WorkloadError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}")
     positive("--rate-scale", rate_scale)
     return SCENARIOS[name].build(np.random.default_rng(seed), rate_scale)
+
+
+def clip_lengths(workload: Workload, max_tokens: int) -> tuple[Workload, int]:
+    """The workload with every input at most `max_tokens` long, and how many were longer.
+
+    A scenario's lengths go up to 512 tokens; a model that takes fewer would answer those
+    requests `invalid_input`, and the run would fail on what the scenario chose, not on
+    what inferbus did.
+    """
+    clipped = sum(int(np.count_nonzero(a.tokens > max_tokens)) for a in workload.tiers.values())
+    if not clipped:
+        return workload, 0
+    tiers = {
+        tier: TierArrivals(a.times, np.minimum(a.tokens, float(max_tokens)))
+        for tier, a in workload.tiers.items()
+    }
+    return replace(workload, tiers=tiers), clipped
 
 
 def rate_workload(

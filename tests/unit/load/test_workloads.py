@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from scaler.sim.workload import WorkloadError
-from services.load.scenarios import SCENARIOS, rate_workload, scenario_workload
+from services.load.scenarios import SCENARIOS, clip_lengths, rate_workload, scenario_workload
 from services.load.trace import input_lengths, trace_workload, window
 
 AZURE = Path(__file__).parents[4] / "shared" / "traces" / "azure_llm_conv_2023.csv"
@@ -172,3 +172,18 @@ def test_the_azure_trace_replays_two_minutes() -> None:
     )  # fmt: skip
     assert 500 < workload.total() < 3000
     assert all(a.tokens.max() <= 512 for a in workload.tiers.values())
+
+
+@pytest.mark.parametrize(("max_tokens", "some_clipped"), [(128, True), (512, False)])
+def test_scenario_inputs_clipped_to_what_the_model_takes(
+    max_tokens: int, some_clipped: bool
+) -> None:
+    """long-context sends up to 512 tokens; a 128-token model gets 128, and is told how many."""
+    workload = scenario_workload("long-context")
+    clipped, count = clip_lengths(workload, max_tokens)
+    longest = max(float(a.tokens.max()) for a in clipped.tiers.values())
+    before = sum(int((a.tokens > max_tokens).sum()) for a in workload.tiers.values())
+    assert longest <= max_tokens
+    assert count == before
+    assert (count > 0) is some_clipped
+    assert clipped.total() == workload.total()
