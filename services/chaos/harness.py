@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.console import Console
+
 from infra.broker import EmbeddedBroker
 from schemas.errors import InferbusError
 from schemas.topics import Tier, worker_group
@@ -77,6 +79,9 @@ class ChaosStack:
                 log_dir=self.log_dir,
             )
         )
+        # The stack's own lines (broker port, stopping, requests left behind) are progress:
+        # stderr, as the harness's; stdout carries only the reports.
+        self.stack.console = Console(stderr=True)
         self._stop = asyncio.Event()
         self._scaler: asyncio.Task[None] | None = None
         self.scaler_failure: str | None = None

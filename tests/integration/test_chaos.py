@@ -9,6 +9,8 @@ after a restart) is reported but not asserted; a sibling check bounds the damage
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import orjson
@@ -16,6 +18,7 @@ import pytest
 
 from infra.broker import EmbeddedBroker
 from infra.kafka import make_admin, make_producer
+from infra.processes import inferbus_command
 from infra.topics import TopicSpec, ensure_topics
 from schemas.topics import DLQ, RESULTS
 from services.chaos.observer import Observer
@@ -142,3 +145,66 @@ async def test_the_observer_counts_each_record_once_through_a_broker_restart() -
     finally:
         await observer.stop()
         broker.stop()
+
+
+async def _line_with(stream: asyncio.StreamReader, text: str, said: list[str]) -> None:
+    while line := (await stream.readline()).decode():
+        said.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no line with {text!r}:\n{''.join(said)}")
+
+
+def _cmdline(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:  # gone
+        return None
+
+
+def _children_of(parent: int) -> dict[int, str]:
+    """The running children of `parent`, with their command lines."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # the process ended meanwhile
+            continue
+        pid = int(stat.parent.name)
+        command = _cmdline(pid) if ppid == parent else None
+        if command:
+            found[pid] = command
+    return found
+
+
+async def test_ctrl_c_mid_scenario_stops_its_stack_and_reports_it(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while a
+    scenario sends: exit 130, the interrupted scenario in the table and the JSON, and no
+    broker, ingest or worker left running."""
+    out = tmp_path / "chaos.json"
+    chaos = await asyncio.create_subprocess_exec(
+        *inferbus_command("chaos", "-s", "worker-kill", "--short", "--json", str(out)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert chaos.stderr is not None
+    said: list[str] = []
+    try:
+        await asyncio.wait_for(_line_with(chaos.stderr, "stack serves", said), 120)
+        stack = _children_of(chaos.pid)
+        assert any("tansu" in c for c in stack.values()), stack
+        assert any(" worker " in c for c in stack.values()), stack
+        os.killpg(chaos.pid, signal.SIGINT)
+        stdout, stderr = await asyncio.wait_for(chaos.communicate(), 60)
+    finally:
+        if chaos.returncode is None:
+            chaos.kill()
+            await chaos.wait()
+    said.append(stderr.decode())
+    assert chaos.returncode == 130, "".join(said)
+    assert "interrupted (Ctrl-C)" in stdout.decode(), stdout.decode()
+    [report] = orjson.loads(out.read_bytes())
+    assert report["scenario"] == "worker-kill" and not report["passed"]
+    left = {pid: c for pid, c in stack.items() if _cmdline(pid) == c}
+    assert left == {}, "".join(said)

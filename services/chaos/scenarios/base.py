@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from infra.tasks import cancel_and_wait
 from schemas.topics import Tier, ingest_topic
 from services.chaos.events import valid
 from services.chaos.harness import ChaosError, ChaosStack, StackPlan
-from services.chaos.ledger import Fate, Sent, Tally, fates
+from services.chaos.ledger import DLQ, LOST, NOT_ACCEPTED, Fate, Sent, Tally, fates
 from services.chaos.observer import Observer
 from services.chaos.report import Check, ScenarioReport
 from services.chaos.traffic import ClientProducer, RawProducer, Traffic
@@ -143,19 +144,25 @@ class Run:
         chosen = list(self.scenario_sent() if sent is None else sent)
         return fates(chosen, self.observer.seen, grace_s=self.grace_s)
 
+    def counts(self) -> str:
+        """The scenario's events so far (not the probes) by first outcome, for progress."""
+        outcomes = Counter(
+            "waiting" if f.first is None and f.sent.accepted else f.outcome for f in self.fates()
+        )
+        waiting, ok, dlq, lost = (outcomes.pop(k, 0) for k in ("waiting", "ok", DLQ, LOST))
+        errors = sum(n for k, n in outcomes.items() if k != NOT_ACCEPTED)
+        return (
+            f"sent {len(self.scenario_sent())}: ok {ok} errors {errors} dlq {dlq} "
+            f"late {lost} waiting {waiting} not accepted {outcomes[NOT_ACCEPTED]}; "
+            f"unacked {self.traffic.in_flight}"
+        )
+
     async def ticker(self, every_s: float = 3.0) -> None:
         """Progress lines while a scenario runs (cancel it to stop)."""
         started = time.monotonic()
         while True:
             await asyncio.sleep(every_s)
-            seen = self.observer.seen
-            ok = sum(1 for s in seen if s.channel == "result" and s.status == "ok")
-            errors = sum(1 for s in seen if s.channel == "result" and s.status != "ok")
-            dlq = sum(1 for s in seen if s.channel == "dlq")
-            self.say(
-                f"t={time.monotonic() - started:.0f}s sent {len(self.scenario_sent())} "
-                f"outcomes: ok {ok} errors {errors} dlq {dlq}; in flight {self.traffic.in_flight}"
-            )
+            self.say(f"t={time.monotonic() - started:.0f}s {self.counts()}")
 
     def report(
         self,
@@ -203,7 +210,8 @@ async def running(
     """
     started_s = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix=f"inferbus-chaos-{name}-"))
-    async with AsyncExitStack() as exits:
+    exits = AsyncExitStack()
+    try:
         stack = ChaosStack(plan, workdir)
         exits.push_async_callback(stack.close)
         progress(f"{name}: starting the embedded stack (logs in {stack.log_dir})")
@@ -217,4 +225,22 @@ async def running(
         run = Run(name, stack, traffic, observer, progress, started_s)
         ticker = asyncio.create_task(run.ticker())
         exits.push_async_callback(cancel_and_wait, ticker)
-        yield run
+        try:
+            yield run
+        except asyncio.CancelledError:
+            run.say(f"interrupted; had {run.counts()}; stopping its stack (Ctrl-C again: at once)")
+            raise
+    finally:
+        await close_apart(exits)
+
+
+async def close_apart(exits: AsyncExitStack) -> None:
+    """Close what a scenario started, in a task of its own.
+
+    Ctrl-C cancels the scenario's task, and it stays cancelling while it stops the stack:
+    a Kafka client's stop that sees its task cancelling takes an inner cancellation for its
+    caller's and ends half-way (`SecureConsumer.stop`), which stopped `Stack.close` before
+    ingest and the broker (an ingest process outlived the command). A second cancellation
+    of the scenario's task still reaches this one.
+    """
+    await asyncio.create_task(exits.aclose(), name="chaos-close")
