@@ -19,6 +19,21 @@ class AlreadyRunning(InferbusError):
         self.pid = pid
 
 
+def output_problem(path: Path) -> str | None:
+    """Why a file could not be written at `path` (a folder there, a file above it, a folder
+    this user may not write), found before a long run rather than after it; None if it can."""
+    if path.is_dir():
+        return "is a folder; name a file to write"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "is not writable"
+    nearest = next((p for p in path.parents if p.exists()), None)
+    if nearest is not None and not nearest.is_dir():
+        return f"{nearest} is a file, not a folder"
+    if nearest is not None and not os.access(nearest, os.W_OK):
+        return f"{nearest} is not writable"
+    return None
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write beside the target under a dot-name, then rename over it."""
     path.parent.mkdir(parents=True, exist_ok=True)

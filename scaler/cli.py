@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 
+from infra.files import output_problem
 from scaler.config import PolicyConfig, load_config
 from scaler.policy import POLICIES
 from scaler.signals import SignalsError
@@ -21,7 +22,6 @@ from scaler.sim.report import (
     PhaseCheck,
     compare,
     finite_or_null,
-    output_problem,
     table,
     write_json,
 )
@@ -107,7 +107,7 @@ def traffic_command(
     seed: Annotated[int, typer.Option("--seed", min=0, help="Same seed, same requests.")] = 1,
 ) -> None:
     """Write one seeded instance of a traffic family as a trace CSV for `inferbus sim --trace`."""
-    problem = "is a directory" if out.is_dir() else output_problem(out)
+    problem = output_problem(out)
     if problem is None and out.suffix.lower() in (".gz", ".bz2", ".xz", ".zip"):
         problem = "the trace is written as plain CSV, which `sim --trace` reads: name it .csv"
     if problem is not None:
@@ -182,7 +182,7 @@ def _workload(
 def _output_problem(json_out: Path | None, plot_out: Path | None) -> str | None:
     """Why the report or the plot could not be written, found before an hour is simulated."""
     if json_out is not None and json_out.is_dir():
-        return f"--json {json_out} is a directory; name a file (report.json or report.json.gz)"
+        return f"--json {json_out} is a folder; name a file (report.json or report.json.gz)"
     if json_out is not None and (why := output_problem(json_out)) is not None:
         return f"--json {json_out}: {why}"
     if plot_out is not None:

@@ -9,7 +9,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only: never open a window, also on machines with a display
 import matplotlib.pyplot as plt
 
-from scaler.sim.report import Comparison, output_problem
+from infra.files import output_problem
+from scaler.sim.report import Comparison
 
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 """What `plot` writes (by the name's extension): formats matplotlib needs nothing else for."""
@@ -18,7 +19,7 @@ IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 def plot_path_problem(path: Path) -> str | None:
     """Why `plot` could not write an image at `path`, or None."""
     if path.is_dir():
-        return f"is a directory; name an image file in it, such as {path / 'sim.png'}"
+        return f"is a folder; name an image file in it, such as {path / 'sim.png'}"
     if path.suffix.lower() not in IMAGE_SUFFIXES:
         return f"the name must end in {', '.join(IMAGE_SUFFIXES)} (the image's format)"
     return output_problem(path)

@@ -6,7 +6,6 @@ import dataclasses
 import gzip
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,16 +228,6 @@ def finite_or_null(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [finite_or_null(v) for v in value]
     return value
-
-
-def output_problem(path: Path) -> str | None:
-    """Why a file could not be written at `path`, found before a run rather than after it."""
-    nearest = next((p for p in path.parents if p.exists()), None)
-    if nearest is not None and not nearest.is_dir():
-        return f"{nearest} is a file, not a directory"
-    if nearest is not None and not os.access(nearest, os.W_OK):
-        return f"{nearest} is not writable"
-    return None
 
 
 def table(cmp: Comparison) -> str:

@@ -15,6 +15,8 @@ from services.bench.throughput import Deployment, Progress, summarize, wait_unti
 from services.models.demo import write_demo_models
 
 FLAT = "demo-encoder-flat"
+VARIANTS = {"demo-encoder": "with_buckets", FLAT: "one_bucket"}
+"""Each served model and its key in the report."""
 
 
 def write_flat_variant(root: Path) -> None:
@@ -37,14 +39,24 @@ async def bench_buckets(
     long_share: float,
     bootstrap: str | None,
     progress: Progress,
+    ran: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Saturation throughput of the same mix with and without length buckets."""
+    """Saturation throughput of the same mix with and without length buckets. `ran`, when
+    given, gets each variant's figures as it ends (`with_buckets`, `one_bucket`), so that a
+    run cut short (Ctrl-C) can still report what it measured."""
+    ran = {} if ran is None else ran
+    lengths_mix = {"short_len": short_len, "long_len": long_len, "long_share": long_share}
+    ran.update(benchmark="buckets", mix=lengths_mix)
     root = Path(tempfile.mkdtemp(prefix="inferbus-bench-buckets-"))
     logs = Path(tempfile.mkdtemp(prefix="inferbus-bench-logs-"))
     try:
         write_demo_models(root)
         write_flat_variant(root)
         deployment = Deployment(bootstrap, root, ["demo-encoder", FLAT], logs)
+        progress(
+            f"starting {'the embedded broker, ' if bootstrap is None else ''}ingest and a "
+            f"worker for each of demo-encoder and {FLAT} (logs: {logs})"
+        )
         address = await deployment.start()
         results: dict[str, Any] = {}
         try:
@@ -66,6 +78,7 @@ async def bench_buckets(
                     progress(f"{model}: {requests} requests, {long_share:.0%} of {long_len} tokens")
                     report = await gen.closed_loop(requests, window, lengths, answered)
                     results[model] = summarize(report)
+                    ran[VARIANTS[model]] = results[model]
                 finally:
                     await gen.stop()
         finally:
@@ -74,7 +87,7 @@ async def bench_buckets(
         flat = results[FLAT]["samples_per_s"]
         return {
             "benchmark": "buckets",
-            "mix": {"short_len": short_len, "long_len": long_len, "long_share": long_share},
+            "mix": lengths_mix,
             "with_buckets": results["demo-encoder"],
             "one_bucket": results[FLAT],
             "speedup": bucketed / flat if flat else None,

@@ -23,6 +23,7 @@ from infra.cores import usable_cores
 from schemas.topics import Tier
 from services.bench.cpu import machine_busy_s, process_cpu
 from services.bench.stats import percentiles
+from services.bench.throughput import BenchFailed
 from services.cli.stack import Stack, StackOptions
 from services.client import InferenceClient
 
@@ -72,7 +73,7 @@ async def _probe(bootstrap: str, gap_s: float, count: int) -> dict[Tier, list[fl
                 request = client.build_request("demo-mlp", {"x": x}, tier=tier)
                 result = await client.infer(request, timeout_s=30)
                 if not result.ok:
-                    raise RuntimeError(
+                    raise BenchFailed(
                         f"probe request ({tier}) failed: {result.status} {result.error}"
                     )
                 out[tier].append((time.perf_counter() - started) * 1000)

@@ -1,7 +1,9 @@
-"""PNG plots of benchmark reports."""
+"""PNG plots of benchmark reports: each written as PNG at the path given, whatever its
+suffix (matplotlib would refuse `.txt` after a whole run, and write `out` as `out.png`)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ def plot_throughput(report: dict[str, Any], path: Path) -> None:
     right.set_ylabel("requests")
     right.set_title("batch sizes at saturation")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -42,8 +44,14 @@ def plot_buckets(report: dict[str, Any], path: Path) -> None:
     long = f"{mix['long_share']:.0%} × {mix['long_len']}"
     ax.set_title(f"{short} + {long} tokens")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
+
+
+def _figures(pairs: list[dict[str, Any]], side: str, key: str) -> list[float]:
+    """One side's figure per pair; NaN (no bar) where it has none (a run against an outside
+    Kafka has no broker CPU)."""
+    return [math.nan if p[side][key] is None else p[side][key] for p in pairs]
 
 
 def plot_ab(summary: dict[str, Any], path: Path) -> None:
@@ -61,12 +69,13 @@ def plot_ab(summary: dict[str, Any], path: Path) -> None:
         ("end to end, samples/s", *(f"{name}, CPU ms a request" for name in BUS)),
         strict=True,
     ):
-        ax.bar([x - width / 2 for x in xs], [p["A"][key] for p in pairs], width, label="A (base)")
-        ax.bar([x + width / 2 for x in xs], [p["B"][key] for p in pairs], width, label="B (change)")
+        a_side, b_side = _figures(pairs, "A", key), _figures(pairs, "B", key)
+        ax.bar([x - width / 2 for x in xs], a_side, width, label="A (base)")
+        ax.bar([x + width / 2 for x in xs], b_side, width, label="B (change)")
         ax.set_xticks(list(xs), labels)
         ax.set_xlabel("pair")
         ax.set_title(title)
     axes[0].legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)

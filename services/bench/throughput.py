@@ -28,6 +28,7 @@ from infra.cores import usable_cores
 from infra.models.repository import ModelRepository, ModelVersion
 from infra.processes import ChildProcess, inferbus_command
 from infra.topics import ensure_topics, standard_topics
+from schemas.errors import InferbusError
 from schemas.topics import Tier
 from services.bench.cpu import CpuMeter
 from services.bench.loadgen import Completed, EncoderEvents, LoadGenerator, LoadReport
@@ -54,6 +55,11 @@ from services.worker.engines.shapes import warmup_batches
 from services.worker.settings import WorkerSettings
 
 Progress = Callable[[str], None]
+
+
+class BenchFailed(InferbusError):
+    """A benchmark could not go on (a process of its stack exited, a probe failed): one line
+    that says where to look, not a traceback."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,7 @@ def raw_engine_throughput(version: ModelVersion, seq_len: int, seconds: float) -
         "runs": runs,
         "samples_per_s": runs * batch_size / elapsed,
         "ms_per_batch": elapsed / runs * 1000,
+        "kind": version.config.engine.kind,
         "provider": engine.info.label,
         "intra_op_num_threads": version.config.engine.intra_op_num_threads,
     }
@@ -178,11 +185,14 @@ def default_window(workers: int, version: ModelVersion) -> int:
     )
 
 
-def ratio_over_raw(engine: str, e2e_per_s: float, raw_per_s: float) -> float | None:
+def ratio_over_raw(
+    engine: str, e2e_per_s: float, raw_per_s: float, *, raw_kind: str
+) -> float | None:
     """End to end over what a user gets without us, for the model's own engine only: a
     `null` or `sim` run's raw reading is one simulated engine, not ONNX Runtime on every
-    core, and a ratio over it would say nothing a user could compare (None)."""
-    if engine != "model" or raw_per_s <= 0:
+    core, and a ratio over it would say nothing a user could compare (None); nor would a
+    model whose own model.yaml names the simulated engine (`raw_kind` "sim")."""
+    if engine != "model" or raw_kind == "sim" or raw_per_s <= 0:
         return None
     return e2e_per_s / raw_per_s
 
@@ -314,7 +324,7 @@ class Deployment:
         for child in self.children:
             if not child.running:
                 code = child.process.returncode if child.process else None
-                raise RuntimeError(f"{child.name} exited with {code}; see {child.log_path}")
+                raise BenchFailed(f"{child.name} exited with {code}; see {child.log_path}")
 
     def pids(self) -> dict[str, int]:
         """Every process of the deployment by role (`ingest-0`, `worker-demo-encoder-0`, ...)."""
@@ -350,15 +360,27 @@ async def wait_until_serving(
 def prepare_models(options: ThroughputOptions) -> Path:
     """A private copy of the model repository to serve, the engine set as asked.
 
-    The given repository (or fresh demo models) is copied, so a `null` engine or a thread
-    override never touches the user's files.
+    The given repository (or, without one, fresh demo models) is copied, so a `null` engine
+    or a thread override never touches the user's files. A given repository without the
+    model raises ModelNotFound (it once fell back to the demo models, and a run then
+    measured what was not asked for); the copy is removed on any failure.
     """
     root = Path(tempfile.mkdtemp(prefix="inferbus-bench-models-"))
+    try:
+        _copy_engine_as_asked(options, root)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root
+
+
+def _copy_engine_as_asked(options: ThroughputOptions, root: Path) -> None:
     source = options.models_dir
-    if source is not None and ModelRepository(source).names():
-        shutil.copytree(source, root, dirs_exist_ok=True, symlinks=True)
-    else:
+    if source is None:
         write_demo_models(root)
+    else:
+        ModelRepository(source).config(options.model)  # ModelNotFound before copying
+        shutil.copytree(source, root, dirs_exist_ok=True, symlinks=True)
     path = root / options.model / "model.yaml"
     raw = yaml.safe_load(path.read_text())
     if options.engine in ("null", "sim"):
@@ -368,7 +390,6 @@ def prepare_models(options: ThroughputOptions) -> Path:
     if options.intra_op_threads is not None:
         raw["engine"]["intra_op_num_threads"] = options.intra_op_threads
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return root
 
 
 def _child_env(options: ThroughputOptions, sink: OtlpSink | None) -> dict[str, str]:
@@ -392,12 +413,46 @@ async def _measured(meter: CpuMeter, run: Callable[[], Awaitable[LoadReport]]) -
     return summary
 
 
-async def bench_throughput(options: ThroughputOptions, progress: Progress) -> dict[str, Any]:
-    """Run all phases and return the JSON report."""
+def _answered(progress: Progress) -> Callable[[int], None]:
+    """The load generator's progress callback: how many answers so far."""
+    return lambda done: progress(f"answered {done}")
+
+
+def _open_loop(open_rate: float | None, saturated_rps: float) -> tuple[float, int]:
+    """The open-loop phase's rate (--open-rate, else half the saturated rate) and requests
+    (10 s of that rate, at least 200)."""
+    rate = open_rate if open_rate is not None else max(saturated_rps / 2, 1.0)
+    return rate, max(int(rate * 10), 200)
+
+
+def _with_window(saturated: dict[str, Any], window: int, cores: int) -> dict[str, Any]:
+    """The saturation phase's figures with its window, and whether the window set the rate."""
+    saturated["window"] = window
+    saturated["window_bound"] = window_bound(
+        window=window,
+        roundtrip_p50_ms=saturated["client_roundtrip_ms"]["p50"],
+        served_rps=saturated["samples_per_s"],
+        cores_busy=saturated["cpu"]["machine_cores_busy"],
+        cores=cores,
+    )
+    return saturated
+
+
+async def bench_throughput(
+    options: ThroughputOptions, progress: Progress, ran: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Run all phases and return the JSON report. `ran`, when given, gets each phase's
+    figures as the phase ends (`raw_engine`, `saturation`, `half_load`), so that a run cut
+    short (Ctrl-C) can still report what it measured."""
+    ran = {} if ran is None else ran
+    ran.update(
+        benchmark="throughput", model=options.model, engine=options.engine, seq_len=options.seq_len
+    )
     models_dir = prepare_models(options)
     log_dir = Path(tempfile.mkdtemp(prefix="inferbus-bench-logs-"))
-    sink = OtlpSink().__enter__() if options.trace_ratio is not None else None
+    sink: OtlpSink | None = None
     try:
+        sink = OtlpSink().__enter__() if options.trace_ratio is not None else None
         version = ModelRepository(models_dir).resolve(options.model)
         cores = usable_cores()
         reference = all_cores(version) if options.engine == "model" else version
@@ -409,6 +464,7 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             raw_engine_throughput, reference, options.seq_len, options.raw_seconds
         )
         progress(f"raw engine: {raw['samples_per_s']:.0f} samples/s at batch {raw['batch_size']}")
+        ran["raw_engine"] = raw
         workers, workers_why = (
             (options.workers, "--workers")
             if options.workers is not None
@@ -446,33 +502,20 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             lengths = _lengths(options, rng)
             meter = CpuMeter({**deployment.pids(), "loadgen": os.getpid()})
 
-            def tick(done: int) -> None:
-                progress(f"answered {done}")
-
+            tick = _answered(progress)
             progress("warm-up: 300 requests")
             await gen.closed_loop(300, window, lengths, tick)
             progress(f"saturation: {options.requests} requests, window {window}")
             saturated = await _measured(
                 meter, lambda: gen.closed_loop(options.requests, window, lengths, tick)
             )
-            saturated["window"] = window
-            saturated["window_bound"] = window_bound(
-                window=window,
-                roundtrip_p50_ms=saturated["client_roundtrip_ms"]["p50"],
-                served_rps=saturated["samples_per_s"],
-                cores_busy=saturated["cpu"]["machine_cores_busy"],
-                cores=cores,
-            )
-            half_rate = (
-                options.open_rate
-                if options.open_rate is not None
-                else max(saturated["samples_per_s"] / 2, 1.0)
-            )
-            half_count = max(int(half_rate * 10), 200)
+            ran["saturation"] = saturated = _with_window(saturated, window, cores)
+            half_rate, half_count = _open_loop(options.open_rate, saturated["samples_per_s"])
             progress(f"open loop: {half_rate:.0f} req/s (Poisson arrivals), {half_count} requests")
             half = await _measured(
                 meter, lambda: gen.open_loop(half_count, half_rate, lengths, tick)
             )
+            ran["half_load"] = {"rate_rps": half_rate, "arrivals": "poisson", **half}
         finally:
             await gen.stop()
             await deployment.stop()
@@ -499,7 +542,10 @@ async def bench_throughput(options: ThroughputOptions, progress: Progress) -> di
             "raw_engine": raw,
             "saturation": saturated,
             "ratio_e2e_over_raw": ratio_over_raw(
-                options.engine, saturated["samples_per_s"], raw["samples_per_s"]
+                options.engine,
+                saturated["samples_per_s"],
+                raw["samples_per_s"],
+                raw_kind=raw["kind"],
             ),
             "half_load": {"rate_rps": half_rate, "arrivals": "poisson", **half},
             "outputs": outputs.to_json() if outputs is not None else None,

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -20,7 +18,7 @@ from infra.processes import kill_children
 from services.chaos.report import ScenarioReport, lines, table
 from services.chaos.runner import run_scenarios, unknown
 from services.chaos.scenarios import SCENARIOS
-from services.cli.common import setup_logging
+from services.cli.common import check_output, setup_logging
 
 TABLE_WIDTH = 160
 """Output width when it goes to a file or a pipe (rich assumes 80 there)."""
@@ -48,23 +46,6 @@ def _check_names(names: Sequence[str]) -> None:
             f"{', '.join(repeated)} given more than once; each scenario runs once per command",
             param_hint="'--scenario'",
         )
-
-
-def _check_json_path(path: Path) -> None:
-    """Usage error (exit 2) before any scenario runs when the report could not be written
-    there: a folder, a parent that cannot be made, or a place this user may not write."""
-    if path.is_dir():
-        raise typer.BadParameter(f"{path} is a folder; give a file path", param_hint="'--json'")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path.parent):
-            pass
-    except OSError as exc:
-        raise typer.BadParameter(
-            f"cannot write in {path.parent}: {exc.strerror or exc}", param_hint="'--json'"
-        ) from None
-    if path.exists() and not os.access(path, os.W_OK):
-        raise typer.BadParameter(f"{path} is not writable", param_hint="'--json'")
 
 
 def _kill_what_is_left() -> None:
@@ -104,8 +85,7 @@ def chaos_command(
     missed; 130: Ctrl-C, after the reports of what ran)."""
     names = scenario or list(SCENARIOS)
     _check_names(names)
-    if json_out is not None:
-        _check_json_path(json_out)
+    check_output(json_out, "--json")
     setup_logging("WARNING")
     # The harness's own clients retry through faults on purpose; aiokafka would log every
     # refused connection. Each service's log is in the log folder its report names.

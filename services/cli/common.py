@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Coroutine, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -14,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsError
 from typer.core import TyperGroup
 
 from infra import eventloop
+from infra.files import output_problem
 from infra.gc_tuning import tune_for_service
 from infra.lograte import limit_log_rate
 from schemas.errors import InferbusError, describe_validation_error
@@ -26,6 +28,21 @@ S = TypeVar("S", bound=BaseSettings)
 
 class SettingsInvalid(InferbusError):
     """A service's settings (flags or `INFERBUS_*` environment) are refused at start."""
+
+
+def check_output(path: Path | None, flag: str) -> None:
+    """A usage error (exit 2) naming `flag`, before a long run, when its report could not be
+    written at `path`; else its folder is made."""
+    if path is None:
+        return
+    problem = output_problem(path)
+    if problem is None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = f"cannot make its folder ({exc.strerror or exc})"
+    if problem is not None:
+        raise typer.BadParameter(f"{path} {problem}", param_hint=f"'{flag}'")
 
 
 def setup_logging(level: str = "INFO", *, kafka_level: str = "WARNING") -> None:

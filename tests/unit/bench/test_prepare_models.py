@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from schemas.errors import ModelNotFound
 from services.bench.throughput import ThroughputOptions, prepare_models
 from services.models.demo import write_demo_models
 
@@ -37,3 +39,20 @@ def test_the_copy_serves_the_engine_asked_for(
         assert yaml.safe_load(path.read_text()) == raw, "the user's repository is untouched"
     finally:
         shutil.rmtree(copy)
+
+
+def test_a_repository_without_the_model_is_refused_and_nothing_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It once fell back to fresh demo models: `--models` naming the wrong folder measured
+    demo-encoder, and a model not in it left a copy behind in /tmp."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    with pytest.raises(ModelNotFound, match="demo-encoder"):
+        prepare_models(ThroughputOptions(models_dir=empty))
+
+    assert list(scratch.iterdir()) == []

@@ -26,10 +26,18 @@ def test_the_reference_uses_every_core_with_onnx_runtimes_default_spinning(
 
 
 @pytest.mark.parametrize(
-    ("engine", "ratio"),
-    [("model", 0.75), ("null", None), ("sim", None)],
+    ("engine", "raw_kind", "ratio"),
+    [
+        ("model", "onnxruntime", 0.75),
+        ("null", "sim", None),
+        ("sim", "sim", None),
+        pytest.param("model", "sim", None, id="model-yaml-names-the-sim-engine"),
+    ],
 )
-def test_only_the_models_own_engine_gets_a_ratio(engine: str, ratio: float | None) -> None:
+def test_only_the_models_own_engine_gets_a_ratio(
+    engine: str, raw_kind: str, ratio: float | None
+) -> None:
     """A `null` or `sim` run's raw reading is one simulated engine, not ONNX Runtime on all
-    cores: a ratio over it would divide by less than a user gets without us."""
-    assert ratio_over_raw(engine, 300.0, 400.0) == ratio
+    cores: a ratio over it would divide by less than a user gets without us. So is the raw
+    reading of a model whose own model.yaml names the simulated engine."""
+    assert ratio_over_raw(engine, 300.0, 400.0, raw_kind=raw_kind) == ratio

@@ -161,7 +161,7 @@ def test_a_repeated_scenario_is_a_usage_error(cli_scenarios: list[str]) -> None:
     ("where", "says"),
     [
         pytest.param(".", "is a folder", id="a-folder"),
-        pytest.param("a-file/chaos.json", "cannot write in", id="under-a-file"),
+        pytest.param("a-file/chaos.json", "is a file, not a folder", id="under-a-file"),
     ],
 )
 def test_an_unusable_json_path_is_refused_before_any_scenario_runs(

@@ -241,8 +241,8 @@ def test_model_yaml_errors_are_clear(tmp_path: Path, text: str, message: str) ->
         pytest.param("out.PDF", None, id="upper-case"),
         pytest.param("out.txt", "must end in .png, .svg, .pdf", id="text"),
         pytest.param("out", "must end in", id="no-extension"),
-        pytest.param(".", "is a directory", id="directory"),
-        pytest.param("file.csv/out.png", "file.csv is a file, not a directory", id="under-a-file"),
+        pytest.param(".", "is a folder", id="directory"),
+        pytest.param("file.csv/out.png", "file.csv is a file, not a folder", id="under-a-file"),
     ],
 )
 def test_plot_path_problem(tmp_path: Path, name: str, message: str | None) -> None:
@@ -282,8 +282,8 @@ def _app() -> typer.Typer:
             ["sim", "--tiers", "interactive,interactive"], "interactive more than once", id="tiers"
         ),
         pytest.param(["sim", "--plot", "out.txt"], "must end in .png", id="plot-extension"),
-        pytest.param(["sim", "--plot", "."], "is a directory", id="plot-directory"),
-        pytest.param(["sim", "--json", "."], "is a directory", id="json-directory"),
+        pytest.param(["sim", "--plot", "."], "is a folder", id="plot-directory"),
+        pytest.param(["sim", "--json", "."], "is a folder", id="json-directory"),
         pytest.param(["sim", "--max-total-replicas", "-3"], "must be >= 0", id="budget"),
         pytest.param(["sim", "--interval-s", "1e308"], "the policy would never act", id="interval"),
         pytest.param(["sim", "--a-ms", "1e300"], "a_ms must be at most 60000 ms", id="a-ms-huge"),
@@ -310,7 +310,7 @@ def _app() -> typer.Typer:
         ),
         pytest.param(
             ["sim", "--json", "file.csv/report.json"],
-            "is a file, not a directory",
+            "is a file, not a folder",
             id="json-parent",
         ),
     ],
@@ -389,13 +389,13 @@ def test_traffic_says_why_it_cannot_write_before_generating(tmp_path: Path) -> N
     out = tmp_path / "file.csv" / "t.csv"
     result = CliRunner().invoke(_app(), ["scaler", "traffic", "on-off", "--out", str(out)])
     assert result.exit_code == 2, result.output
-    assert "is a file, not a directory" in result.output
+    assert "is a file, not a folder" in result.output
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        pytest.param(["--json", "[a]"], "error: --json [a] is a directory", id="output-problem"),
+        pytest.param(["--json", "[a]"], "error: --json [a] is a folder", id="output-problem"),
         pytest.param(
             ["--trace", "[b]/t.csv"], "error: cannot read [b]/t.csv", id="workload-problem"
         ),

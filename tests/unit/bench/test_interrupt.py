@@ -1,0 +1,69 @@
+"""Ctrl-C in `bench throughput` or `bench buckets`: exit 130 and a report of the phases that
+ran in full, marked as cut short (it once wrote nothing, and a long run's raw figure was
+lost with the rest)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from services.bench import buckets, throughput
+from services.cli import bench as bench_cli
+from services.cli.main import app
+
+
+async def _interrupted_after_raw(
+    options: throughput.ThroughputOptions, progress: Any, ran: dict[str, Any]
+) -> dict[str, Any]:
+    ran.update(benchmark="throughput", model=options.model, raw_engine={"samples_per_s": 1.0})
+    signal.raise_signal(signal.SIGINT)  # the signal itself, to asyncio.run's handler
+    await asyncio.sleep(3600)
+    raise AssertionError("unreachable")
+
+
+async def _interrupted_after_one_variant(**kwargs: Any) -> dict[str, Any]:
+    kwargs["ran"].update(benchmark="buckets", with_buckets={"samples_per_s": 2.0})
+    signal.raise_signal(signal.SIGINT)
+    await asyncio.sleep(3600)
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(autouse=True)
+def _quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_cli, "setup_logging", lambda *_: None)
+
+
+def test_throughput_writes_what_ran_and_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(throughput, "bench_throughput", _interrupted_after_raw)
+    out = tmp_path / "r.json"
+
+    result = CliRunner().invoke(app, ["bench", "throughput", "--json", str(out)])
+
+    assert result.exit_code == 130, result.output
+    report = json.loads(out.read_text())
+    assert report["raw_engine"] == {"samples_per_s": 1.0}
+    assert report["interrupted"].startswith("Ctrl-C; phases measured in full: raw_engine")
+    assert "interrupted (Ctrl-C) after: raw_engine" in result.output
+
+
+def test_buckets_writes_what_ran_and_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(buckets, "bench_buckets", _interrupted_after_one_variant)
+    out = tmp_path / "r.json"
+
+    result = CliRunner().invoke(app, ["bench", "buckets", "--json", str(out)])
+
+    assert result.exit_code == 130, result.output
+    report = json.loads(out.read_text())
+    assert report["with_buckets"] == {"samples_per_s": 2.0}
+    assert "one_bucket" not in report
+    assert "with_buckets" in report["interrupted"]
