@@ -14,7 +14,9 @@ from schemas.errors import InvalidInput, ModelNotFound
 from schemas.result import InferenceResult
 from schemas.tensors import Tensor, TensorDecodeError, TextInput
 from schemas.topics import Tier
+from services.cli.common import SettingsInvalid
 from services.client import InferenceClient
+from services.client.sync import server_timeout_ms
 from tracing.setup import init_tracing, shutdown_tracing
 
 
@@ -129,20 +131,34 @@ async def infer_once(
         takes_text = config.tokenizer is not None
     except ModelNotFound:
         dtypes = None
-    known = ", ".join(repository.names()) or "no models"
     inputs = parse_inputs(
-        payload,
-        dtypes,
-        unknown_model=f"model {model!r} is not in {models_dir} ({known})",
-        takes_text=takes_text,
+        payload, dtypes, unknown_model=_not_there(models_dir, model), takes_text=takes_text
     )
-    client = InferenceClient(bootstrap)
+    try:
+        client = InferenceClient(bootstrap)
+    except ValueError:  # the only argument it checks here
+        raise SettingsInvalid(
+            f"--bootstrap {bootstrap!r} is not host:port[,host:port...] (numeric ports)"
+        ) from None
+    # Built before connecting: what the request refuses is said at once. The server drops
+    # what nobody waits for any more; --timeout inf (or past the wire's bound) is no error.
+    try:
+        request = client.build_request(
+            model, inputs, tier=tier, timeout_ms=server_timeout_ms(timeout_s)
+        )
+    except ValueError as exc:  # the model's name, say: one line, not a traceback
+        raise InvalidInput(str(exc)) from None
     init_tracing("inferbus-client", instance_id=client.client_id)
     try:
         async with client:
-            request = client.build_request(
-                model, inputs, tier=tier, timeout_ms=int(timeout_s * 1000)
-            )
             return await client.infer(request, timeout_s=timeout_s)
     finally:
         shutdown_tracing()
+
+
+def _not_there(models_dir: Path, model: str) -> str:
+    """Why `model`'s inputs are unknown: the folder is no repository, or lacks it."""
+    if not models_dir.is_dir():
+        return f"there is no model repository at {models_dir} (--models)"
+    known = ", ".join(ModelRepository(models_dir).names()) or "no models"
+    return f"model {model!r} is not in {models_dir} ({known})"

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import numbers
 import time
 import uuid
 from collections import deque
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.conn import collect_hosts
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from pydantic import ValidationError
 
@@ -55,6 +57,29 @@ STREAM_KEPT = 10_000
 """Results kept for `results()` while nobody reads them; the oldest beyond go (counted)."""
 
 
+NOT_STARTED = "InferenceClient is not started: use `async with` or start()"
+
+
+def check_bootstrap(bootstrap: str) -> None:
+    """ValueError unless `bootstrap` is `host[:port]` entries, comma-separated, as aiokafka
+    reads them (it raised its own ValueError, a port's `int()`, from inside `start()`)."""
+    for entry in bootstrap.split(","):
+        try:
+            collect_hosts(entry)
+        except ValueError:
+            raise ValueError(
+                f"bootstrap {bootstrap!r}: {entry.strip()!r} is not host[:port] with a "
+                "numeric port ([addr]:port for IPv6)"
+            ) from None
+
+
+def check_timeout_s(timeout_s: float) -> None:
+    """ValueError unless `timeout_s` is a number of seconds > 0 (inf: no limit)."""
+    number = isinstance(timeout_s, numbers.Real) and not isinstance(timeout_s, bool)
+    if not (number and timeout_s > 0):  # NaN too
+        raise ValueError(f"timeout_s must be a number of seconds > 0, not {timeout_s!r}")
+
+
 class ClientStopped(RuntimeError):
     """The client was stopped: before this request's result came, or before this call."""
 
@@ -72,6 +97,7 @@ class InferenceClient:
         see_all_results: bool = False,
         patience_s: float = 30.0,
     ) -> None:
+        check_bootstrap(bootstrap)
         if not is_reply_topic(reply_to):
             raise ValueError(
                 f"reply_to {reply_to!r} is not a topic results may go to: a legal Kafka name "
@@ -249,6 +275,8 @@ class InferenceClient:
         `form`: a binary frame (raw tensor bytes after a small JSON envelope; the default,
         the cheapest to encode and decode) or plain JSON with base64 tensors.
         """
+        if form not in ("frame", "json"):
+            raise ValueError(f"form must be 'frame' or 'json', not {form!r}")
         payload: tuple[bytes, ...] | None = None
         if form == "frame":
             wire, parts = to_frame_inputs(inputs)
@@ -444,8 +472,7 @@ class InferenceClient:
         """Submit and await the result; TimeoutError names the request id. ValueError for a
         `timeout_s` that is not a number > 0, or a request whose `reply_to` is not this
         client's reply topic (its result would never reach this client)."""
-        if not timeout_s > 0:  # NaN too
-            raise ValueError(f"timeout_s must be a number of seconds > 0, not {timeout_s}")
+        check_timeout_s(timeout_s)
         wire = request if isinstance(request, WireRequest) else WireRequest(request)
         if wire.envelope.reply_to != self.reply_to:
             raise ValueError(
@@ -492,7 +519,10 @@ class InferenceClient:
         """Results as they arrive that no `infer` call is awaiting: those of `submit`ted
         requests, and late ones of an `infer` that gave up (or every result on the reply
         topic, with see_all_results). A result `infer` returns is not yielded again. Unread,
-        the newest `STREAM_KEPT` are kept (`results_unread_dropped` counts the rest)."""
+        the newest `STREAM_KEPT` are kept (`results_unread_dropped` counts the rest).
+        RuntimeError on a client never started (nothing would ever come)."""
+        if self._reader is None and not self._stopped:
+            raise RuntimeError(NOT_STARTED)
         while True:
             while not self._stream:
                 if self._stopped:
@@ -683,7 +713,7 @@ class InferenceClient:
         if self._stopped:
             raise ClientStopped("InferenceClient is stopped: start() it again, or use a new one")
         if self._publisher is None:
-            raise RuntimeError("InferenceClient is not started: use `async with` or start()")
+            raise RuntimeError(NOT_STARTED)
         return self._publisher
 
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from schemas.request import MAX_TIMEOUT_MS, InferenceRequest
 from schemas.result import InferenceResult
 from schemas.topics import RESULTS, Tier
-from services.client.client import ClientStopped, InferenceClient
+from services.client.client import ClientStopped, InferenceClient, check_timeout_s
 from services.client.wire import InputValue, WireRequest
 
 T = TypeVar("T")
@@ -33,11 +33,12 @@ class SyncInferenceClient:
     def __init__(
         self, bootstrap: str, *, reply_to: str = RESULTS, tenant: str | None = None
     ) -> None:
+        # First: arguments it refuses leave no loop thread behind.
+        self._client = InferenceClient(bootstrap, reply_to=reply_to, tenant=tenant)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._closed = False
-        self._client = InferenceClient(bootstrap, reply_to=reply_to, tenant=tenant)
         try:
             self._call(self._client.start())
         except BaseException:
@@ -61,8 +62,7 @@ class SyncInferenceClient:
         """Submit and wait for the result. `timeout_s` is also the request's `timeout_ms`
         (`server_timeout_ms`): the server answers `deadline_exceeded` rather than run what
         nobody waits for."""
-        if not timeout_s > 0:  # NaN too
-            raise ValueError(f"timeout_s must be a number of seconds > 0, not {timeout_s}")
+        check_timeout_s(timeout_s)
         request = self._client.build_request(
             model, inputs, tier=tier, timeout_ms=server_timeout_ms(timeout_s)
         )

@@ -26,9 +26,29 @@ models_app.add_typer(add_app, name="add")
 
 console = Console()
 DirOption = Annotated[Path, typer.Option("--dir", help="Model repository folder.")]
+
+
+def _checked_bootstrap(value: str) -> str:
+    """--bootstrap as aiokafka reads it: a port that is no number was its ValueError, a
+    traceback."""
+    from services.client.client import check_bootstrap
+
+    try:
+        check_bootstrap(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
 BootstrapOption = Annotated[
     str,
-    typer.Option("--bootstrap", "-b", envvar="INFERBUS_KAFKA_BOOTSTRAP", help="Kafka host:port."),
+    typer.Option(
+        "--bootstrap",
+        "-b",
+        envvar="INFERBUS_KAFKA_BOOTSTRAP",
+        help="Kafka host:port.",
+        callback=_checked_bootstrap,
+    ),
 ]
 ReasonOption = Annotated[
     str | None, typer.Option("--reason", help="Why, for the record (default: what was done).")
@@ -57,6 +77,17 @@ def init(
         return
     for path in written:
         console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    for name in _kept(directory, written):
+        console.print(f"kept {directory / name}: it has a model.yaml (use --force to rewrite)")
+
+
+def _kept(directory: Path, written: list[Path]) -> list[str]:
+    """The demo models `init` left as they were: one written beside another one kept was
+    said as if both were new (and a broken model.yaml went unmentioned)."""
+    from services.models.demo import DEMO_MODELS
+
+    touched = {path.relative_to(directory).parts[0] for path in written}
+    return [name for name in DEMO_MODELS if name not in touched]
 
 
 @models_app.command("list")
@@ -119,11 +150,10 @@ def calibrate(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Measure, do not write.")] = False,
 ) -> None:
     """Measure the real engine on this machine; write a and b to engine.sim in model.yaml."""
-    from infra.models.repository import ModelRepository
     from services.models.calibrate import Point, calibrate_model, default_grid
 
     try:
-        _, grid = default_grid(ModelRepository(directory).config(model))
+        _, grid = default_grid(_repository(directory).config(model))
     except InferbusError as exc:
         raise _fail(exc) from exc
     progress = Progress(
@@ -134,20 +164,20 @@ def calibrate(
         TimeElapsedColumn(),
         console=console,
     )
-    with progress:
-        task = progress.add_task(f"measuring {model}", total=len(grid))
+    task = progress.add_task(f"measuring {model}", total=len(grid))
 
-        def advance(point: Point) -> None:
-            shape = f"batch {point.batch}" + (f" x {point.seq}" if point.seq else "")
-            progress.console.print(f"  {shape:>18}: {point.ms:8.2f} ms")
-            progress.advance(task)
+    def advance(point: Point) -> None:
+        shape = f"batch {point.batch}" + (f" x {point.seq}" if point.seq else "")
+        progress.console.print(f"  {shape:>18}: {point.ms:8.2f} ms")
+        progress.advance(task)
 
-        try:
+    try:
+        with progress:  # stopped before an error is said: its last frame came after it
             fit = calibrate_model(
                 directory, model, repeats=repeats, on_point=advance, write=not dry_run
             )
-        except InferbusError as exc:
-            raise _fail(exc) from exc
+    except InferbusError as exc:
+        raise _fail(exc) from exc
     console.print(
         f"{model}: time = {fit.a_ms:.3f} ms + {fit.b_ms:.5f} ms/{fit.per}  (r² {fit.r2:.3f})"
     )

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from schemas.errors import InvalidInput
+from schemas.request import MAX_TIMEOUT_MS, InferenceRequest
 from schemas.result import InferenceResult
 from schemas.tensors import Tensor, TextInput
+from services.cli.common import SettingsInvalid
 from services.cli.infer import infer_once, parse_inputs, printable, read_inputs
+from services.client import InferenceClient, WireRequest
 from services.models.demo import write_demo_models
 from services.runtime.result_wire import encode_result
 
@@ -141,3 +145,76 @@ def test_inputs_come_inline_from_a_file_or_from_standard_input(tmp_path: Path) -
     (tmp_path / "latin1.json").write_bytes(b'{"text": "caf\xe9"}')
     with pytest.raises(InvalidInput, match=r"latin1\.json is not UTF-8 text \(byte 13\)"):
         read_inputs(f"@{tmp_path / 'latin1.json'}", io.StringIO())
+
+
+WIRE_X = {"x": {"dtype": "float32", "shape": [1, 16], "data": [[1.0] * 16]}}
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "timeout_ms"),
+    [
+        pytest.param(math.inf, None, id="inf"),
+        pytest.param(1e9, MAX_TIMEOUT_MS, id="past-the-wire-bound"),
+        pytest.param(0.0015, 2, id="a-fraction-of-a-millisecond"),
+    ],
+)
+async def test_any_timeout_the_flag_takes_becomes_a_timeout_ms(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, timeout_s: float, timeout_ms: int | None
+) -> None:
+    """--timeout inf raised OverflowError, and 1e9 the wire's bound on timeout_ms, each as a
+    traceback (`int(timeout_s * 1000)`). The broker is left out: what is sent is seen."""
+    sent: list[InferenceRequest] = []
+
+    async def no_broker(self: InferenceClient, *exc: object) -> InferenceClient:
+        return self
+
+    async def seen(
+        self: InferenceClient, request: WireRequest, *, timeout_s: float
+    ) -> InferenceResult:
+        sent.append(request.envelope)
+        return InferenceResult(request_id=request.request_id, model="demo-mlp", status="ok")
+
+    monkeypatch.setattr(InferenceClient, "__aenter__", no_broker)
+    monkeypatch.setattr(InferenceClient, "__aexit__", no_broker)
+    monkeypatch.setattr(InferenceClient, "infer", seen)
+    await infer_once(
+        "127.0.0.1:1", tmp_path, "demo-mlp", WIRE_X, tier="interactive", timeout_s=timeout_s
+    )
+    assert [request.timeout_ms for request in sent] == [timeout_ms]
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "model", "error", "message"),
+    [
+        pytest.param(
+            "127.0.0.1:notaport",
+            "demo-mlp",
+            SettingsInvalid,
+            r"^--bootstrap '127\.0\.0\.1:notaport' is not host:port",
+            id="port-not-a-number",
+        ),
+        pytest.param(
+            "127.0.0.1:1", "", InvalidInput, "model: String should have at least 1", id="no-name"
+        ),
+    ],
+)
+async def test_arguments_the_client_refuses_are_one_line_errors(
+    tmp_path: Path, bootstrap: str, model: str, error: type[Exception], message: str
+) -> None:
+    """Each was a ValueError, a traceback: the root group only shortens inferbus errors
+    (the model's name was refused only after connecting)."""
+    with pytest.raises(error, match=message):
+        await infer_once(bootstrap, tmp_path, model, WIRE_X, tier="interactive", timeout_s=1)
+
+
+@pytest.mark.parametrize("folder", ["missing", "a-file"])
+async def test_a_models_folder_that_is_not_there_is_named(tmp_path: Path, folder: str) -> None:
+    """It said "model 'demo-mlp' is not in DIR (no models) ... or pass --models DIR" to
+    someone who had passed --models DIR."""
+    models = tmp_path / folder
+    if folder == "a-file":
+        models.write_text("")
+    with pytest.raises(InvalidInput, match=r"there is no model repository at .* \(--models\)"):
+        await infer_once(
+            "127.0.0.1:1", models, "demo-mlp", {"x": [[1.0]]}, tier="interactive", timeout_s=1
+        )

