@@ -8,6 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from infra.yaml_unique import safe_load_unique
 from schemas.errors import InferbusError, describe_validation_error
 from schemas.tensors import DType
 from schemas.topics import TIERS, Tier, is_legal_model_name
@@ -312,7 +313,7 @@ class ModelConfig(_Frozen):
     def load(cls, path: Path) -> ModelConfig:
         """Read and validate a model.yaml, or raise ModelConfigError naming the problem."""
         try:
-            raw = yaml.safe_load(path.read_text())
+            raw = safe_load_unique(path.read_text())
         except OSError as exc:
             raise ModelConfigError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
         except yaml.YAMLError as exc:

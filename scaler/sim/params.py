@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from infra.models.config import BatchingConfig, SimConfig
+from infra.yaml_unique import safe_load_unique
 from scaler.sim.workload import WorkloadError
 from schemas.errors import describe_validation_error
 from schemas.topics import Tier
@@ -82,7 +83,7 @@ class ServiceModel:
 def read_service_model(path: Path) -> ServiceModel:
     """The `engine.sim` and `batching` blocks of a model.yaml, validated by the model schema."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = safe_load_unique(path.read_text())
     except OSError as exc:
         raise WorkloadError(f"cannot read {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:

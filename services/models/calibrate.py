@@ -17,6 +17,7 @@ import yaml
 from infra.models.config import ModelConfig, ModelConfigError
 from infra.models.lookups import model_lookup_rows
 from infra.models.repository import ModelRepository
+from infra.yaml_unique import safe_load_unique
 from schemas.tensors import Arrays
 from services.worker.engines.base import Engine
 from services.worker.engines.shapes import sample_batch
@@ -145,7 +146,7 @@ def calibrate_engine(
 
 def write_sim(path: Path, fit: Fit) -> None:
     """Set `engine.sim` in a model.yaml, keep every other key as written, and revalidate."""
-    raw = yaml.safe_load(path.read_text())
+    raw = safe_load_unique(path.read_text())
     if not isinstance(raw, dict):
         raise ModelConfigError(f"{path} must hold a mapping", path=str(path))
     engine = raw.setdefault("engine", {})

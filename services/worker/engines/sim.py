@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from infra.models.config import ModelConfig, SimConfig
 from infra.models.repository import ModelVersion
+from infra.yaml_unique import safe_load_unique
 from schemas.errors import EngineError
 from schemas.tensors import DTYPES, Arrays
 from services.worker.engines.base import Engine, EngineInfo
@@ -31,7 +32,7 @@ def version_sim(directory: Path, default: SimConfig) -> SimConfig:
     if not path.exists():
         return default
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = safe_load_unique(path.read_text())
         return SimConfig.model_validate(raw if raw is not None else {})
     except (OSError, yaml.YAMLError, ValidationError) as exc:
         raise EngineError(f"{path} is not a valid sim config: {exc}", path=str(path)) from exc
