@@ -76,6 +76,9 @@ def error_text(error: BaseException) -> str:
     return text if text.startswith(name) else f"{name}: {text or 'no detail'}"
 
 
+LAST_TRY_ACK_S = 2.0
+"""The least time a try's acks are awaited, however little patience is left: a healthy
+broker acks in milliseconds, a busy one within a second or two."""
 LIST_AGAIN_S = 0.25
 """How soon the broker's topics are listed again while a named topic is not among them."""
 
@@ -341,7 +344,10 @@ class Publisher:
 
         Errors the broker may recover from (it is away, restarting, re-creating a topic)
         are retried with backoff for `patience_s`; the others (a record too large, no
-        authorization) end at once.
+        authorization) end at once. Acks are awaited within `patience_s` too (at least
+        `LAST_TRY_ACK_S` a try): a broker that takes records and never answers (frozen, or
+        cut off by the network) held a call 8 s patient for 85 s, aiokafka's request
+        timeout twice. 0: one try, acks awaited as long as aiokafka waits.
         """
         outcomes: list[RecordMetadata | BaseException] = [KafkaError("not sent") for _ in records]
         pending = list(range(len(records)))
@@ -349,7 +355,11 @@ class Publisher:
         attempt = 0
         while pending:
             attempt += 1
-            failed = await self._send_once(records, pending, outcomes)
+            # A try that starts as the patience ends still gets LAST_TRY_ACK_S for its acks.
+            acks_by = max(give_up_at, self._clock() + LAST_TRY_ACK_S)
+            failed = await self._send_once(
+                records, pending, outcomes, acks_by=acks_by if self.patience_s > 0 else None
+            )
             pending = [i for i in failed if retriable(outcomes[i])]
             if not pending or self._clock() >= give_up_at:
                 break
@@ -379,8 +389,11 @@ class Publisher:
         records: Sequence[Outgoing],
         indices: list[int],
         outcomes: list[RecordMetadata | BaseException],
+        *,
+        acks_by: float | None = None,
     ) -> list[int]:
-        """One try of every record in `indices`; returns those that failed.
+        """One try of every record in `indices`; returns those that failed. An ack not in by
+        `acks_by` (the clock's time; None: no bound) fails its records as a timeout.
 
         Topics the producer knows go out first: records for a topic that has to be looked
         up (a reply topic named for the first time, or one that does not exist) do not
@@ -410,7 +423,7 @@ class Publisher:
                         outcomes[index] = count
                     continue
                 await self._send_topic(topic, count, records, members, outcomes=outcomes, sent=sent)
-        results = await asyncio.gather(*(s[0] for s in sent), return_exceptions=True)
+        results = await self._acks([s[0] for s in sent], acks_by)
         for (_, topic, partition, taken), result in zip(sent, results, strict=True):
             if isinstance(result, BaseException):
                 failed.extend(taken)
@@ -431,6 +444,24 @@ class Publisher:
                     result.log_start_offset,
                 )
         return sorted(failed)
+
+    async def _acks(
+        self, futures: list[asyncio.Future[Any]], acks_by: float | None
+    ) -> list[Any | BaseException]:
+        """Each future's ack or error; one still waiting at `acks_by` is a KafkaTimeoutError.
+
+        The wait is shielded: the futures are the producer's, and it may still deliver a
+        batch given up on here (a repeat, dropped by id downstream).
+        """
+        gathered = asyncio.gather(*futures, return_exceptions=True)
+        if acks_by is None:
+            return await gathered
+        try:
+            async with asyncio.timeout(max(acks_by - self._clock(), 0.0)):
+                return await asyncio.shield(gathered)
+        except TimeoutError:
+            late = KafkaTimeoutError(f"no ack within the publisher's {self.patience_s:g} s")
+            return [_outcome(f) if f.done() else late for f in futures]
 
     async def _send_topic(
         self,
@@ -502,6 +533,13 @@ def _append(batch: Any, record: Outgoing) -> bool:
         key=record.key, value=record.value, timestamp=None, headers=record.headers
     )
     return appended is not None
+
+
+def _outcome(future: asyncio.Future[Any]) -> Any | BaseException:
+    """A done future's result, or its error (or CancelledError) as a value."""
+    if future.cancelled():
+        return asyncio.CancelledError()
+    return future.exception() or future.result()
 
 
 def _failed(exc: BaseException) -> asyncio.Future[Any]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aiokafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
+from services.runtime import publisher as publisher_module
 from services.runtime.publisher import (
     MissingTopic,
     MissingTopics,
@@ -483,3 +484,56 @@ async def test_a_flood_of_distinct_missing_reply_topics_is_remembered_up_to_the_
     assert all(isinstance(ack, MissingTopic) for ack in acks)
     assert len(publisher._missing) == 5
     assert "inferbus.results.x-49" in publisher._missing, "the newest kept, the oldest gone"
+
+
+class SilentProducer(FakeProducer):
+    """A broker that takes batches and never answers (frozen, or cut off by the network)."""
+
+    async def send_batch(
+        self, batch: FakeBatch, topic: str, *, partition: int
+    ) -> asyncio.Future[Any]:
+        self.sent.append((partition, [v.decode() for v in batch.values]))
+        return asyncio.get_running_loop().create_future()
+
+
+@pytest.mark.parametrize("patience_s", [0.2, 0.6])
+async def test_acks_a_silent_broker_never_sends_fail_within_the_patience(
+    monkeypatch: pytest.MonkeyPatch, patience_s: float
+) -> None:
+    """Regression: acks were awaited as long as aiokafka waits (its request timeout, each
+    try): a client 8 s patient took 85 s to fail on a frozen broker."""
+    monkeypatch.setattr(publisher_module, "LAST_TRY_ACK_S", 0.1)
+    producer = SilentProducer()
+    publisher = Publisher(producer, patience_s=patience_s)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+
+    acks = await asyncio.wait_for(
+        publisher.send_all([Outgoing("known", None, b"v", []) for _ in range(3)]), 5
+    )
+
+    took = loop.time() - began
+    assert all(isinstance(ack, KafkaTimeoutError) for ack in acks)
+    assert "no ack within" in str(acks[0])
+    assert patience_s <= took < patience_s + 0.5
+    assert producer.sent  # it was handed over: a repeat may still arrive, dropped by id
+
+
+async def test_a_last_try_still_gets_time_for_its_acks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A try that starts as the patience ends is not failed before its acks can come."""
+    monkeypatch.setattr(publisher_module, "LAST_TRY_ACK_S", 0.3)
+
+    class SlowAcks(FakeProducer):
+        async def send_batch(
+            self, batch: FakeBatch, topic: str, *, partition: int
+        ) -> asyncio.Future[Any]:
+            future = await super().send_batch(batch, topic, partition=partition)
+            late: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().call_later(0.15, late.set_result, future.result())
+            return late
+
+    publisher = Publisher(SlowAcks(), patience_s=0.01)  # type: ignore[arg-type]
+
+    acks = await publisher.send_all([Outgoing("known", None, b"v", [])])
+
+    assert not isinstance(acks[0], BaseException)
