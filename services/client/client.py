@@ -302,8 +302,9 @@ class InferenceClient:
 
     async def submit(self, request: WireRequest | InferenceRequest) -> str:
         """Fire and forget: produce the request (acks=all) to its tier's ingest topic and
-        return its id. A broker that is away is waited for (`patience_s`), then the error
-        is raised."""
+        return its id. A broker that is away, or takes the record and never acks it, is
+        waited for (`patience_s`, at least 2 s for the last try's ack), then the error is
+        raised."""
         wire = request if isinstance(request, WireRequest) else WireRequest(request)
         # An id answered before and sent again by the caller awaits a new answer, not a
         # repeat to drop (`infer` of the same request twice timed out).
