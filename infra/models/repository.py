@@ -59,8 +59,10 @@ class ModelRepository:
             found = path.stat()
         except OSError:  # missing or unreadable: as good as absent
             found = None
-        if found is None or not S_ISREG(found.st_mode):
+        if found is None:
             raise ModelNotFound(f"model {name!r} is not in the repository", model=name)
+        if not S_ISREG(found.st_mode):  # listed by `names()`: said, not "not in the repository"
+            raise ModelConfigError(f"{path} is not a file", path=str(path))
         stamp = (found.st_mtime_ns, found.st_size)
         cached = self._configs.get(path)
         if cached is not None and cached[0] == stamp:

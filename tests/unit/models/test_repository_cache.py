@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from infra.models import repository as repository_module
-from infra.models.config import ModelConfig
+from infra.models.config import ModelConfig, ModelConfigError
 from infra.models.repository import ModelRepository
 from schemas.errors import ModelNotFound
 from services.models.demo import write_demo_models
@@ -55,3 +55,14 @@ def test_a_removed_model_is_not_found_even_when_cached(root: Path) -> None:
     (root / "demo-mlp" / "model.yaml").unlink()
     with pytest.raises(ModelNotFound):
         repo.config("demo-mlp")
+
+
+def test_a_model_yaml_that_is_a_folder_is_said_so(tmp_path: Path) -> None:
+    """`names()` lists it; `config` said "not in the repository" of a model it had listed."""
+    (tmp_path / "x" / "model.yaml").mkdir(parents=True)
+    repo = ModelRepository(tmp_path)
+    assert repo.names() == ["x"]
+    with pytest.raises(ModelConfigError, match=r"x/model.yaml is not a file"):
+        repo.config("x")
+    with pytest.raises(ModelNotFound):
+        repo.config("y")
