@@ -5,15 +5,20 @@ closed twice."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from aiokafka.errors import KafkaTimeoutError
 from typer.testing import CliRunner
 
+from infra.broker import EmbeddedBroker
 from infra.kafka import make_producer
 from infra.topics import TopicSpec, ensure_topics
 from schemas.topics import ingest_topic
@@ -109,3 +114,29 @@ async def test_a_reply_topic_of_ones_own_is_created_as_the_client_error_says(
     assert result.exit_code == 0 and topic in result.output, result.output
     async with InferenceClient(broker, reply_to=topic):
         pass
+
+
+async def test_a_broker_that_never_acks_fails_a_submit_within_its_patience() -> None:
+    """A frozen broker (SIGSTOP: connections open, no answers) held a client 8 s patient for
+    85 s, aiokafka's request timeout twice; the submit now fails about when its patience
+    ends, naming it."""
+    with EmbeddedBroker(port=0) as own:
+        assert own.pid is not None
+        topic = f"inferbus.results.frozen-{uuid.uuid4().hex[:8]}"
+        specs = [TopicSpec(topic, 1), TopicSpec(ingest_topic("interactive"), 1)]
+        await ensure_topics(own.bootstrap, specs)
+        client = InferenceClient(own.bootstrap, reply_to=topic, patience_s=2)
+        await client.start()
+        try:
+            await client.submit(client.build_request("demo-mlp", {"x": X}))
+            os.kill(own.pid, signal.SIGSTOP)
+            try:
+                began = time.monotonic()
+                with pytest.raises(KafkaTimeoutError, match="no ack within"):
+                    await client.submit(client.build_request("demo-mlp", {"x": X}))
+                took = time.monotonic() - began
+            finally:
+                os.kill(own.pid, signal.SIGCONT)
+        finally:
+            await client.stop()
+    assert 1.5 < took < 8, took
