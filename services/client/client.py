@@ -27,7 +27,7 @@ from infra.pacing import FetchPacer
 from infra.tasks import end_and_say
 from infra.topics import BROKER_EVENT_KEY
 from schemas import headers as h
-from schemas.errors import describe_validation_error
+from schemas.errors import InferbusError, describe_validation_error
 from schemas.frames import FrameError
 from schemas.request import InferenceRequest
 from schemas.result import InferenceResult
@@ -78,6 +78,11 @@ def check_timeout_s(timeout_s: float) -> None:
     number = isinstance(timeout_s, numbers.Real) and not isinstance(timeout_s, bool)
     if not (number and timeout_s > 0):  # NaN too
         raise ValueError(f"timeout_s must be a number of seconds > 0, not {timeout_s!r}")
+
+
+class ReplyTopicMissing(InferbusError, RuntimeError):
+    """The client's reply topic does not exist on the broker: nothing could reach it.
+    (A RuntimeError too, as it was; an InferbusError, so a command says it on one line.)"""
 
 
 class ClientStopped(RuntimeError):
@@ -222,9 +227,10 @@ class InferenceClient:
                 return [TopicPartition(topic, p) for p in sorted(found)]
             await self._consumer.topics()
             await asyncio.sleep(0.1)
-        raise RuntimeError(
-            f"reply topic {topic!r} does not exist; create it first: inferbus topics create "
-            f"--reply-topic {topic}"
+        raise ReplyTopicMissing(
+            f"reply topic {topic!r} does not exist at {self.bootstrap}; create it first "
+            f"(`inferbus topics create --reply-topic {topic}`), or start the stack, which "
+            "makes inferbus.results"
         )
 
     async def stop(self) -> None:

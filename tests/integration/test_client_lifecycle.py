@@ -5,6 +5,7 @@ closed twice."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -140,3 +141,18 @@ async def test_a_broker_that_never_acks_fails_a_submit_within_its_patience() -> 
         finally:
             await client.stop()
     assert 1.5 < took < 8, took
+
+
+def test_infer_on_a_broker_without_the_stacks_topics_says_so_on_one_line(
+    demo_models: Path,
+) -> None:
+    """A bare `inferbus broker` (or `up` before its topics): a Rich traceback of the
+    client's RuntimeError, where every expected failure is one `error:` line."""
+    x = json.dumps({"x": [[0.5] * 16]})
+    with EmbeddedBroker(port=0) as bare:
+        args = ["infer", "demo-mlp", "--json", x, "--bootstrap", bare.bootstrap]
+        result = CliRunner().invoke(app, [*args, "--models", str(demo_models)])
+    assert result.exit_code == 1, result.output
+    assert "reply topic 'inferbus.results' does not exist" in result.output
+    assert "inferbus topics create" in result.output
+    assert "Traceback" not in result.output
