@@ -105,12 +105,32 @@ def _at_max(report: Report, at_s: float) -> bool:
     return bool(before) and before[-1]["desired"] >= top
 
 
+def _budget_capped(report: Report, end_s: float) -> list[Mapping[str, Any]]:
+    """Decisions up to `end_s` that the stack's replica budget held below what they wanted."""
+    return [
+        d
+        for d in report["scaler"]["decisions"]
+        if d["diagnosis"] == "budget_capped" and d["t_s"] <= end_s
+    ]
+
+
 def _scale_out(report: Report, name: str, start_s: float, end_s: float) -> Check:
-    """A scale-out within the phase, or replicas already at the maximum when it began."""
+    """A scale-out within the phase, or replicas already at the maximum when it began; not
+    judged (None) when the stack's replica budget was spent: the scaler wanted more and
+    had none to give (2 cores under plain `make up`: one worker beyond the six started)."""
     ups = _scale_ups(report, start_s, end_s)
     if not ups and _at_max(report, start_s):
         top = report["model_replicas"]["max"]
         return Check(name, True, f"already at replicas.max {top} when the phase began")
+    capped = _budget_capped(report, end_s)
+    if not ups and capped:
+        return Check(
+            name,
+            None,
+            "not judged: the stack's replica budget was spent ("
+            + "; ".join(f"t={d['t_s']:.0f}s {d['line']}" for d in capped[-2:])
+            + "); INFERBUS_SCALER_MAX_TOTAL_REPLICAS sets a larger one",
+        )
     return Check(
         name,
         bool(ups),

@@ -335,3 +335,24 @@ def test_longest_joining_stretch(joining: list[int], expected: float) -> None:
     ]
     samples.append(ReplicaSample(0.0, "other", {"joining": 1}))
     assert longest_stretch(samples, group, "joining") == expected
+
+
+@pytest.mark.parametrize(
+    ("decisions", "verdict"),
+    [
+        pytest.param((), False, id="no-scale-up"),
+        pytest.param((decision(12, 1, 2, ready=1, diagnosis="budget_capped"),), None, id="capped"),
+        pytest.param((decision(12, 1, 2, ready=1),), False, id="scaled-before-not-capped"),
+    ],
+)
+def test_a_scale_out_the_replica_budget_held_back_is_not_judged(
+    decisions: tuple[DecisionPoint, ...], verdict: bool | None
+) -> None:
+    """Plain `make up` on 2 cores may add one worker in all: spent at 12 s, before the burst,
+    the burst's check read `no scale-up` as if the scaler had not reacted."""
+    report = report_of("burst", BurstQueue(), decisions=decisions)
+    [check] = [c for c in report["checks"] if c["name"] == "the scaler scales out during the burst"]
+    assert check["ok"] is verdict
+    if verdict is None:
+        assert "not judged: the stack's replica budget was spent" in check["detail"]
+        assert "INFERBUS_SCALER_MAX_TOTAL_REPLICAS" in check["detail"]
