@@ -150,7 +150,15 @@ def write_sim(path: Path, fit: Fit) -> None:
     if not isinstance(raw, dict):
         raise ModelConfigError(f"{path} must hold a mapping", path=str(path))
     engine = raw.setdefault("engine", {})
-    engine["sim"] = {"a_ms": round(fit.a_ms, 4), "b_ms": round(fit.b_ms, 6), "per": fit.per}
+    kept = engine.get("sim") if isinstance(engine.get("sim"), dict) else {}
+    # The fit's three fields over what was there: `error_rate` (a simulated bad version)
+    # and any other sim setting stay as written.
+    engine["sim"] = {
+        **kept,
+        "a_ms": round(fit.a_ms, 4),
+        "b_ms": round(fit.b_ms, 6),
+        "per": fit.per,
+    }
     fd, tmp = tempfile.mkstemp(prefix=".model.yaml.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:

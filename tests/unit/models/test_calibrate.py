@@ -94,8 +94,20 @@ def test_write_sim_keeps_everything_else(demo_models: Path, tmp_path: Path) -> N
     before = yaml.safe_load(path.read_text())
     write_sim(path, Fit(a_ms=1.23456, b_ms=0.0456789, per="token", r2=0.99, points=()))
     after = yaml.safe_load(path.read_text())
-    assert after["engine"].pop("sim") == {"a_ms": 1.2346, "b_ms": 0.045679, "per": "token"}
-    before["engine"].pop("sim")
+    fitted = {"a_ms": 1.2346, "b_ms": 0.045679, "per": "token"}
+    assert after["engine"].pop("sim") == {**before["engine"].pop("sim"), **fitted}
     assert after == before
     assert ModelConfig.load(path).engine.sim.b_ms == 0.045679
     assert not list(path.parent.glob("*.tmp"))
+
+
+def test_write_sim_keeps_the_other_sim_settings(demo_models: Path, tmp_path: Path) -> None:
+    """`error_rate` (a simulated bad version) was dropped with the old a and b."""
+    shutil.copytree(demo_models / ENCODER, tmp_path / ENCODER)
+    path = tmp_path / ENCODER / "model.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["engine"]["sim"] = {"a_ms": 9.0, "b_ms": 9.0, "per": "sample", "error_rate": 0.25}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    write_sim(path, Fit(a_ms=1.0, b_ms=0.5, per="token", r2=0.99, points=()))
+    sim = ModelConfig.load(path).engine.sim
+    assert (sim.a_ms, sim.b_ms, sim.per, sim.error_rate) == (1.0, 0.5, "token", 0.25)
