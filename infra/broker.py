@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import shutil
 import socket
@@ -101,6 +102,20 @@ def wait_for_port(host: str, port: int, timeout_s: float) -> bool:
     return False
 
 
+def _check_settings(settings: BrokerSettings) -> None:
+    """A port out of range was a traceback from `bind()`, and a start timeout that is not a
+    number > 0 a failed start ("did not answer within nans"): refused, named."""
+    if not 0 <= settings.broker_port <= 65535:
+        raise BrokerError(
+            f"INFERBUS_BROKER_PORT={settings.broker_port} is not a port (0 to 65535; 0: any)"
+        )
+    timeout_s = settings.broker_start_timeout_s
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise BrokerError(
+            f"INFERBUS_BROKER_START_TIMEOUT_S={timeout_s} must be a finite number of seconds > 0"
+        )
+
+
 class EmbeddedBroker:
     """A Tansu broker on loopback; `start()` and `stop()` are idempotent."""
 
@@ -116,6 +131,7 @@ class EmbeddedBroker:
         `authentication` makes Tansu require SASL (SCRAM) from every client."""
         self.settings = settings or BrokerSettings()
         self._wanted_port = port if port is not None else self.settings.broker_port
+        _check_settings(self.settings)
         self._advertised = advertised
         self._authentication = authentication
         self._process: subprocess.Popen[bytes] | None = None

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.conn import collect_hosts
 from aiokafka.errors import KafkaConnectionError
 
 from infra import lenient_fetch
@@ -20,6 +21,22 @@ from infra.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def check_bootstrap(bootstrap: str) -> None:
+    """ValueError naming the entry unless `bootstrap` is `host[:port]` entries, comma-separated,
+    each port from 1 to 65535, as aiokafka reads them: it raised its own ValueError (a port's
+    `int()`) from inside `start()`, and took port 70000 until it failed to connect."""
+    for entry in bootstrap.split(","):
+        try:
+            hosts = collect_hosts(entry)
+        except ValueError:
+            hosts = []
+        if not all(host and 0 < port <= 65535 for host, port, _ in hosts) or not hosts:
+            raise ValueError(
+                f"bootstrap {bootstrap!r}: {entry.strip()!r} is not host[:port] with a "
+                "numeric port from 1 to 65535 ([addr]:port for IPv6)"
+            )
 
 
 def _never_create_topics_by_asking() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import os
@@ -9,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -272,6 +273,59 @@ class SupervisedGroup:
         self._stopped = True
         for child in self.children:
             child.stop()
+
+
+class StopDeadline:
+    """A service's stop, bounded: the steps that wait on the broker share `limit_s`, each
+    cut short once it is spent (or after its own `most_s`), said with what it gives up;
+    the stop goes on with the next. A broker that is away holds every request for the
+    Kafka client's timeout (30 s): a stop of six such steps took minutes, in silence.
+
+    Made in a running event loop (its clock)."""
+
+    def __init__(self, service: str, limit_s: float) -> None:
+        self.service = service
+        self.limit_s = limit_s
+        self._loop = asyncio.get_running_loop()
+        self._at = self._loop.time() + limit_s
+        self.gave_up: list[str] = []
+        """What the cut steps gave up, in order."""
+        log.info(
+            "event=stopping service=%s limit_s=%.0f (what needs the broker is given up after "
+            "that; a second signal exits at once)",
+            service,
+            limit_s,
+        )
+
+    def renew(self, limit_s: float) -> None:
+        """The steps from now on share `limit_s` (never past the first deadline): a stop
+        whose first part (a worker's drain) ended early keeps its time for the rest."""
+        self._at = min(self._at, self._loop.time() + limit_s)
+
+    async def step(
+        self, name: str, work: Awaitable[object], gives_up: str, *, most_s: float | None = None
+    ) -> bool:
+        """Await `work` until the deadline (or `most_s`, if sooner); its error is raised.
+        False when cut short: it is cancelled and left (a Kafka client may hold on to a
+        cancelled request), logged with `gives_up`."""
+        at = self._at if most_s is None else min(self._at, self._loop.time() + most_s)
+        started = self._loop.time()
+        task = asyncio.ensure_future(work)
+        done, _ = await asyncio.wait({task}, timeout=max(at - started, 0.0))
+        if task in done:
+            task.result()
+            return True
+        task.cancel()
+        self.gave_up.append(gives_up)
+        log.warning(
+            "event=stop_step_cut service=%s step=%s after_s=%.1f gave_up=%r (the broker did "
+            "not answer in time; the stop goes on)",
+            self.service,
+            name,
+            self._loop.time() - started,
+            gives_up,
+        )
+        return False
 
 
 def name_this_thread(name: str) -> None:

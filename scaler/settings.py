@@ -23,14 +23,14 @@ class ScalerSettings(BaseSettings):
     """`local`, `kubernetes`, `compose` or `auto` (Kubernetes inside a pod, else local)."""
     policy: Literal["slo", "keda-lag", "hpa-util"] = "slo"
     """`slo` (ours), or the baselines `keda-lag` and `hpa-util`."""
-    interval_s: float = Field(default=5.0, gt=0)
+    interval_s: float = Field(default=5.0, gt=0, allow_inf_nan=False)
     """Seconds between collections and decisions."""
-    idle_hold_every_s: float = Field(default=IDLE_HOLD_EVERY_S, ge=0, le=30)
+    idle_hold_every_s: float = Field(default=IDLE_HOLD_EVERY_S, ge=0, le=30, allow_inf_nan=False)
     """An idle group's unchanged hold is written this often, not every tick (0: every
     tick); at most 30 s, the decisions a starting worker reads back (`IDLE_HOLD_EVERY_S`)."""
     max_total_replicas: int | None = Field(default=None, ge=0)
     """Global replica budget shared by tier priority; None = no budget."""
-    scale_down_window_s: float = Field(default=300.0, ge=0)
+    scale_down_window_s: float = Field(default=300.0, ge=0, allow_inf_nan=False)
     """Scale-down stabilisation window, seconds (HPA's default)."""
     namespace: str = "inferbus"
     """Kubernetes namespace of the worker Deployments."""
@@ -43,7 +43,7 @@ class ScalerSettings(BaseSettings):
     paths in the compose file (bind mounts such as `./models`) are resolved against it. A
     scaler in a container reads the file from its own mount, so without this they would
     name the mount's folder on the host. None: the compose file's folder."""
-    metrics_port: int = 0
+    metrics_port: int = Field(default=0, ge=0, le=65535)
     """Prometheus /metrics port; 0 turns it off."""
     dry_run: bool = False
     """Decide and publish, but never change replicas."""

@@ -45,6 +45,19 @@ def check_output(path: Path | None, flag: str) -> None:
         raise typer.BadParameter(f"{path} {problem}", param_hint=f"'{flag}'")
 
 
+def bootstrap_option(value: str | None) -> str | None:
+    """`--bootstrap`'s check (a typer callback): a usage error naming the entry, not a
+    traceback from inside the Kafka client."""
+    from infra.kafka import check_bootstrap  # the Kafka client's imports, only when asked
+
+    if value is not None:
+        try:
+            check_bootstrap(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
 def setup_logging(level: str = "INFO", *, kafka_level: str = "WARNING") -> None:
     """key=value logs on stderr; chatty libraries stay at `kafka_level`; a line that
     repeats is written at most 10 times in 10 s (then counted, see `infra.lograte`).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated
@@ -13,7 +14,14 @@ from infra import eventloop
 from infra.files import AlreadyRunning, hold_lock
 from infra.gc_tuning import tune_for_service
 from schemas.topics import TIERS, Tier
-from services.cli.common import OneLineErrors, load_settings, run, run_service, setup_logging
+from services.cli.common import (
+    OneLineErrors,
+    bootstrap_option,
+    load_settings,
+    run,
+    run_service,
+    setup_logging,
+)
 
 if TYPE_CHECKING:
     from services.ingest.settings import IngestSettings
@@ -29,14 +37,38 @@ app = typer.Typer(
 topics_app = typer.Typer(help="Provision Kafka topics.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 
+
 Bootstrap = Annotated[
     str,
-    typer.Option("--bootstrap", "-b", envvar="INFERBUS_KAFKA_BOOTSTRAP", help="Kafka host:port."),
+    typer.Option(
+        "--bootstrap",
+        "-b",
+        envvar="INFERBUS_KAFKA_BOOTSTRAP",
+        help="Kafka host:port.",
+        callback=bootstrap_option,
+    ),
+]
+Port = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        max=65535,
+        help="Embedded broker's preferred port (else INFERBUS_BROKER_PORT, 9092; 0: any); a "
+        "free one if taken.",
+    ),
 ]
 ModelsDir = Annotated[
     Path, typer.Option("--models", envvar="INFERBUS_MODELS_DIR", help="Model repository folder.")
 ]
 LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING.")]
+
+
+def _duration(value: float | None) -> float | None:
+    """Seconds to run: a finite number > 0 (nan and 0 ran forever, a negative number
+    stopped the stack as soon as it had started)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"must be a finite number of seconds > 0; got {value}")
+    return value
 
 
 def _tiers(value: str) -> list[Tier]:
@@ -48,23 +80,19 @@ def _tiers(value: str) -> list[Tier]:
 
 
 @app.command()
-def broker(
-    port: Annotated[
-        int | None,
-        typer.Option(help="Preferred port (else INFERBUS_BROKER_PORT, 9092); a free one if taken."),
-    ] = None,
-    log_level: LogLevel = "INFO",
-) -> None:
+def broker(port: Port = None, log_level: LogLevel = "INFO") -> None:
     """Run the embedded Tansu broker in the foreground until Ctrl-C."""
     import signal
     import threading
 
     from infra.broker import EmbeddedBroker
+    from infra.settings import BrokerSettings
 
     setup_logging(log_level)
+    settings = load_settings(BrokerSettings)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with EmbeddedBroker(port=port) as embedded:
+    with EmbeddedBroker(settings, port=port) as embedded:
         typer.echo(f"broker ready: --bootstrap {embedded.bootstrap}")
         try:
             while not stop.wait(0.5):
@@ -240,13 +268,20 @@ def infer(
 def up(
     bootstrap: Annotated[
         str | None,
-        typer.Option("--bootstrap", "-b", help="Use this Kafka instead of the embedded broker."),
+        typer.Option(
+            "--bootstrap",
+            "-b",
+            help="Use this Kafka instead of the embedded broker.",
+            callback=bootstrap_option,
+        ),
     ] = None,
     models: ModelsDir = Path("models"),
-    workers: Annotated[int, typer.Option(help="Workers to start per model and tier.")] = 1,
-    ingest: Annotated[int, typer.Option(help="Ingest instances (one consumer group).")] = 1,
+    workers: Annotated[int, typer.Option(min=1, help="Workers to start per model and tier.")] = 1,
+    ingest: Annotated[int, typer.Option(min=1, help="Ingest instances (one consumer group).")] = 1,
     headless: Annotated[bool, typer.Option(help="Status lines instead of the live view.")] = False,
-    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="Stop after this many seconds.", callback=_duration)
+    ] = None,
     scaler: Annotated[bool, typer.Option(help="Run the scaler with the local actuator.")] = True,
     tiers: Annotated[
         str | None,
@@ -255,15 +290,13 @@ def up(
             "answers a request for another tier invalid_input."
         ),
     ] = None,
-    port: Annotated[
-        int | None,
-        typer.Option(help="Embedded broker's preferred port (else INFERBUS_BROKER_PORT, 9092)."),
-    ] = None,
+    port: Port = None,
     log_dir: Annotated[Path, typer.Option(help="Where child processes write their logs.")] = Path(
         ".inferbus/logs"
     ),
 ) -> None:
     """Run everything on this machine: broker, topics, ingest, scaler and workers."""
+    from infra.settings import BrokerSettings
     from scaler.config import PolicyConfig
     from scaler.settings import ScalerSettings
     from services.cli.stack import Stack, StackOptions
@@ -274,6 +307,8 @@ def up(
     ingest_settings(models)
     worker_settings(None, None, models, None)
     scaler_settings = load_settings(ScalerSettings)
+    if bootstrap is None:
+        load_settings(BrokerSettings)
     _check_repository(models)
     options = StackOptions(
         bootstrap=bootstrap,
@@ -282,7 +317,7 @@ def up(
         headless=headless or not sys.stdout.isatty(),
         duration_s=duration,
         with_scaler=scaler,
-        tiers=_tiers(tiers) if tiers else None,
+        tiers=_tiers(tiers) if tiers is not None else None,
         broker_port=port,
         log_dir=log_dir,
         ingest_instances=ingest,
@@ -307,6 +342,8 @@ def _check_repository(models: Path) -> None:
     after the broker and topics came up (a missing folder gets the demo models)."""
     from infra.models.repository import ModelRepository
 
+    if models.exists() and not models.is_dir():  # else the broker started, then this failed
+        raise typer.BadParameter(f"{models} is not a folder", param_hint="'--models'")
     if models.is_dir():
         repository = ModelRepository(models)
         for name in repository.names():
@@ -318,6 +355,10 @@ def _one_stack_per_log_dir(log_dir: Path) -> IO[str]:
     port, its ingest writing into the same log files: refused, saying where the first runs."""
     try:
         return hold_lock(log_dir / "up.lock")
+    except (FileExistsError, NotADirectoryError, PermissionError) as exc:
+        raise typer.BadParameter(
+            f"{log_dir} cannot hold the logs: {exc.strerror or exc}", param_hint="'--log-dir'"
+        ) from None
     except AlreadyRunning as exc:
         pid = exc.pid if exc.pid is not None else "?"
         raise AlreadyRunning(

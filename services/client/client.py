@@ -15,12 +15,17 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.conn import collect_hosts
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
-from infra.kafka import make_consumer, make_producer, read_from_start, start_with_retry
+from infra.kafka import (
+    check_bootstrap,
+    make_consumer,
+    make_producer,
+    read_from_start,
+    start_with_retry,
+)
 from infra.log_end import LogEndProbe, true_ends
 from infra.lograte import limit_logger_rate
 from infra.pacing import FetchPacer
@@ -58,19 +63,6 @@ STREAM_KEPT = 10_000
 
 
 NOT_STARTED = "InferenceClient is not started: use `async with` or start()"
-
-
-def check_bootstrap(bootstrap: str) -> None:
-    """ValueError unless `bootstrap` is `host[:port]` entries, comma-separated, as aiokafka
-    reads them (it raised its own ValueError, a port's `int()`, from inside `start()`)."""
-    for entry in bootstrap.split(","):
-        try:
-            collect_hosts(entry)
-        except ValueError:
-            raise ValueError(
-                f"bootstrap {bootstrap!r}: {entry.strip()!r} is not host[:port] with a "
-                "numeric port ([addr]:port for IPv6)"
-            ) from None
 
 
 def check_timeout_s(timeout_s: float) -> None:

@@ -32,6 +32,7 @@ from aiokafka.structs import RecordMetadata
 from infra.kafka import make_producer, start_with_retry
 from infra.lenient_fetch import unreadable_reason
 from infra.models.repository import ModelRepository
+from infra.processes import StopDeadline
 from infra.topics import BROKER_EVENT_KEY, TopicKeeper, repository_topics
 from schemas import headers as h
 from schemas.errors import EngineError, Unparseable
@@ -87,6 +88,13 @@ HIGH_TOPICS = (ingest_topic("interactive"), INGEST)
 LOW_TOPICS = (ingest_topic("batch"),)
 PACED = ConsumerOptions(gather=True, rhythm=True)
 """Interactive and batch lanes: fewer, fuller fetches (docs/kafka.md)."""
+STOP_LIMIT_S = 10.0
+"""Most seconds a stop waits on the broker, all steps together: with the broker up it takes
+well under one; with it away each step would wait the Kafka client's 30 s request timeout
+(and a poll in hand retries until taken), and a stop took minutes (docs/operations.md)."""
+NOTICE_S = 2.0
+"""Most seconds a stop waits for each registry notice (draining, gone) and the last
+heartbeat: courtesies, which the lease (`lease_s`) stands in for."""
 
 
 class IngestService:
@@ -215,31 +223,62 @@ class IngestService:
         log.info("event=ingest_ready instance=%s bootstrap=%s", self.instance_id, self.bootstrap)
 
     async def stop(self) -> None:
-        """Finish the poll in hand, commit, release every partition, deregister; idempotent."""
+        """Finish the polls in hand, commit, release every partition, deregister; idempotent.
+
+        Bounded: what waits on the broker shares `STOP_LIMIT_S` (the registry notices and
+        the last heartbeat `NOTICE_S` each) and is given up after it, said (a poll not
+        answered by then is read again by the next ingest: delivery is at least once)."""
         if self._stopping or not self._started:
             self.stopped.set()
             return
         self._stopping = True
+        deadline = StopDeadline("ingest", STOP_LIMIT_S)
         if self._producer_up:  # a start that never reached the broker has nothing to say
-            await self.membership.announce_leaving("draining")
+            await deadline.step(
+                "registry_draining",
+                self.membership.announce_leaving("draining"),
+                "the draining notice (its lease says so instead)",
+                most_s=NOTICE_S,
+            )
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if self._polls:
-            await asyncio.gather(*self._polls, return_exceptions=True)
+            polls = list(self._polls)
+            await deadline.step(
+                "polls_in_flight",
+                asyncio.gather(*polls, return_exceptions=True),
+                f"{len(polls)} poll(s) being routed: not committed, read again after a restart",
+            )
         for consumer in self.consumers:
-            await consumer.close()
+            await deadline.step(
+                "commit_and_release",
+                consumer.close(),
+                "the last commit of a consumer (its records are read again after a restart)",
+            )
         await self.membership.stop_refresh()
-        await self.telemetry.stop()
+        await deadline.step(
+            "last_heartbeat", self.telemetry.stop(), "the last heartbeat", most_s=NOTICE_S
+        )
         if self.topics is not None:
             await self.topics.stop()
         if self._producer_up:  # a start that never reached the broker has nothing to say
-            await self.membership.announce_leaving("gone")
+            await deadline.step(
+                "registry_gone",
+                self.membership.announce_leaving("gone"),
+                "the gone notice (its lease says so instead)",
+                most_s=NOTICE_S,
+            )
         await self.depths.stop()
-        await self.producer.stop()
-        log.info("event=ingest_stopped instance=%s counts=%s", self.instance_id, dict(self.counts))
+        await deadline.step("producer_flush", self.producer.stop(), "records not yet sent")
+        log.info(
+            "event=ingest_stopped instance=%s counts=%s gave_up=%s",
+            self.instance_id,
+            dict(self.counts),
+            deadline.gave_up or "nothing",
+        )
         self.stopped.set()
 
     async def _send_and_wait(self, topic: str, key: bytes, value: bytes) -> RecordMetadata:

@@ -42,25 +42,25 @@ class IngestSettings(BaseSettings):
     """Most events handled per poll; a poll is routed and acked before its offsets commit."""
     polls_in_flight: int = Field(default=4, gt=0)
     """Polls being routed at once: the next poll goes on while the last one's acks are due."""
-    shed_batch_after_ms: float = Field(default=2_000.0, gt=0)
+    shed_batch_after_ms: float = Field(default=2_000.0, gt=0, allow_inf_nan=False)
     """Ingest is behind when an event waited this long for it, ms: batch-tier requests are
     then answered `rejected_overload` at once, so critical and interactive ones go first."""
-    admit_wait_share: float = Field(default=0.75, gt=0, le=1)
+    admit_wait_share: float = Field(default=0.75, gt=0, le=1, allow_inf_nan=False)
     """A request is admitted while the tier queue's predicted wait is at most this share of
     the time left before its deadline; over it, `rejected_overload` at once (an admitted
     request that expires in the queue is answered only when a worker reaches it)."""
-    lease_s: float = Field(default=6.0, gt=0)
+    lease_s: float = Field(default=6.0, gt=0, allow_inf_nan=False)
     """Registry lease: another ingest takes this one's partitions this long after it died."""
-    publish_patience_s: float = Field(default=60.0, gt=0)
+    publish_patience_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     """How long a poll's outcomes are retried while the broker is away or re-creating a
     topic, seconds, before the fallback (an error result, then the DLQ)."""
     keep_topics: bool = True
     """Re-create missing topics (a broker that lost its state); off where ACLs forbid it."""
     queue_refresh_ms: int = Field(default=500, gt=0)
     """How often tier queue depths are re-read for overload checks, milliseconds."""
-    model_refresh_s: float = Field(default=5.0, gt=0)
+    model_refresh_s: float = Field(default=5.0, gt=0, allow_inf_nan=False)
     """How often the model repository is re-read, seconds."""
-    metrics_port: int = 0
+    metrics_port: int = Field(default=0, ge=0, le=65535)
     """Prometheus /metrics port; 0 turns it off."""
     instance_id: str | None = None
     """Stable id for logs and telemetry; default: host-pid."""

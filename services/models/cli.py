@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from schemas.errors import InferbusError
+from services.cli.common import bootstrap_option
 
 if TYPE_CHECKING:
     from infra.models.repository import ModelRepository
@@ -28,18 +29,6 @@ console = Console()
 DirOption = Annotated[Path, typer.Option("--dir", help="Model repository folder.")]
 
 
-def _checked_bootstrap(value: str) -> str:
-    """--bootstrap as aiokafka reads it: a port that is no number was its ValueError, a
-    traceback."""
-    from services.client.client import check_bootstrap
-
-    try:
-        check_bootstrap(value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return value
-
-
 BootstrapOption = Annotated[
     str,
     typer.Option(
@@ -47,7 +36,7 @@ BootstrapOption = Annotated[
         "-b",
         envvar="INFERBUS_KAFKA_BOOTSTRAP",
         help="Kafka host:port.",
-        callback=_checked_bootstrap,
+        callback=bootstrap_option,
     ),
 ]
 ReasonOption = Annotated[

@@ -24,7 +24,7 @@ from aiokafka.structs import RecordMetadata
 
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
-from infra.processes import process_started_at
+from infra.processes import StopDeadline, process_started_at
 from schemas.errors import InferbusError
 from schemas.result import STATUSES
 from schemas.telemetry import WorkerLoad
@@ -47,6 +47,13 @@ from tracing.telemetry import TelemetryPublisher
 log = logging.getLogger(__name__)
 PROCESS_STARTED = process_started_at()
 """Time-to-ready counts from here: the process's start, its imports included."""
+STOP_AFTER_DRAIN_S = 10.0
+"""Most seconds a stop waits on the broker after the drain (`drain_timeout_s`), all steps
+together: with the broker up it takes well under one; with it away each step would wait
+the Kafka client's 30 s request timeout, and a stop took minutes (docs/operations.md)."""
+NOTICE_S = 2.0
+"""Most seconds a stop waits for each registry notice (draining, gone) and the last
+heartbeat: courtesies, which the lease (`lease_s`) stands in for."""
 
 
 class WorkerFailed(InferbusError):
@@ -319,19 +326,33 @@ class Worker:
         return True, "ready"
 
     async def stop(self) -> None:
-        """Stop polling, answer what is in hand, commit, release, deregister. Idempotent."""
+        """Stop polling, answer what is in hand, commit, release, deregister. Idempotent.
+
+        Bounded: the draining notice gets `NOTICE_S`, the in-hand work `drain_timeout_s`;
+        what waits on the broker after the drain shares `STOP_AFTER_DRAIN_S` (the registry's
+        gone notice and the last heartbeat `NOTICE_S` each) and is given up after it, said
+        (what was not committed is read again by the next owner: delivery is at least
+        once)."""
         if self._draining or not self._started:
             self.stopped.set()
             return
         self._draining = True
+        limit_s = NOTICE_S + self.settings.drain_timeout_s + STOP_AFTER_DRAIN_S
+        deadline = StopDeadline("worker", limit_s)
         if self._producer_up:  # a start that never reached the broker has nothing to say
-            await self.membership.announce_leaving("draining")
+            await deadline.step(
+                "registry_draining",
+                self.membership.announce_leaving("draining"),
+                "the draining notice (its lease says so instead)",
+                most_s=NOTICE_S,
+            )
         pipeline = self.pipeline
         polls = [t for t in self._tasks if t.get_name().startswith("poll-")]
         for task in polls:
             task.cancel()
         if pipeline is not None:
             await pipeline.drain_all(self.settings.drain_timeout_s)
+        deadline.renew(STOP_AFTER_DRAIN_S)
         for task in self._tasks:
             task.cancel()
         if self._tasks:
@@ -339,17 +360,37 @@ class Worker:
             # the rest of the stop short.
             await asyncio.wait(self._tasks)
         if pipeline is not None:
-            await pipeline.settle()
+            await deadline.step(
+                "answers_in_flight",
+                pipeline.settle(),
+                "answers being published (their requests are read again after a restart)",
+            )
         for consumer in self.consumers.values():
-            await consumer.close()
+            await deadline.step(
+                "commit_and_release",
+                consumer.close(),
+                "the last commit of a consumer (its records are read again after a restart)",
+            )
         await self.membership.stop_refresh()
         if self._telemetry is not None:
-            await self._telemetry.stop()
+            await deadline.step(
+                "last_heartbeat", self._telemetry.stop(), "the last heartbeat", most_s=NOTICE_S
+            )
         if self._producer_up:  # a start that never reached the broker has nothing to say
-            await self.membership.announce_leaving("gone")
-        await self.producer.stop()
+            await deadline.step(
+                "registry_gone",
+                self.membership.announce_leaving("gone"),
+                "the gone notice (its lease says so instead)",
+                most_s=NOTICE_S,
+            )
+        await deadline.step("producer_flush", self.producer.stop(), "records not yet sent")
         await self.host.close()
-        log.info("event=worker_stopped instance=%s counts=%s", self.instance_id, self.counts)
+        log.info(
+            "event=worker_stopped instance=%s counts=%s gave_up=%s",
+            self.instance_id,
+            self.counts,
+            deadline.gave_up or "nothing",
+        )
         self.stopped.set()
 
 

@@ -21,7 +21,7 @@ class WorkerSettings(BaseSettings):
         env_prefix="INFERBUS_WORKER_", extra="ignore", populate_by_name=True
     )
 
-    model: str = "demo-mlp"
+    model: str = Field(default="demo-mlp", min_length=1)
     """Model to serve."""
     tiers: list[Tier] = Field(default_factory=_default_tiers)
     """Tiers served, strict priority critical > interactive > batch."""
@@ -49,22 +49,22 @@ class WorkerSettings(BaseSettings):
     handover drains."""
     poll_max_records: int = Field(default=128, gt=0)
     """Most records per poll."""
-    starvation_ms: float = Field(default=1000.0, gt=0)
+    starvation_ms: float = Field(default=1000.0, gt=0, allow_inf_nan=False)
     """A lower tier waits at most this long behind higher ones, milliseconds."""
-    lease_s: float = Field(default=6.0, gt=0)
+    lease_s: float = Field(default=6.0, gt=0, allow_inf_nan=False)
     """Registry lease: a worker that dies hands its partitions over this long after."""
     max_publishes_in_flight: int = Field(default=4, gt=0)
     """Batches whose results are being published while the engine runs the next."""
     engine_queue_depth: int = Field(default=2, ge=1)
     """Batches in the engine's hands: one running plus full ones queued behind it."""
-    heartbeat_interval_s: float = Field(default=2.0, gt=0)
+    heartbeat_interval_s: float = Field(default=2.0, gt=0, allow_inf_nan=False)
     """Telemetry heartbeat period, seconds."""
-    reload_check_s: float = Field(default=2.0, gt=0)
+    reload_check_s: float = Field(default=2.0, gt=0, allow_inf_nan=False)
     """How often the repository is checked for a newer version, seconds."""
-    publish_patience_s: float = Field(default=60.0, gt=0)
+    publish_patience_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     """How long results are retried while the broker is away or re-creating a topic,
     seconds; what still fails then goes to the DLQ as undeliverable."""
-    drain_timeout_s: float = Field(default=30.0, gt=0)
+    drain_timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     """On SIGTERM, how long to finish in-hand work before leaving, seconds."""
-    metrics_port: int = 0
+    metrics_port: int = Field(default=0, ge=0, le=65535)
     """Prometheus /metrics port; 0 turns it off."""
