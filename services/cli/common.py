@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -150,6 +152,10 @@ def one_line(exc: BaseException) -> str | None:
     return " ".join(text.split())
 
 
+BROKEN_PIPE = 141
+"""Exit status when the output's reader has gone (128 + SIGPIPE, as a shell reports it)."""
+
+
 class OneLineErrors(TyperGroup):
     """The CLI's root group: an expected error ends the command with one line on stderr and
     exit 1, instead of a traceback. Anything else (a bug) keeps its traceback."""
@@ -157,6 +163,11 @@ class OneLineErrors(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer's click Context (vendored since typer 0.2x)
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader went (`inferbus sim --help | head`): nobody to tell. Python would
+            # say so again flushing stdout at exit, so it now points at /dev/null.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(BROKEN_PIPE) from None
         except Exception as exc:
             message = one_line(exc)
             if message is None:

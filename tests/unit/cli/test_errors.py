@@ -295,3 +295,36 @@ def test_up_refuses_a_bad_model_yaml_before_starting_anything(
     assert result.stderr.startswith("error: "), result.stderr
     assert "max_batch_size" in result.stderr
     assert "embedded broker" not in result.output
+
+
+_BIG_OUTPUT = """
+import typer
+from services.cli.common import OneLineErrors
+app = typer.Typer(cls=OneLineErrors)
+
+@app.callback()
+def main() -> None: ...
+
+@app.command()
+def big() -> None:
+    for _ in range(2000):
+        print("x" * 1000)
+
+app()
+"""
+
+
+def test_a_reader_that_goes_ends_the_command_quietly() -> None:
+    """`inferbus sim --help | head`: `error: [Errno 32] Broken pipe` on stderr, exit 1."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _BIG_OUTPUT, "big"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).parents[3],
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.read(10)
+    process.stdout.close()  # the reader goes, as `head` does
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=30) == 141, stderr
+    assert stderr == ""
