@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Coroutine, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from aiokafka.errors import KafkaConnectionError, KafkaError
@@ -151,6 +151,18 @@ def one_line(exc: BaseException) -> str | None:
         return None
     return " ".join(text.split())
 
+
+BootstrapOption = Annotated[
+    str,
+    typer.Option(
+        "--bootstrap",
+        "-b",
+        envvar="INFERBUS_KAFKA_BOOTSTRAP",
+        help="Kafka host:port.",
+        callback=bootstrap_option,
+    ),
+]
+"""`--bootstrap` of every command that talks to a running stack, checked."""
 
 BROKEN_PIPE = 141
 """Exit status when the output's reader has gone (128 + SIGPIPE, as a shell reports it)."""

@@ -15,6 +15,7 @@ from infra.files import AlreadyRunning, hold_lock
 from infra.gc_tuning import tune_for_service
 from schemas.topics import TIERS, Tier
 from services.cli.common import (
+    BootstrapOption,
     OneLineErrors,
     bootstrap_option,
     load_settings,
@@ -38,16 +39,6 @@ topics_app = typer.Typer(help="Provision Kafka topics.", no_args_is_help=True)
 app.add_typer(topics_app, name="topics")
 
 
-Bootstrap = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap",
-        "-b",
-        envvar="INFERBUS_KAFKA_BOOTSTRAP",
-        help="Kafka host:port.",
-        callback=bootstrap_option,
-    ),
-]
 Port = Annotated[
     int | None,
     typer.Option(
@@ -104,7 +95,7 @@ def broker(port: Port = None, log_level: LogLevel = "INFO") -> None:
 
 @topics_app.command("create")
 def topics_create(
-    bootstrap: Bootstrap = "127.0.0.1:9092",
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
     models: ModelsDir = Path("models"),
     partitions: Annotated[int, typer.Option(help="Partitions of each tier topic.")] = 12,
     reply_topics: Annotated[
@@ -184,7 +175,7 @@ def worker_settings(
 
 @app.command()
 def ingest(
-    bootstrap: Bootstrap = "127.0.0.1:9092",
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
     models: ServiceModels = None,
     log_level: LogLevel = "INFO",
 ) -> None:
@@ -209,7 +200,7 @@ def worker(
             'list: \'["critical", "interactive"]\'; default interactive).',
         ),
     ] = None,
-    bootstrap: Bootstrap = "127.0.0.1:9092",
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
     models: ServiceModels = None,
     version: Annotated[
         str | None, typer.Option(help="Pin a model version (INFERBUS_WORKER_MODEL_VERSION).")
@@ -246,7 +237,7 @@ def infer(
     timeout: Annotated[
         float, typer.Option(help="Seconds to wait for the result.", min=0.001)
     ] = 30.0,
-    bootstrap: Bootstrap = "127.0.0.1:9092",
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
     models: ModelsDir = Path("models"),
 ) -> None:
     """Send one request and print its result JSON (exit 1 unless status is ok)."""
@@ -370,7 +361,7 @@ def _one_stack_per_log_dir(log_dir: Path) -> IO[str]:
 
 
 def scaler_run(
-    bootstrap: Bootstrap = "127.0.0.1:9092",
+    bootstrap: BootstrapOption = "127.0.0.1:9092",
     models: ModelsDir = Path("models"),
     actuator: Annotated[
         str | None,

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from schemas.errors import InferbusError
-from services.cli.common import bootstrap_option
+from services.cli.common import BootstrapOption
 
 if TYPE_CHECKING:
     from infra.models.repository import ModelRepository
@@ -29,16 +29,6 @@ console = Console()
 DirOption = Annotated[Path, typer.Option("--dir", help="Model repository folder.")]
 
 
-BootstrapOption = Annotated[
-    str,
-    typer.Option(
-        "--bootstrap",
-        "-b",
-        envvar="INFERBUS_KAFKA_BOOTSTRAP",
-        help="Kafka host:port.",
-        callback=bootstrap_option,
-    ),
-]
 ReasonOption = Annotated[
     str | None, typer.Option("--reason", help="Why, for the record (default: what was done).")
 ]

@@ -39,31 +39,38 @@ def _quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench_cli, "setup_logging", lambda *_: None)
 
 
-def test_throughput_writes_what_ran_and_exits_130(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("command", "module", "name", "fake", "phase", "figures", "not_run"),
+    [
+        pytest.param(
+            "throughput", throughput, "bench_throughput", _interrupted_after_raw,
+            "raw_engine", {"samples_per_s": 1.0}, "saturation", id="throughput",
+        ),
+        pytest.param(
+            "buckets", buckets, "bench_buckets", _interrupted_after_one_variant,
+            "with_buckets", {"samples_per_s": 2.0}, "one_bucket", id="buckets",
+        ),
+    ],
+)  # fmt: skip
+def test_ctrl_c_writes_the_phases_that_ran_and_exits_130(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    module: Any,
+    name: str,
+    fake: Any,
+    phase: str,
+    figures: dict[str, float],
+    not_run: str,
 ) -> None:
-    monkeypatch.setattr(throughput, "bench_throughput", _interrupted_after_raw)
+    monkeypatch.setattr(module, name, fake)
     out = tmp_path / "r.json"
 
-    result = CliRunner().invoke(app, ["bench", "throughput", "--json", str(out)])
+    result = CliRunner().invoke(app, ["bench", command, "--json", str(out)])
 
     assert result.exit_code == 130, result.output
     report = json.loads(out.read_text())
-    assert report["raw_engine"] == {"samples_per_s": 1.0}
-    assert report["interrupted"].startswith("Ctrl-C; phases measured in full: raw_engine")
-    assert "interrupted (Ctrl-C) after: raw_engine" in result.output
-
-
-def test_buckets_writes_what_ran_and_exits_130(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(buckets, "bench_buckets", _interrupted_after_one_variant)
-    out = tmp_path / "r.json"
-
-    result = CliRunner().invoke(app, ["bench", "buckets", "--json", str(out)])
-
-    assert result.exit_code == 130, result.output
-    report = json.loads(out.read_text())
-    assert report["with_buckets"] == {"samples_per_s": 2.0}
-    assert "one_bucket" not in report
-    assert "with_buckets" in report["interrupted"]
+    assert report[phase] == figures
+    assert not_run not in report
+    assert report["interrupted"].startswith(f"Ctrl-C; phases measured in full: {phase}")
+    assert f"interrupted (Ctrl-C) after: {phase}" in result.output
