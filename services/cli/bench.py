@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -14,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from schemas.topics import TIERS
-from services.cli.common import check_output, run_service, setup_logging
+from services.cli.common import check_output, check_range, run_service, setup_logging
 
 bench_app = typer.Typer(
     help="Benchmarks that report ratios measured in one run.", no_args_is_help=True
@@ -50,18 +49,6 @@ def _interrupted(ran: dict[str, Any], json_out: Path | None) -> NoReturn:
     _progress(f"interrupted (Ctrl-C) after: {', '.join(done) or 'no phase'}")
     _write(ran, json_out)
     raise typer.Exit(INTERRUPTED)
-
-
-def check_range(
-    value: float, flag: str, *, low: float, high: float = math.inf, above: bool = False
-) -> None:
-    """Refuse a number outside [low, high] (or (low, high] when `above`), NaN and infinity
-    included: they would end a long run in a traceback, or never end it."""
-    inside = math.isfinite(value) and (value > low if above else value >= low) and value <= high
-    if not inside:
-        bound = f"> {low:g}" if above else f">= {low:g}"
-        upto = f" and <= {high:g}" if math.isfinite(high) else ""
-        raise typer.BadParameter(f"{flag} must be a finite number {bound}{upto}, got {value}")
 
 
 def check_model(model: str, models: Path | None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import sys
@@ -30,6 +31,18 @@ S = TypeVar("S", bound=BaseSettings)
 
 class SettingsInvalid(InferbusError):
     """A service's settings (flags or `INFERBUS_*` environment) are refused at start."""
+
+
+def check_range(
+    value: float, flag: str, *, low: float, high: float = math.inf, above: bool = False
+) -> None:
+    """Refuse a number outside [low, high] (or (low, high] when `above`), NaN and infinity
+    included: they would end a long run in a traceback, or never end it."""
+    inside = math.isfinite(value) and (value > low if above else value >= low) and value <= high
+    if not inside:
+        bound = f"> {low:g}" if above else f">= {low:g}"
+        upto = f" and <= {high:g}" if math.isfinite(high) else ""
+        raise typer.BadParameter(f"{flag} must be a finite number {bound}{upto}, got {value}")
 
 
 def check_output(path: Path | None, flag: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated
@@ -18,6 +17,7 @@ from services.cli.common import (
     BootstrapOption,
     OneLineErrors,
     bootstrap_option,
+    check_range,
     load_settings,
     run,
     run_service,
@@ -57,8 +57,8 @@ LogLevel = Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING
 def _duration(value: float | None) -> float | None:
     """Seconds to run: a finite number > 0 (nan and 0 ran forever, a negative number
     stopped the stack as soon as it had started)."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise typer.BadParameter(f"must be a finite number of seconds > 0; got {value}")
+    if value is not None:
+        check_range(value, "--duration", low=0, above=True)
     return value
 
 
