@@ -112,10 +112,7 @@ def topics_create(
     from schemas.topics import RESULTS, is_reply_topic
 
     setup_logging("WARNING")
-    if not models.is_dir():  # else only the shared topics were made, and it said success
-        raise FileNotFoundError(
-            2, "no model repository (`inferbus models init` makes one; or --models DIR)", models
-        )
+    require_repository(models)  # else only the shared topics were made, and it said success
     specs = repository_topics(ModelRepository(models), tier_partitions=partitions)
     for topic in reply_topics or ():
         if not is_reply_topic(topic):
@@ -138,6 +135,15 @@ ServiceModels = Annotated[
         "then models).",
     ),
 ]
+
+
+def require_repository(models: Path) -> None:
+    """A repository folder that is not there is refused before anything connects: a typo in
+    --models ran ingest answering every request `model_not_found`, and said nothing."""
+    if not models.is_dir():
+        raise FileNotFoundError(
+            2, "no model repository (`inferbus models init` makes one; or --models DIR)", models
+        )
 
 
 def given(**flags: object) -> dict[str, object]:
@@ -183,7 +189,9 @@ def ingest(
     from services.ingest.app import run_ingest
 
     setup_logging(log_level)
-    run_service(run_ingest(bootstrap, ingest_settings(models)))
+    settings = ingest_settings(models)
+    require_repository(settings.models_dir)
+    run_service(run_ingest(bootstrap, settings))
 
 
 @app.command()
@@ -218,7 +226,9 @@ def worker(
     from services.worker.app import run_worker
 
     setup_logging(log_level)
-    run_service(run_worker(bootstrap, worker_settings(model, tier, models, version, lane)))
+    settings = worker_settings(model, tier, models, version, lane)
+    require_repository(settings.models_dir)
+    run_service(run_worker(bootstrap, settings))
 
 
 @app.command()

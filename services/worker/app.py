@@ -37,7 +37,7 @@ from services.worker.batching import Batcher, BatchPolicy
 from services.worker.engine_host import EngineFactory, EngineHost, default_engine_factory
 from services.worker.inhand import InHand
 from services.worker.pipeline import Pipeline
-from services.worker.settings import WorkerSettings
+from services.worker.settings import NOTICE_S, STOP_AFTER_DRAIN_S, WorkerSettings
 from services.worker.versions import LaneVersions
 from tracing.health import HEALTH
 from tracing.metrics import set_worker_version, start_metrics_server
@@ -47,13 +47,6 @@ from tracing.telemetry import TelemetryPublisher
 log = logging.getLogger(__name__)
 PROCESS_STARTED = process_started_at()
 """Time-to-ready counts from here: the process's start, its imports included."""
-STOP_AFTER_DRAIN_S = 10.0
-"""Most seconds a stop waits on the broker after the drain (`drain_timeout_s`), all steps
-together: with the broker up it takes well under one; with it away each step would wait
-the Kafka client's 30 s request timeout, and a stop took minutes (docs/operations.md)."""
-NOTICE_S = 2.0
-"""Most seconds a stop waits for each registry notice (draining, gone) and the last
-heartbeat: courtesies, which the lease (`lease_s`) stands in for."""
 
 
 class WorkerFailed(InferbusError):
@@ -337,8 +330,7 @@ class Worker:
             self.stopped.set()
             return
         self._draining = True
-        limit_s = NOTICE_S + self.settings.drain_timeout_s + STOP_AFTER_DRAIN_S
-        deadline = StopDeadline("worker", limit_s)
+        deadline = StopDeadline("worker", self.settings.stop_limit_s)
         if self._producer_up:  # a start that never reached the broker has nothing to say
             await deadline.step(
                 "registry_draining",

@@ -9,6 +9,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.topics import Lane, Tier
 
+STOP_AFTER_DRAIN_S = 10.0
+"""Most seconds a stop waits on the broker after the drain (`drain_timeout_s`), all steps
+together: with the broker up it takes well under one; with it away each step would wait
+the Kafka client's 30 s request timeout, and a stop took minutes (docs/operations.md)."""
+NOTICE_S = 2.0
+"""Most seconds a stop waits for each registry notice (draining, gone) and the last
+heartbeat: courtesies, which the lease (`lease_s`) stands in for."""
+
 
 def _default_tiers() -> list[Tier]:
     return ["interactive"]
@@ -68,3 +76,10 @@ class WorkerSettings(BaseSettings):
     """On SIGTERM, how long to finish in-hand work before leaving, seconds."""
     metrics_port: int = Field(default=0, ge=0, le=65535)
     """Prometheus /metrics port; 0 turns it off."""
+
+    @property
+    def stop_limit_s(self) -> float:
+        """The most a stop takes after SIGTERM: the draining notice, the drain, then what
+        waits on the broker. Whoever stops a worker waits this long before a second signal
+        (which exits at once, leaving what was in hand uncommitted for the next owner)."""
+        return NOTICE_S + self.drain_timeout_s + STOP_AFTER_DRAIN_S

@@ -21,7 +21,7 @@ from infra.topics import ensure_topics, repository_topics
 from services.cli.common import run
 from services.ingest.app import STOP_LIMIT_S
 from services.models.demo import write_demo_models
-from services.worker.app import NOTICE_S, STOP_AFTER_DRAIN_S
+from services.worker.settings import NOTICE_S, STOP_AFTER_DRAIN_S
 
 pytestmark = pytest.mark.integration
 

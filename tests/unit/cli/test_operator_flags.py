@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import services.cli.main
 import services.cli.stack
 from services.cli.main import app
 
@@ -152,3 +153,39 @@ def test_a_duration_that_never_ends_or_an_empty_name_is_named(
     result = CliRunner().invoke(app, [*command, "-b", "127.0.0.1:19499"])
     assert result.exit_code == 1, result.output
     assert f"error: {variable}" in result.output
+
+
+@pytest.mark.parametrize("service", [["ingest"], ["worker", "--model", "demo-mlp"]])
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+def test_a_service_refuses_a_repository_that_is_not_a_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service: list[str], where: str
+) -> None:
+    """Regression: `inferbus ingest --models /typo` ran, answering every request
+    `model_not_found`, and said nothing about the folder."""
+    models = tmp_path / where
+    if where == "a-file":
+        models.write_text("not a folder")
+
+    def started(coro: object) -> None:
+        getattr(coro, "close", lambda: None)()
+        raise Started
+
+    monkeypatch.setattr(services.cli.main, "run_service", started)
+    result = CliRunner().invoke(app, [*service, "--models", str(models), "-b", "localhost:1"])
+    assert result.exit_code == 1, result.output
+    assert (
+        f"error: no model repository (`inferbus models init` makes one; or --models DIR): {models}"
+        in result.output
+    )
+
+
+def test_a_service_takes_a_repository_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def started(coro: object) -> None:
+        getattr(coro, "close", lambda: None)()
+        raise Started
+
+    monkeypatch.setattr(services.cli.main, "run_service", started)
+    result = CliRunner().invoke(app, ["ingest", "--models", str(tmp_path), "-b", "localhost:1"])
+    assert isinstance(result.exception, Started), result.output
