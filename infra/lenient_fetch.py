@@ -124,7 +124,10 @@ def _decompressed(body: bytes, codec: int) -> bytes:
         return body
     if codec not in _DECOMPRESS:
         raise ValueError(f"compression codec {codec} is not one Kafka has")
-    return bytes(_DECOMPRESS[codec](body))
+    try:
+        return bytes(_DECOMPRESS[codec](body))
+    except NotImplementedError as exc:  # aiokafka without cramjam: say what to install
+        raise ValueError(f"{exc} (install aiokafka[snappy,lz4,zstd]: it brings cramjam)") from exc
 
 
 def _read_records(

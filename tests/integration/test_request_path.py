@@ -455,6 +455,30 @@ async def test_a_header_name_that_is_not_utf8_does_not_stop_its_partition(
     assert [answered[rid][1]["status"] for rid in rids] == ["ok", "ok", "ok"]
 
 
+async def test_requests_a_producer_compressed_are_answered(stack: Stack) -> None:
+    """Regression: Java, Go and librdkafka producers often compress (lz4, zstd, snappy);
+    without cramjam ingest dead-lettered every such request `unparseable`."""
+    x = np.full((1, 16), 0.5, dtype=np.float32)
+    results = await reply_consumer(stack.bootstrap, RESULTS)
+    rids: dict[str, str] = {}
+    try:
+        for codec in ("gzip", "snappy", "lz4", "zstd"):
+            producer = make_producer(stack.bootstrap, compression_type=codec)
+            await producer.start()
+            try:
+                rid = f"{codec}-{uuid.uuid4().hex}"
+                rids[rid] = codec
+                await producer.send_and_wait(INGEST, raw_event(rid, x), key=rid.encode())
+            finally:
+                await producer.stop()
+        answered = await collect(results, rids, key=by_request_id, timeout_s=60)
+    finally:
+        await results.stop()
+    assert {rids[rid]: answered[rid][1]["status"] for rid in rids} == dict.fromkeys(
+        ("gzip", "snappy", "lz4", "zstd"), "ok"
+    )
+
+
 async def test_worker_answers_records_that_skipped_ingest(stack: Stack) -> None:
     topic = request_topic("demo-mlp", "interactive")
     good, wrong_shape, expired = (f"direct-{n}-{uuid.uuid4().hex}" for n in ("ok", "shape", "late"))

@@ -52,6 +52,8 @@ def batch(
         builder.append(delta, timestamp=1_000 + delta, key=b"k", value=value, headers=headers)
     data = bytearray(builder.build())
     data[0:8] = struct.pack(">q", base_offset)
+    # The builder keeps a batch uncompressed when compressing does not make it smaller.
+    assert struct.unpack_from(">h", data, 21)[0] & 0x07 == compression, "not compressed"
     return bytes(data)
 
 
@@ -64,6 +66,9 @@ POISONED: list[tuple[bytes, Headers]] = [
 
 
 ALL = [b"before", b"poison", b"after"]
+LONG = [(value * 100, headers) for value, headers in POISONED]
+"""POISONED with values long enough that compressing them pays."""
+ALL_LONG = [value * 100 for value in ALL]
 READ_BAD_KEY = [("\ufffd\ufffdbad-key", b"v")]
 TRACE = [("traceparent", b"00-x")]
 
@@ -72,7 +77,10 @@ TRACE = [("traceparent", b"00-x")]
     ("data", "values", "headers_of_second"),
     [
         pytest.param(batch(POISONED), ALL, READ_BAD_KEY, id="bad-header-key"),
-        pytest.param(batch(POISONED, compression=1), ALL, READ_BAD_KEY, id="gzip"),
+        pytest.param(batch(LONG, compression=1), ALL_LONG, READ_BAD_KEY, id="gzip"),
+        pytest.param(batch(LONG, compression=2), ALL_LONG, READ_BAD_KEY, id="snappy"),
+        pytest.param(batch(LONG, compression=3), ALL_LONG, READ_BAD_KEY, id="lz4"),
+        pytest.param(batch(LONG, compression=4), ALL_LONG, READ_BAD_KEY, id="zstd"),
         pytest.param(
             batch(POISONED[:1]) + batch(POISONED[2:], base_offset=1),
             [b"before", b"after"],
@@ -188,3 +196,20 @@ def test_a_batch_whose_records_cannot_be_decompressed_is_one_unreadable_mark(
     assert read.records == []
     assert (read.unreadable_from, read.next_offset) == (0, 3)
     assert words in read.error.lower()
+
+
+def test_a_codec_this_install_lacks_is_named_with_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without cramjam aiokafka reads no snappy, lz4 or zstd batch: the mark says why."""
+    data = batch(LONG, compression=3)
+
+    def missing(_: bytes) -> bytes:
+        raise NotImplementedError("LZ4 codec is not available")
+
+    monkeypatch.setitem(lenient_fetch._DECOMPRESS, 3, missing)
+    (read,) = read_batches(data)
+
+    assert read.records == []
+    assert "LZ4 codec is not available" in read.error
+    assert "aiokafka[snappy,lz4,zstd]" in read.error
