@@ -394,7 +394,7 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         f"the simulator alone on these arrivals: inferbus sim --policy slo --trace "
         f"{arrivals[0]} --tiers {next(iter(workload.tiers))} --model-yaml "
         f"{models / model / 'model.yaml'} --time-to-ready-s {sim['time_to_ready_s']:.1f} "
-        f"--partitions {sim['partitions']} --max-total-replicas {config.replicas.max}",
+        f"--partitions {sim['partitions']} --max-total-replicas {sim['max_replicas']}",
         markup=False,
         soft_wrap=True,
     )

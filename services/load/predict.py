@@ -9,6 +9,7 @@ added replica than there is: the report shows both, side by side.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from scaler.sim.engine import simulate
 from scaler.sim.params import ServiceModel, SimParams
 from scaler.sim.workload import Phase, Workload
 from schemas.topics import TIERS
+from services.load.observe import DecisionPoint
 from services.load.timeline import BacklogPeak, backlog, backlog_peak, grid
 
 
@@ -36,6 +38,16 @@ class SimInputs:
     initial_replicas: int
     partitions: int
     interval_s: float
+    max_replicas: int
+    max_replicas_from: str
+    """Where `max_replicas` came from: model.yaml, or the live stack's replica budget."""
+
+
+def budget_granted(decisions: Iterable[DecisionPoint], group: str) -> int | None:
+    """The most replicas the live stack's global budget let `group` have, when it held the
+    group back (its `budget_capped` decisions are the grants); None when it never did."""
+    grants = [d.desired for d in decisions if d.group == group and d.diagnosis == "budget_capped"]
+    return max(grants) if grants else None
 
 
 def sim_inputs(
@@ -45,8 +57,12 @@ def sim_inputs(
     initial_replicas: int,
     partitions: int,
     interval_s: float = 5.0,
+    budget_cap: int | None = None,
 ) -> SimInputs:
-    """The prediction's settings from model.yaml and what the registry measured."""
+    """The prediction's settings from model.yaml and what the registry measured; with
+    `budget_cap` (`budget_granted`), no more replicas than the live stack could give: a
+    plain `make up` on 2 cores has one spare worker in all, where model.yaml allows 12."""
+    capped = budget_cap is not None and budget_cap < config.replicas.max
     return SimInputs(
         a_ms=config.engine.sim.a_ms,
         b_ms=config.engine.sim.b_ms,
@@ -57,6 +73,8 @@ def sim_inputs(
         initial_replicas=max(initial_replicas, 1),
         partitions=partitions,
         interval_s=interval_s,
+        max_replicas=budget_cap if capped and budget_cap is not None else config.replicas.max,
+        max_replicas_from="the live stack's replica budget" if capped else "model.yaml",
     )
 
 
@@ -84,7 +102,7 @@ def predict(
         partitions=inputs.partitions,
         min_replicas=config.replicas.min,
         warm_replicas=config.replicas.warm,
-        max_replicas=config.replicas.max,
+        max_replicas=inputs.max_replicas,
         initial_replicas=inputs.initial_replicas,
         collection_interval_s=inputs.interval_s,
         drain_s=120.0,

@@ -12,7 +12,7 @@ from infra.models.config import ModelConfig
 from scaler.sim.workload import Workload
 from schemas.topics import worker_group
 from services.load.driver import LoadRun, RunOptions, Status
-from services.load.predict import predict, sim_inputs
+from services.load.predict import budget_granted, predict, sim_inputs
 from services.load.report import build_report, focus_phase
 from services.load.scenarios import LiveScenario
 
@@ -58,6 +58,7 @@ async def run_load(
         time_to_ready_s=record.observer.time_to_ready_s(group),
         initial_replicas=record.initial_ready.get(group, 1),
         partitions=record.partitions.get(tier, 12) or 12,
+        budget_cap=budget_granted(record.observer.decisions, group),
     )
     prediction = None
     if spec.with_prediction and record.interrupted_at_s is None:

@@ -14,7 +14,7 @@ from services.load.checks import checks_for
 from services.load.ledger import Ledger, Sent
 from services.load.observe import DecisionPoint, ReplicaSample
 from services.load.plot import plot_report
-from services.load.predict import predict, sim_inputs
+from services.load.predict import budget_granted, predict, sim_inputs
 from services.load.report import build_report, focus_phase, longest_stretch, write_arrivals_csv
 from services.load.run import _scenario_fields
 from services.load.scenarios import SCENARIOS, rate_workload, scenario_workload
@@ -356,3 +356,35 @@ def test_a_scale_out_the_replica_budget_held_back_is_not_judged(
     if verdict is None:
         assert "not judged: the stack's replica budget was spent" in check["detail"]
         assert "INFERBUS_SCALER_MAX_TOTAL_REPLICAS" in check["detail"]
+
+
+@pytest.mark.parametrize(
+    ("diagnoses", "cap", "max_replicas", "source"),
+    [
+        pytest.param((), None, 12, "model.yaml", id="never-capped"),
+        pytest.param(
+            ("backlog", "budget_capped", "budget_capped"),
+            2,
+            2,
+            "the live stack's replica budget",
+            id="capped-at-2",
+        ),  # fmt: skip
+        pytest.param(("budget_capped",), 20, 12, "model.yaml", id="cap-above-model-max"),
+    ],
+)
+def test_the_prediction_gets_no_more_replicas_than_the_live_budget_granted(
+    diagnoses: tuple[str, ...], cap: int | None, max_replicas: int, source: str
+) -> None:
+    """Regression: the prediction gave the group model.yaml's 12 replicas where the live
+    stack's budget (plain `make up` on 2 cores) granted it 2."""
+    points = [
+        decision(5.0 * i, 1, (cap or 3) if d == "budget_capped" else i + 1, ready=1, diagnosis=d)
+        for i, d in enumerate(diagnoses)
+    ]
+    other = decision(0.0, 1, 50, ready=1, diagnosis="budget_capped", tier="batch")
+    granted = budget_granted([*points, other], "inferbus.workers.demo-encoder.interactive")
+    assert granted == cap
+    inputs = sim_inputs(
+        encoder_config(), time_to_ready_s=5.0, initial_replicas=1, partitions=12, budget_cap=granted
+    )
+    assert (inputs.max_replicas, inputs.max_replicas_from) == (max_replicas, source)
