@@ -44,8 +44,15 @@ async def tick_until(stop: asyncio.Event, ticking: asyncio.Task[None]) -> StopDe
     return deadline
 
 
-async def run_scaler(bootstrap: str, models_dir: Path, settings: ScalerSettings) -> None:
-    """Collect → decide → act every interval until SIGTERM/SIGINT."""
+async def run_scaler(
+    bootstrap: str,
+    models_dir: Path,
+    settings: ScalerSettings,
+    *,
+    worker_grace_s: float | None = None,
+) -> None:
+    """Collect → decide → act every interval until SIGTERM/SIGINT. `worker_grace_s`: how
+    long a local scale-in waits for a worker's stop (`WorkerSettings.stop_grace_s`)."""
     kind = choose_kind(settings.actuator, os.environ)
     actuator = make_actuator(
         kind,
@@ -55,6 +62,7 @@ async def run_scaler(bootstrap: str, models_dir: Path, settings: ScalerSettings)
         compose_file=settings.compose_file,
         compose_project=settings.compose_project,
         compose_project_dir=settings.compose_project_dir,
+        worker_grace_s=worker_grace_s,
     )
     config = PolicyConfig(
         max_total_replicas=settings.max_total_replicas,

@@ -34,8 +34,12 @@ def make_actuator(
     compose_project_dir: Path | None = None,
     worker_command: Sequence[str] = ("inferbus", "worker"),
     log_dir: Path | None = None,
+    worker_grace_s: float | None = None,
 ) -> Actuator:
-    """Build the actuator of `kind`; the Kubernetes client is imported only when asked for."""
+    """Build the actuator of `kind`; the Kubernetes client is imported only when asked for.
+
+    `worker_grace_s`: how long the local actuator waits after SIGTERM before a second one
+    (the workers' `WorkerSettings.stop_grace_s`); None: `LocalActuator`'s own default."""
     if kind == "kubernetes":
         from scaler.actuators.kubernetes import KubernetesActuator
 
@@ -48,4 +52,8 @@ def make_actuator(
         )
     from scaler.actuators.local import LocalActuator
 
-    return LocalActuator(bootstrap, models_dir, command=worker_command, log_dir=log_dir)
+    if worker_grace_s is None:
+        return LocalActuator(bootstrap, models_dir, command=worker_command, log_dir=log_dir)
+    return LocalActuator(
+        bootstrap, models_dir, command=worker_command, log_dir=log_dir, grace_s=worker_grace_s
+    )

@@ -392,7 +392,9 @@ def scaler_run(
     if policy is not None:
         overrides["policy"] = policy
     settings = load_settings(ScalerSettings, overrides)
-    run_service(run_scaler(bootstrap, models, settings))
+    # The local actuator's workers read this environment: wait out their stop, as they see it.
+    grace_s = worker_settings(None, None, models, None).stop_grace_s
+    run_service(run_scaler(bootstrap, models, settings, worker_grace_s=grace_s))
 
 
 def _mount_subcommands() -> None:

@@ -51,8 +51,6 @@ from tracing.health import HEALTH
 from tracing.metrics import start_metrics_server
 
 log = logging.getLogger(__name__)
-WORKER_EXIT_S = 3.0
-"""After a worker's stop limit, the time its process takes to exit (interpreter teardown)."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +84,9 @@ class StackOptions:
     """How often an idle group's unchanged hold is written (INFERBUS_SCALER_IDLE_HOLD_EVERY_S)."""
     scaler_metrics_port: int = 0
     """Where the scaler's gauges are served (INFERBUS_SCALER_METRICS_PORT); 0: off."""
-    worker_stop_limit_s: float | None = None
-    """How long a worker's stop may take (`WorkerSettings.stop_limit_s`), which the actuator
-    waits before a second signal; None: what INFERBUS_WORKER_* in this environment give."""
+    worker_grace_s: float | None = None
+    """How long a scale-in waits after SIGTERM before a second one
+    (`WorkerSettings.stop_grace_s`); None: what INFERBUS_WORKER_* in this environment give."""
 
 
 def local_worker_budget(requested: int | None, cores: int, started: int) -> int:
@@ -105,15 +103,6 @@ def local_worker_budget(requested: int | None, cores: int, started: int) -> int:
     if requested is not None:
         return requested
     return started + max(cores - 1, 0)
-
-
-def worker_grace_s(stop_limit_s: float | None) -> float:
-    """How long a scale-in waits after SIGTERM before a second one (which makes a worker exit
-    at once): the worker's own stop limit, plus time for the process to exit. Shorter, it
-    cut a worker's stop whose drain ran long (30 s of the 42 it may take)."""
-    if stop_limit_s is None:
-        stop_limit_s = WorkerSettings().stop_limit_s
-    return stop_limit_s + WORKER_EXIT_S
 
 
 def _ms(value: float | None) -> str:
@@ -309,7 +298,7 @@ class Stack:
             env=options.worker_env,
             log_dir=options.log_dir,
             drain_in_background=True,  # a drain must not stall the scaler's loop
-            grace_s=worker_grace_s(options.worker_stop_limit_s),
+            grace_s=options.worker_grace_s or WorkerSettings().stop_grace_s,
             announce_exit=self._worker_gone,
         )
         self.scaler = ScalerService(

@@ -16,6 +16,8 @@ the Kafka client's 30 s request timeout, and a stop took minutes (docs/operation
 NOTICE_S = 2.0
 """Most seconds a stop waits for each registry notice (draining, gone) and the last
 heartbeat: courtesies, which the lease (`lease_s`) stands in for."""
+EXIT_S = 3.0
+"""After its stop limit, the time a worker's process takes to exit (interpreter teardown)."""
 
 
 def _default_tiers() -> list[Tier]:
@@ -83,3 +85,10 @@ class WorkerSettings(BaseSettings):
         waits on the broker. Whoever stops a worker waits this long before a second signal
         (which exits at once, leaving what was in hand uncommitted for the next owner)."""
         return NOTICE_S + self.drain_timeout_s + STOP_AFTER_DRAIN_S
+
+    @property
+    def stop_grace_s(self) -> float:
+        """How long whoever stops a worker waits after SIGTERM before a second signal: its
+        stop limit and its exit. Shorter, a scale-in cut a stop whose drain ran long (the
+        local actuator waited 30 s of the 42 a default worker may take)."""
+        return self.stop_limit_s + EXIT_S
