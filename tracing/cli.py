@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,18 +11,20 @@ from typing import Annotated
 
 import httpx
 import typer
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from schemas.errors import InferbusError, describe_validation_error
+from schemas.request import RequestId
 from schemas.result import InferenceResult, Timings
 from tracing.attributes import STAGES
 from tracing.jaeger import (
     DEFAULT_JAEGER_URL,
     DEFAULT_SERVICE,
     JAEGER_URL_ENV,
+    SEARCH_DEPTH,
     Breakdown,
     InvalidTimings,
     JaegerClient,
@@ -45,13 +48,40 @@ def jaeger_url(ctx: typer.Context, value: str) -> str:
         url = httpx.URL(value)
     except httpx.InvalidURL:
         url = httpx.URL()
-    if url.scheme in ("http", "https") and url.host:
+    if url.scheme in ("http", "https") and url.host and (url.port or 1) <= 65535:
         return value
     problem = f"{value!r} is not an http(s) URL with a host, e.g. {DEFAULT_JAEGER_URL}"
     source = ctx.get_parameter_source("jaeger")  # typer's own click's enum: by name
     if source is not None and source.name == "ENVIRONMENT":
         raise TraceUnavailable(f"{JAEGER_URL_ENV}: {problem}")
     raise typer.BadParameter(problem)
+
+
+MAX_LOOKBACK_S = 10 * 365 * 24 * 3600.0
+"""Longer than any Jaeger keeps traces; beyond it the search's start is before 1970."""
+
+
+def lookback(value: float) -> float:
+    """`--lookback-s` as a finite number of seconds in (0, MAX_LOOKBACK_S]: NaN, infinity or
+    1e30 ended in a traceback, 0 or a negative in Jaeger's HTTP 400 said as unavailable."""
+    if not (math.isfinite(value) and 0 < value <= MAX_LOOKBACK_S):
+        bound = f"{MAX_LOOKBACK_S:.0f} (ten years)"
+        raise typer.BadParameter(f"must be a number of seconds > 0 and <= {bound}, got {value}")
+    return value
+
+
+_REQUEST_ID: TypeAdapter[str] = TypeAdapter(RequestId)
+
+
+def request_id_argument(value: str) -> str:
+    """A request id as requests carry them, else refused: no trace or result can have it."""
+    try:
+        return _REQUEST_ID.validate_python(value)
+    except ValidationError:
+        shown = value if len(value) <= 40 else f"{value[:40]}…"
+        raise typer.BadParameter(
+            f"{shown!r} is not a request id (1-128 of A-Z a-z 0-9 . _ : @ / -)"
+        ) from None
 
 
 JaegerUrl = Annotated[
@@ -61,28 +91,35 @@ JaegerUrl = Annotated[
     ),
 ]
 Service = Annotated[str, typer.Option(help="Service whose spans carry the request id.")]
-Lookback = Annotated[float, typer.Option("--lookback-s", help="How far back to search, seconds.")]
+Lookback = Annotated[
+    float,
+    typer.Option("--lookback-s", callback=lookback, help="How far back to search, seconds."),
+]
 
 UNSTAGED = "not in a stage"
 """The row for e2e's time outside every stage: mostly the wait in the ingest topic before
 ingest polled the request (e2e starts at the producer's send, `ingest` at ingest's poll),
-then ingest's send of it to the tier topic."""
+then ingest's send of it to the tier topic; from a trace, also the result's way back."""
 
 SHOWN_MS = 0.005
 """The least time the table shows as more than 0.00 ms."""
 
 
-def staged_ms(stages_ms: Mapping[str, float]) -> float:
-    """The stages' time within e2e (`publish` comes after e2e ends)."""
-    return sum(ms for stage, ms in stages_ms.items() if stage not in ("e2e", "publish"))
+def staged_ms(stages_ms: Mapping[str, float], *, source: str = "result") -> float:
+    """The stages' time within e2e. A result's e2e ends before `publish`; a trace's e2e (its
+    first span's start to its last span's end) holds the publish span."""
+    after = ("e2e", "publish") if source == "result" else ("e2e",)
+    return sum(ms for stage, ms in stages_ms.items() if stage not in after)
 
 
-def unstaged_ms(stages_ms: Mapping[str, float], e2e_ms: float | None) -> float | None:
+def unstaged_ms(
+    stages_ms: Mapping[str, float], e2e_ms: float | None, *, source: str = "result"
+) -> float | None:
     """e2e less the stages within it; None when there is no e2e or nothing left (clocks of
     different hosts can make the rest negative: `render` says so)."""
     if e2e_ms is None:
         return None
-    rest = e2e_ms - staged_ms(stages_ms)
+    rest = e2e_ms - staged_ms(stages_ms, source=source)
     return rest if rest > 0 else None
 
 
@@ -101,8 +138,8 @@ def render(breakdown: Breakdown, console: Console) -> None:
     if breakdown.stages_ms or e2e is not None:
         console.print(_stage_table(breakdown))
     notes = list(breakdown.notes)
-    if e2e is not None and staged_ms(breakdown.stages_ms) - e2e >= SHOWN_MS:
-        within = staged_ms(breakdown.stages_ms)
+    within = staged_ms(breakdown.stages_ms, source=breakdown.source)
+    if e2e is not None and within - e2e >= SHOWN_MS:
         notes.append(
             f"the stages add up to {within:.2f} ms, {within - e2e:.2f} ms more than e2e "
             f"({e2e:.2f} ms): the clocks that timed them disagree, so the shares overstate"
@@ -127,7 +164,7 @@ def _stage_table(breakdown: Breakdown) -> Table:
             continue
         share = f"{100 * ms / e2e:.1f}" if e2e else "-"
         table.add_row(stage, f"{ms:.2f}", share)
-    other = unstaged_ms(breakdown.stages_ms, e2e)
+    other = unstaged_ms(breakdown.stages_ms, e2e, source=breakdown.source)
     if other is not None and e2e:
         table.add_row(UNSTAGED, f"{other:.2f}", f"{100 * other / e2e:.1f}")
     table.add_row("e2e", f"{e2e:.2f}" if e2e is not None else "-", "100.0" if e2e else "-")
@@ -205,7 +242,9 @@ def load_result(path: Path) -> ResultFile:
 
 
 def trace_command(
-    request_id: Annotated[str, typer.Argument(help="The request id to explain.")],
+    request_id: Annotated[
+        str, typer.Argument(callback=request_id_argument, help="The request id to explain.")
+    ],
     jaeger: JaegerUrl = DEFAULT_JAEGER_URL,
     result_json: Annotated[
         Path | None,
@@ -226,7 +265,10 @@ def trace_command(
         if breakdown is not None:
             render(breakdown, console)
             return
-        reason = f"no trace for request {request_id} in Jaeger at {jaeger}"
+        reason = (
+            f"no trace for request {request_id} in Jaeger at {jaeger} (service {service}, "
+            f"last {lookback_s:g} s, newest {SEARCH_DEPTH} traces)"
+        )
     if result_json is None:
         raise TraceUnavailable(f"{reason}; pass --result-json to use the result's timings")
     found = load_result(result_json)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -22,6 +24,10 @@ JAEGER_URL_ENV = "INFERBUS_JAEGER_URL"
 DEFAULT_SERVICE = "inferbus-worker"
 """Every request that reached a worker has spans there carrying its request id."""
 _ENGINE_STAGES = ("preprocess", "infer", "postprocess")
+_PATH_STAGES = ("ingest", "queue", "batch_wait", "publish")
+"""Stages every request that reached a worker has a span of, in its own trace."""
+SEARCH_DEPTH = 200
+"""How many of the newest matching traces one search asks Jaeger for."""
 
 
 class InvalidTimings(InferbusError):
@@ -102,8 +108,11 @@ def _attributes(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def parse_otlp(payload: Mapping[str, Any]) -> list[SpanRecord]:
-    """Spans of an `/api/v3/traces` answer (`{"result": {"resourceSpans": [...]}}`)."""
-    result = payload.get("result", payload)
+    """Spans of an `/api/v3/traces` answer (`{"result": {"resourceSpans": [...]}}`);
+    ValueError for JSON of another shape (another server's answer is not "no spans")."""
+    result = payload.get("result", payload) if isinstance(payload, dict) else None
+    if not isinstance(result, dict) or not ("result" in payload or "resourceSpans" in result):
+        raise ValueError("not OTLP JSON: no `result.resourceSpans`")
     spans: list[SpanRecord] = []
     for resource_spans in result.get("resourceSpans", []):
         resource = _attributes(resource_spans.get("resource", {}).get("attributes", []))
@@ -138,12 +147,39 @@ def _by_trace(spans: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
     return traces
 
 
+def _unique(spans: Iterable[SpanRecord]) -> list[SpanRecord]:
+    """Each span once: an exporter's retry can leave Jaeger holding a span twice."""
+    return list({(s.trace_id, s.span_id): s for s in spans}.values())
+
+
+def _skew_note(spans: Sequence[SpanRecord]) -> str | None:
+    """The span that starts furthest before its parent, said: one host's clock is behind
+    another's, and every time measured across the two is off by as much."""
+    by_id = {s.span_id: s for s in spans}
+    worst: tuple[int, SpanRecord, SpanRecord] | None = None
+    for span in spans:
+        if span.attributes.get(attr.STAGE) == "queue":
+            continue  # starts at its record's timestamp, taken before ingest's send span
+        parent = by_id.get(span.parent_span_id or "")
+        if parent is not None and (worst is None or parent.start_ns - span.start_ns > worst[0]):
+            worst = (parent.start_ns - span.start_ns, span, parent)
+    if worst is None or worst[0] / 1e6 < 0.005:
+        return None
+    ahead_ns, span, parent = worst
+    return (
+        f"`{span.name}` ({span.service}) starts {ahead_ns / 1e6:.2f} ms before its parent "
+        f"`{parent.name}` ({parent.service}): the clocks disagree, so times across them are off"
+    )
+
+
 def breakdown_from_spans(
     request_id: str, spans: Sequence[SpanRecord], batch_spans: Sequence[SpanRecord] = ()
 ) -> Breakdown:
-    """Stage times from one request's trace, plus its batch's engine spans (another trace)."""
+    """Stage times from one request's trace, plus its batch's engine spans (another trace);
+    notes for what the trace lacks and for clocks that disagree."""
+    spans = _unique(spans)
     stages: dict[str, float] = {}
-    for span in [*spans, *batch_spans]:
+    for span in _unique([*spans, *batch_spans]):
         stage = span.attributes.get(attr.STAGE)
         if isinstance(stage, str):
             stages[stage] = stages.get(stage, 0.0) + span.duration_ms
@@ -151,8 +187,21 @@ def breakdown_from_spans(
     if spans:
         e2e = (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e6
     notes: list[str] = []
+    missing = [stage for stage in _PATH_STAGES if stage not in stages]
+    if spans and missing:
+        names = ", ".join(f"`{stage}`" for stage in missing)
+        why = "not reached, or not exported: its time counts as not in a stage"
+        notes.append(f"no {names} span in the trace ({why})")
     if spans and not any(stage in stages for stage in _ENGINE_STAGES):
         notes.append("no engine spans found for this request's batch")
+    notes.extend(
+        f"`{stage}` is {ms:.2f} ms: its span ends before it starts (clocks that disagree)"
+        for stage, ms in stages.items()
+        if ms < 0
+    )
+    skew = _skew_note(spans)
+    if skew is not None:
+        notes.append(skew)
     return Breakdown(
         request_id=request_id,
         source="jaeger",
@@ -214,6 +263,9 @@ def breakdown_from_timings(
     )
 
 
+_NOT_JSON = object()
+
+
 class JaegerClient:
     """Synchronous (CLI) client of `/api/v3/traces`."""
 
@@ -225,6 +277,7 @@ class JaegerClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
 
     def close(self) -> None:
@@ -237,19 +290,48 @@ class JaegerClient:
         self.close()
 
     def _get(self, path: str, params: Mapping[str, str] | None = None) -> list[SpanRecord]:
+        status, body = self._fetch(path, params)
         try:
-            response = self._http.get(path, params=params)
-        except httpx.HTTPError as exc:
-            raise JaegerUnavailableError(self.base_url, type(exc).__name__) from exc
-        if response.status_code == 404:
-            # Jaeger answers 404 when a search or id matches nothing.
+            payload: Any = json.loads(body)
+        except ValueError:
+            payload = _NOT_JSON
+        error = payload.get("error") if isinstance(payload, dict) else None
+        if status == 404 and isinstance(error, dict):
+            # Jaeger's own 404 (`{"error": {"message": "No traces found"}}`): no match.
+            # Any other 404 is a URL that is not Jaeger's query API.
             return []
-        if response.is_error:
-            raise JaegerUnavailableError(self.base_url, f"HTTP {response.status_code}")
+        if status >= 400:
+            said = error.get("message") if isinstance(error, dict) else None
+            why = f"HTTP {status}: {' '.join(str(said).split())}" if said else f"HTTP {status}"
+            if status == 404:
+                why += ", no /api/v3 here: is it Jaeger's query port (16686)?"
+            raise JaegerUnavailableError(self.base_url, why)
+        if payload is _NOT_JSON:
+            raise JaegerUnavailableError(self.base_url, "its answer is not JSON")
         try:
-            return parse_otlp(response.json())
-        except (ValueError, KeyError, TypeError) as exc:
+            return parse_otlp(payload)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise JaegerUnavailableError(self.base_url, f"unreadable answer ({exc})") from exc
+
+    def _fetch(self, path: str, params: Mapping[str, str] | None) -> tuple[int, bytes]:
+        """Status and body, within `timeout_s` for the whole answer (httpx's timeout is per
+        read: a server that trickles bytes would hold the CLI for ever)."""
+        deadline = time.monotonic() + self.timeout_s
+        body = bytearray()
+        try:
+            with self._http.stream("GET", path, params=params) as response:
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("answer too slow")
+        except httpx.TimeoutException as exc:
+            why = f"no whole answer within {self.timeout_s:g} s ({type(exc).__name__})"
+            raise JaegerUnavailableError(self.base_url, why) from exc
+        except httpx.HTTPError as exc:
+            said = " ".join(str(exc).split())
+            why = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+            raise JaegerUnavailableError(self.base_url, why) from exc
+        return response.status_code, bytes(body)
 
     def find_spans(
         self,
@@ -257,16 +339,18 @@ class JaegerClient:
         service: str = DEFAULT_SERVICE,
         attributes: Mapping[str, str] | None = None,
         lookback_s: float = 3600.0,
-        limit: int = 20,
+        limit: int = SEARCH_DEPTH,
         now: datetime | None = None,
     ) -> list[SpanRecord]:
-        """Spans of up to `limit` traces with a `service` span matching `attributes`."""
+        """Spans of up to `limit` traces with a `service` span matching `attributes` (Jaeger
+        before 2.19 ignores `attributes`: callers match the spans again)."""
         end = now or datetime.now(UTC)
         params = {
             "query.service_name": service,
             "query.start_time_min": (end - timedelta(seconds=lookback_s)).isoformat(),
             "query.start_time_max": end.isoformat(),
             "query.search_depth": str(limit),
+            "query.num_traces": str(limit),  # the name before Jaeger 2.19, still read
         }
         if attributes:
             params["query.attributes"] = _json_map(attributes)
@@ -285,10 +369,12 @@ class JaegerClient:
         )
         if not found:
             return None
-        # The request's own trace is the one whose spans carry its id.
+        # The request's own trace is the one whose spans carry its id; the other traces
+        # are other requests' (a Jaeger that ignores the attribute filter sends them).
         trace_ids = [s.trace_id for s in found if s.attributes.get(attr.REQUEST_ID) == request_id]
-        trace_id = trace_ids[0] if trace_ids else found[0].trace_id
-        spans = _by_trace(found)[trace_id]
+        if not trace_ids:
+            return None
+        spans = _by_trace(found)[trace_ids[0]]
         return breakdown_from_spans(
             request_id, spans, self._batch_spans(spans, service=service, lookback_s=lookback_s)
         )
@@ -319,7 +405,7 @@ class JaegerClient:
         *,
         service: str = DEFAULT_SERVICE,
         lookback_s: float = 3600.0,
-        depth: int = 200,
+        depth: int = SEARCH_DEPTH,
     ) -> list[Breakdown]:
         """The `n` slowest request traces among the last `depth` that reached `service`."""
         traces = _by_trace(self.find_spans(service=service, lookback_s=lookback_s, limit=depth))
@@ -335,6 +421,4 @@ class JaegerClient:
 
 
 def _json_map(values: Mapping[str, str]) -> str:
-    import json
-
     return json.dumps(dict(values), separators=(",", ":"))

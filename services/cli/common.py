@@ -15,6 +15,7 @@ import typer
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
+from rich.console import Console
 from typer.core import TyperGroup
 
 from infra import eventloop
@@ -179,6 +180,19 @@ BootstrapOption = Annotated[
 
 BROKEN_PIPE = 141
 """Exit status when the output's reader has gone (128 + SIGPIPE, as a shell reports it)."""
+
+
+def _quiet_exit(console: Console) -> None:
+    console.quiet = True
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise SystemExit(BROKEN_PIPE)
+
+
+def broken_pipes_exit_141() -> None:
+    """Every rich console of this process (tables, typer's help) ends a print to a reader
+    that went with exit 141, as the rest of the CLI does: rich's own answer is exit 1
+    (`inferbus --help | head` read as a failure). Called once, by the entry point."""
+    Console.on_broken_pipe = _quiet_exit  # type: ignore[method-assign,assignment]
 
 
 class OneLineErrors(TyperGroup):

@@ -17,6 +17,7 @@ from services.cli.common import (
     BootstrapOption,
     OneLineErrors,
     bootstrap_option,
+    broken_pipes_exit_141,
     check_range,
     load_settings,
     run,
@@ -421,6 +422,7 @@ _mount_subcommands()
 
 def main() -> None:
     """Console entry point."""
+    broken_pipes_exit_141()
     app()
 
 

@@ -328,3 +328,23 @@ def test_a_reader_that_goes_ends_the_command_quietly() -> None:
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=30) == 141, stderr
     assert stderr == ""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["sim", "--help"]], ids=["help", "sim-help"])
+def test_a_reader_that_goes_ends_rich_output_quietly_too(args: list[str]) -> None:
+    """Regression: `inferbus --help | head` exited 1 (rich's own answer to a broken pipe)."""
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "from services.cli.main import main; main()", *args],
+            check=False,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            cwd=Path(__file__).parents[3],
+            timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == b""

@@ -125,7 +125,8 @@ def test_a_form_that_is_neither_frame_nor_json_is_refused() -> None:
 @pytest.mark.parametrize("bootstrap", ["127.0.0.1:notaport", "127.0.0.1:", "a:1,b:x", "[::1]:x"])
 def test_a_bootstrap_whose_port_is_no_number_is_refused_at_once(bootstrap: str) -> None:
     """aiokafka's `int()` ValueError came out of `start()`, a traceback from its insides."""
-    with pytest.raises(ValueError, match=r"is not host\[:port\] with a numeric port from 1 to 65535"):
+    refused = r"is not host\[:port\] with a numeric port from 1 to 65535"
+    with pytest.raises(ValueError, match=refused):
         InferenceClient(bootstrap)
 
 

@@ -368,7 +368,7 @@ def test_a_scale_out_the_replica_budget_held_back_is_not_judged(
             2,
             "the live stack's replica budget",
             id="capped-at-2",
-        ),  # fmt: skip
+        ),
         pytest.param(("budget_capped",), 20, 12, "model.yaml", id="cap-above-model-max"),
     ],
 )
