@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+INTEROP := tests/interop/node
 
-.PHONY: up test unit integration lint typecheck check settings-doc clean venv
+.PHONY: up test unit integration interop interop-deps lint typecheck check settings-doc clean venv
 
 venv: $(STAMP)
 
@@ -18,8 +19,19 @@ $(STAMP): pyproject.toml
 up: $(STAMP)
 	$(BIN)/inferbus up $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) interop-deps
 	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+
+# kafkajs for the JavaScript producer's test (tests/integration/test_node_producer.py); where
+# npm is missing or cannot reach its registry, that one test is skipped, said in its reason.
+interop-deps:
+	@if command -v npm >/dev/null 2>&1; then \
+		test -d $(INTEROP)/node_modules/kafkajs || npm ci --prefix $(INTEROP) --no-audit --no-fund --silent \
+		|| echo "interop: npm ci failed; the JavaScript producer's test will be skipped"; \
+	else echo "interop: no npm; the JavaScript producer's test will be skipped"; fi
+
+interop: $(STAMP) interop-deps
+	$(BIN)/python -m pytest -q -ra tests/integration/test_node_producer.py
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
@@ -40,4 +52,4 @@ settings-doc: $(STAMP)
 	$(BIN)/python -m infra.settings_reference > docs/settings.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache $(INTEROP)/node_modules
