@@ -67,13 +67,59 @@ def assemble(requests: Sequence[Arrays], config: ModelConfig, pad_length: int | 
     return out
 
 
-def split(outputs: Mapping[str, np.ndarray[Any, Any]], samples: Sequence[int]) -> list[Arrays]:
-    """Cut each output's leading dimension back into per-request pieces."""
+def sequence_outputs(config: ModelConfig) -> set[str]:
+    """Outputs whose axis 1 is dynamic, in a model whose inputs are padded to a length: a
+    token-level output (one row per token) comes back as long as the padded batch."""
+    if config.batching.sequence_input is None:
+        return set()
+    return {spec.name for spec in config.outputs if len(spec.shape) >= 2 and spec.shape[1] == -1}
+
+
+def split(
+    outputs: Mapping[str, np.ndarray[Any, Any]],
+    samples: Sequence[int],
+    *,
+    trimmed: Mapping[str, int] | None = None,
+    lengths: Sequence[int | None] = (),
+) -> list[Arrays]:
+    """Cut each output's leading dimension back into per-request pieces.
+
+    `trimmed`: {output: the batch's padded length}; such an output, as long on axis 1 as
+    the padded batch, is cut back to each request's own length (`lengths[i]`): an answer
+    must not depend on its batch-mates (a 5-token request batched with a 40-token one got
+    40 rows of a token-level output, 35 of them for padding)."""
     bounds = np.cumsum([0, *samples])
-    return [
-        {name: array[bounds[i] : bounds[i + 1]] for name, array in outputs.items()}
-        for i in range(len(samples))
-    ]
+    trims = trimmed or {}
+    pieces: list[Arrays] = []
+    for i in range(len(samples)):
+        own = lengths[i] if i < len(lengths) else None
+        piece: Arrays = {}
+        for name, array in outputs.items():
+            rows = array[bounds[i] : bounds[i + 1]]
+            padded_to = trims.get(name)
+            if padded_to is not None and own is not None and _padded(rows, padded_to, own):
+                rows = rows[:, :own]
+            piece[name] = rows
+        pieces.append(piece)
+    return pieces
+
+
+def _padded(rows: np.ndarray[Any, Any], padded_to: int, own: int) -> bool:
+    """The output follows the padded sequence on axis 1, past the request's own length."""
+    return rows.ndim >= 2 and rows.shape[1] == padded_to > own
+
+
+def _trimming(
+    requests: Sequence[Arrays], batch: Arrays, config: ModelConfig
+) -> tuple[dict[str, int], list[int | None]]:
+    """`split`'s `trimmed` and `lengths` for this batch: its token-level outputs at the
+    batch's padded length, each request's own length (nothing to trim without padding)."""
+    name, outputs = config.batching.sequence_input, sequence_outputs(config)
+    if name is None or not outputs or name not in batch or batch[name].ndim < 2:
+        return {}, []
+    padded_to = int(batch[name].shape[1])
+    lengths = [int(r[name].shape[1]) if r[name].ndim >= 2 else None for r in requests]
+    return dict.fromkeys(outputs, padded_to), lengths
 
 
 def _check_rows(outputs: Mapping[str, np.ndarray[Any, Any]], samples: int) -> None:
@@ -129,7 +175,8 @@ def run_batch(
             *run_batch(infer, second, samples[middle:], config, _repad(second, config, pad_length)),
         ]
     ran = time.perf_counter()
-    pieces = split(outputs, samples)
+    trimmed, lengths = _trimming(requests, batch, config)
+    pieces = split(outputs, samples, trimmed=trimmed, lengths=lengths)
     done = time.perf_counter()
     infer_ms = (ran - assembled) * 1000
     assemble_ms = (assembled - started) * 1000

@@ -259,3 +259,54 @@ def test_only_poisoned_requests_fail(flags: list[bool], sizes: list[int]) -> Non
             )
     # Halving bounds the work: at most 2n - 1 engine calls for n requests.
     assert len(engine.calls) <= 2 * len(requests) - 1
+
+
+# ---- token-level outputs ---------------------------------------------------------------------
+
+TOKENS = ModelConfig.model_validate(
+    {
+        **ENCODER.model_dump(),
+        "outputs": [
+            {"name": "per_token", "dtype": "int64", "shape": [-1, -1]},
+            {"name": "per_token_wide", "dtype": "int64", "shape": [-1, -1, 2]},
+            {"name": "pooled", "dtype": "int64", "shape": [-1, 2]},
+            {"name": "top2", "dtype": "int64", "shape": [-1, -1]},
+        ],
+        "batching": {**ENCODER.batching.model_dump(), "length_buckets": [8, 16]},
+    }
+)
+
+
+def token_engine(batch: Mapping[str, np.ndarray[Any, Any]]) -> Arrays:
+    """Echoes input_ids per token, pools them, and keeps a dynamic axis that is no sequence."""
+    ids = batch["input_ids"]
+    return {
+        "per_token": ids,
+        "per_token_wide": np.stack([ids, ids], axis=-1),
+        "pooled": np.stack([ids.sum(axis=1), ids.shape[1] + 0 * ids[:, 0]], axis=-1),
+        "top2": ids[:, :2],
+    }
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [
+        pytest.param([3, 10], id="short-beside-long"),
+        pytest.param([5], id="alone-padded-to-its-bucket"),
+        pytest.param([16, 16], id="no-padding"),
+    ],
+)
+def test_a_token_level_output_is_as_long_as_the_requests_own_input(lengths: list[int]) -> None:
+    """Regression: each request got as many rows as its padded batch (16 for a 3-token
+    request beside a 10-token one), so its answer depended on its batch-mates."""
+    requests = [encoder_request(n, token=n) for n in lengths]
+    pad = 8 if max(lengths) <= 8 else 16
+
+    outcomes = run_batch(token_engine, requests, [1] * len(requests), TOKENS, pad)
+
+    for n, outcome in zip(lengths, outcomes, strict=True):
+        assert outcome.outputs is not None
+        np.testing.assert_array_equal(outcome.outputs["per_token"], np.full((1, n), n))
+        assert outcome.outputs["per_token_wide"].shape == (1, n, 2)
+        assert outcome.outputs["pooled"].shape == (1, 2)  # no sequence axis: as it came
+        assert outcome.outputs["top2"].shape == (1, 2)  # dynamic, not the sequence: kept
