@@ -185,7 +185,7 @@ class IngestService:
             offsets=self.offsets,
             drain=self._drain,
             control=control,
-            options=options,
+            options=dataclasses.replace(options, max_poll_records=self.settings.poll_max_records),
         )
 
     # ---- lifecycle ---------------------------------------------------------------------

@@ -226,7 +226,11 @@ class Worker:
                 drain=self.pipeline.drain,
                 let_go=self.pipeline.let_go,
                 control=rank == 0,
-                options=ConsumerOptions(batch_lane=tier == "batch", critical=tier == "critical"),
+                options=ConsumerOptions(
+                    batch_lane=tier == "batch",
+                    critical=tier == "critical",
+                    max_poll_records=self.settings.poll_max_records,
+                ),
             )
             self.consumers[tier] = consumer  # before start: a cancelled start still closes it
             await consumer.start()

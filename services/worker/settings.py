@@ -57,8 +57,9 @@ class WorkerSettings(BaseSettings):
     rest waits in Kafka. Polling for more only to queue them costs the broker a fetch
     every few milliseconds while the engine is behind, and the worker's queue is what a
     handover drains."""
-    poll_max_records: int = Field(default=128, gt=0)
-    """Most records per poll."""
+    poll_max_records: int = Field(default=512, gt=0)
+    """Most records per poll; the room left in hand (`max_in_hand`, `prefetch_batches`)
+    usually caps a poll first."""
     starvation_ms: float = Field(default=1000.0, gt=0, allow_inf_nan=False)
     """A lower tier waits at most this long behind higher ones, milliseconds."""
     lease_s: float = Field(default=6.0, gt=0, allow_inf_nan=False)
