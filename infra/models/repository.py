@@ -94,7 +94,10 @@ class ModelRepository:
         config = self.config(name)
         versions = self.versions(name)
         if not versions:
-            raise ModelNotFound(f"model {name!r} has no complete version folder", model=name)
+            raise ModelNotFound(
+                f"model {name!r} has no complete version folder{self._incomplete(name)}",
+                model=name,
+            )
         chosen = version or versions[-1]
         if chosen not in versions:
             raise ModelNotFound(
@@ -103,6 +106,24 @@ class ModelRepository:
                 version=chosen,
             )
         return ModelVersion(name, chosen, self.root / name / chosen, config)
+
+    def _incomplete(self, name: str) -> str:
+        """Why the version folders there are not complete, for the message that none is:
+        `model 'x' has no complete version folder` sent an empty model.onnx's owner looking."""
+        base = self.root / name
+        folders = sorted(
+            (d for d in base.iterdir() if d.is_dir() and not d.name.startswith(".")),
+            key=lambda d: _version_key(d.name),
+        )
+        if not folders:
+            return f" (no folder in {base})"
+        said = [
+            f"{d.name}/{MODEL_FILE} is empty"
+            if (d / MODEL_FILE).is_file()
+            else f"{d.name}/ has no {MODEL_FILE}"
+            for d in folders
+        ]
+        return " (" + "; ".join(said) + ")"
 
 
 def is_complete(directory: Path, engine_kind: str = "onnxruntime") -> bool:

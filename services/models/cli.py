@@ -1,5 +1,5 @@
-"""`inferbus models ...`: write the demo models, list, calibrate the sim, add MiniLM, and
-decide a canary rollout by hand (promote, rollback, share)."""
+"""`inferbus models ...`: write the demo models, list, calibrate the sim, add MiniLM or your
+own ONNX file, and decide a canary rollout by hand (promote, rollback, share)."""
 
 from __future__ import annotations
 
@@ -310,3 +310,34 @@ def set_share(
     """Set the canary's share at runtime, over model.yaml's (ramp up, or resume after
     a rollback)."""
     _decide(model, directory, bootstrap, "share", share=share, reason=reason)
+
+
+@add_app.command("onnx")
+def add_onnx(
+    source: Annotated[Path, typer.Argument(help="The ONNX file (external weights beside it).")],
+    name: Annotated[str, typer.Option("--name", help="Model name in the repository.")],
+    directory: DirOption = Path("models"),
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Add a new version to an existing model (hot-reloaded)."),
+    ] = False,
+    max_batch_size: Annotated[
+        int, typer.Option("--max-batch-size", min=1, help="batching.max_batch_size of a new model.")
+    ] = 32,
+) -> None:
+    """Add your own ONNX model: model.yaml read off the graph, checked in the worker's engine."""
+    from services.models.own import add_onnx as add
+
+    try:
+        with console.status(f"checking {source}"):
+            added = add(directory, source, name, new_version=force, max_batch_size=max_batch_size)
+    except InferbusError as exc:
+        raise _fail(exc) from exc
+    config = added.version.config
+    console.print(f"added {added.version.directory}")
+    for spec in config.inputs:
+        console.print(escape(f"  input  {spec.name}: {spec.dtype}{spec.shape}"))
+    for spec in config.outputs:
+        console.print(escape(f"  output {spec.name}: {spec.dtype}{spec.shape}"))
+    for note in added.notes:
+        console.print(f"note: {escape(note)}")

@@ -15,9 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from infra.models.config import ModelConfig
 from infra.models.lookups import merged_limits, model_lookup_rows
 from infra.models.repository import ModelRepository, ModelVersion
 from infra.processes import name_this_thread
+from schemas.errors import InferbusError
 from schemas.tensors import DTYPES, Arrays
 from services.worker.engines.base import Engine
 from services.worker.engines.shapes import warmup_batches
@@ -151,11 +153,15 @@ class EngineHost:
 
     async def reload_loop(self, every_s: float, on_switched: Callable[[], Awaitable[None]]) -> None:
         """Switch when the target changes (a newer complete version, or the rollout names
-        another); a version that fails to load is refused once, the old one keeps serving.
+        another); a version that fails to load is refused, the old one keeps serving, until
+        model.yaml changes (a version 2 that adds an input loads once model.yaml declares
+        it: refused for good, the worker kept serving version 1 against a model.yaml whose
+        inputs it no longer took, so every request was refused by ingest or by it).
         A switch `on_switched` failed to tell (the broker away) is told again each round."""
         if self.pinned_version is not None or every_s <= 0:
             return
-        refused: set[str] = set()
+        refused: dict[str, ModelConfig | None] = {}
+        """Version → the model.yaml it was refused under."""
         untold = False
         while True:
             await asyncio.sleep(every_s)
@@ -166,12 +172,14 @@ class EngineHost:
                 versions = self.repository.versions(self.model)
                 newest = versions[-1] if versions else None
             current = self.version.version if self.version else None
-            if newest is None or newest == current or newest in refused:
+            if newest is None or newest == current:
+                continue
+            if newest in refused and refused[newest] == self._config_now():
                 continue
             try:
                 await self.switch_to(newest)
             except Exception as exc:  # the old version keeps serving; logged, not raised
-                refused.add(newest)
+                refused[newest] = self._config_now()
                 log.error(
                     "event=reload_refused model=%s version=%s keeping=%s error=%r",
                     self.model,
@@ -181,6 +189,13 @@ class EngineHost:
                 )
                 continue
             untold = not await self._tell(on_switched)
+
+    def _config_now(self) -> ModelConfig | None:
+        """model.yaml as it reads now; None while it cannot be read."""
+        try:
+            return self.repository.config(self.model)
+        except InferbusError:
+            return None
 
     async def _tell(self, on_switched: Callable[[], Awaitable[None]]) -> bool:
         """Run `on_switched`; False (said) when it raised, so the loop tries again."""

@@ -1,4 +1,5 @@
-"""The cheap checks every engine makes on a batch: names, dtypes, ranks, one batch size."""
+"""The cheap checks every engine makes on a batch: names, dtypes, ranks, one batch size;
+and, at warm-up, that outputs come back with the batch first."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from infra.models.config import ModelConfig
-from schemas.errors import InvalidInput
+from schemas.errors import EngineError, InvalidInput
 from schemas.tensors import DTYPES, Arrays
 
 
@@ -48,3 +49,23 @@ def check_inputs(config: ModelConfig, inputs: Mapping[str, np.ndarray[Any, Any]]
     if not batch:
         raise InvalidInput("empty batch", model=config.name)
     return feed
+
+
+def check_outputs(config: ModelConfig, samples: int, outputs: Mapping[str, Any]) -> None:
+    """Every declared output must come back with the batch first, one row a sample: the
+    worker hands each request its own rows of axis 0. An output without a batch axis (a
+    constant, a scalar, a transposed [16, N]) is refused at warm-up, naming it, instead of
+    failing every request (or, at a batch of 16 for that [16, N], answering wrong rows)."""
+    problems = [
+        f"output {name!r} came back as {list(array.shape)} for a batch of {samples}"
+        for name, array in outputs.items()
+        if name in {spec.name for spec in config.outputs}
+        and (array.ndim == 0 or array.shape[0] != samples)
+    ]
+    if problems:
+        raise EngineError(
+            f"model {config.name!r}: " + "; ".join(problems) + ": each output needs the batch "
+            "as its first axis (leave an output without one out of model.yaml's outputs, "
+            "or re-export the model with the batch first)",
+            model=config.name,
+        )

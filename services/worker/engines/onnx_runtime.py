@@ -86,6 +86,9 @@ class OnnxRuntimeEngine(Engine):
         self._info: EngineInfo | None = None
         self._use_io_binding = False
         self._output_names: list[str] = []
+        self._fixed_batch: int | None = None
+        """The batch the graph's inputs are fixed to ([1, 16], not [N, 16]), if any: a batch
+        is run that many samples at a time."""
 
     @property
     def info(self) -> EngineInfo:
@@ -165,9 +168,11 @@ class OnnxRuntimeEngine(Engine):
                 ",".join(reasons),
                 ran,
             )
-        self._check_signature(session, config)
+        self._fixed_batch = self._check_signature(session, config)
         self._session = session
-        self._output_names = [o.name for o in session.get_outputs()]
+        # The declared outputs only: a graph output left out of model.yaml (a constant,
+        # a debug tensor) is neither computed nor split per request.
+        self._output_names = [spec.name for spec in config.outputs]
         self._use_io_binding = (
             self._io_binding_override
             if self._io_binding_override is not None
@@ -175,12 +180,20 @@ class OnnxRuntimeEngine(Engine):
         )
         self._info = EngineInfo(backend="onnxruntime", provider=ran)
 
-    def _check_signature(self, session: Any, config: ModelConfig) -> None:
-        """model.yaml and the ONNX graph must agree on input names, dtypes and ranks."""
+    def _check_signature(self, session: Any, config: ModelConfig) -> int | None:
+        """model.yaml and the ONNX graph must agree on input names, dtypes, ranks and fixed
+        sizes, and on output names and dtypes; returns the graph's fixed batch, if any."""
         graph_inputs = {arg.name: arg for arg in session.get_inputs()}
         graph_outputs = {arg.name: arg for arg in session.get_outputs()}
         declared = {spec.name for spec in config.inputs}
         problems: list[str] = []
+        fixed = {
+            name: arg.shape[0]
+            for name, arg in graph_inputs.items()
+            if arg.shape and isinstance(arg.shape[0], int) and arg.shape[0] > 0
+        }
+        if len(set(fixed.values())) > 1:
+            problems.append(f"graph inputs fix different batch sizes {fixed}")
         for name in sorted(set(graph_inputs) - declared):
             problems.append(f"graph input {name!r} is not declared in model.yaml")
         for spec in config.inputs:
@@ -196,6 +209,15 @@ class OnnxRuntimeEngine(Engine):
                 problems.append(
                     f"input {spec.name!r}: model.yaml rank {len(spec.shape)}, graph {arg.shape}"
                 )
+                continue
+            # ORT refuses any other size on an axis the graph fixes: every request sent by
+            # model.yaml's shape would fail in the engine, as `internal_error`.
+            for axis, (want, got) in enumerate(zip(spec.shape, arg.shape, strict=True)):
+                if axis > 0 and isinstance(got, int) and got > 0 and want != got:
+                    problems.append(
+                        f"input {spec.name!r} axis {axis}: model.yaml says {want}, the graph "
+                        f"fixes {got} (write {got})"
+                    )
         for spec in config.outputs:
             out = graph_outputs.get(spec.name)
             if out is None:
@@ -211,6 +233,7 @@ class OnnxRuntimeEngine(Engine):
                 f"{self.model.model_file} does not match model.yaml: " + "; ".join(problems),
                 model=self.model.name,
             )
+        return next(iter(fixed.values()), None)
 
     def warmup(self, batches: list[Arrays]) -> None:
         """Run each sample batch once, then give the CPU arena back to the system.
@@ -239,6 +262,28 @@ class OnnxRuntimeEngine(Engine):
         if self._session is None:
             raise EngineError("engine is not loaded", model=self.model.name)
         feed = check_inputs(self.model.config, inputs)
+        size = self._fixed_batch
+        samples = len(next(iter(feed.values())))
+        if size is None or samples == size:
+            return self._run_once(feed, options)
+        # A graph with a fixed batch runs `size` samples at a time; a last short chunk is
+        # filled with copies of its last sample, whose rows are dropped again.
+        pieces: list[Arrays] = []
+        for start in range(0, samples, size):
+            chunk = {name: array[start : start + size] for name, array in feed.items()}
+            short = size - min(size, samples - start)
+            if short:
+                chunk = {
+                    name: np.concatenate([array, np.repeat(array[-1:], short, axis=0)])
+                    for name, array in chunk.items()
+                }
+            out = self._run_once(chunk, options)
+            pieces.append({name: value[: size - short] for name, value in out.items()})
+        return {
+            name: np.concatenate([piece[name] for piece in pieces]) for name in self._output_names
+        }
+
+    def _run_once(self, feed: Arrays, options: Any = None) -> Arrays:
         try:
             if self._use_io_binding:
                 return self._run_bound(feed, options)
