@@ -67,6 +67,28 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
+ERROR_TAIL_BYTES = 16_384
+"""How much of a worker's log end is searched for the reason it exited."""
+
+
+def error_line(text: str) -> str | None:
+    """The last `error: ...` line a command printed (its one-line reason for exit 1)."""
+    lines = [line for line in text.splitlines() if line.startswith("error: ")]
+    return lines[-1].removeprefix("error: ").strip() if lines else None
+
+
+def last_error(log_path: Path) -> str | None:
+    """Why a worker exited, from the end of its log: a worker that cannot load its model
+    restarts with backoff, and `inferbus up` said only `returncode=1` for each try (the
+    reason was in the log file alone)."""
+    try:
+        with log_path.open("rb") as f:
+            f.seek(max(f.seek(0, os.SEEK_END) - ERROR_TAIL_BYTES, 0))
+            return error_line(f.read().decode(errors="replace"))
+    except OSError:
+        return None
+
+
 class LocalActuator(Actuator):
     """Starts `<command> --model M --tier T --bootstrap B --models DIR` per replica (with
     `--lane canary` for a canary group: the worker serves model.yaml's rollout.canary).
@@ -137,6 +159,10 @@ class LocalActuator(Actuator):
     def pids(self, group: str) -> list[int]:
         """Running workers of a group, oldest first."""
         return [c.pid for c in self._reap(group)]
+
+    def instance_ids(self, group: str) -> dict[int, str]:
+        """Running workers of a group: pid to the instance id it registers (and answers) as."""
+        return {c.pid: c.instance_id for c in self._reap(group)}
 
     async def current(self, group: str) -> int:
         return len(self._reap(group))
@@ -238,17 +264,20 @@ class LocalActuator(Actuator):
             )
 
     async def _exited(self, group: str, child: _Child) -> None:
+        why = None
+        if child.log_file is not None:
+            child.log_file.close()
+            why = last_error(Path(child.log_file.name))
+            child.log_file = None
         log.warning(
-            "event=worker_exited group=%s pid=%d instance=%s returncode=%s",
+            "event=worker_exited group=%s pid=%d instance=%s returncode=%s%s",
             group,
             child.pid,
             child.instance_id,
             child.process.returncode,
+            f" why={why!r}" if why else "",
         )
         forget_child(child.pid)
-        if child.log_file is not None:
-            child.log_file.close()
-            child.log_file = None
         if self._announce_exit is not None and child.instance_id:
             try:
                 await self._announce_exit(group, child.instance_id, child.process.returncode)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -128,6 +129,11 @@ class ChaosStack:
         actuator = self.stack.actuator
         return actuator.pids(self.group(tier)) if actuator is not None else []
 
+    def worker_instance_id(self, tier: Tier, pid: int) -> str | None:
+        """The instance id a running worker answers as (results' `worker_id`)."""
+        actuator = self.stack.actuator
+        return actuator.instance_ids(self.group(tier)).get(pid) if actuator is not None else None
+
     def ingest_pids(self) -> list[int]:
         """Running ingest processes, oldest first."""
         group = self.stack.ingest
@@ -159,6 +165,19 @@ class ChaosStack:
         """`kill -9`: no drain, no deregistration."""
         os.kill(pid, signal.SIGKILL)
         log.info("event=chaos_killed pid=%d", pid)
+
+    @staticmethod
+    def freeze(pid: int) -> None:
+        """SIGSTOP: the process holds on to everything and does nothing."""
+        os.kill(pid, signal.SIGSTOP)
+        log.info("event=chaos_frozen pid=%d", pid)
+
+    @staticmethod
+    def thaw(pid: int) -> None:
+        """SIGCONT: a frozen process goes on (nothing if it is gone)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        log.info("event=chaos_thawed pid=%d", pid)
 
     async def stop_broker(self) -> int:
         """Stop the embedded broker (its memory-only log goes with it); returns its port."""

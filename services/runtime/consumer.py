@@ -198,6 +198,8 @@ class OwnedConsumer:
         self._last_position_check = time.monotonic()
         self._checking_positions = False
         self._seen_restarts = 0
+        self._seen_lapses = 0
+        """The membership's lapses this consumer has fenced for."""
         self._ends: dict[TopicPartition, int] = {}
         self._delivered: set[TopicPartition] = set()
         self.gaps = GapGuard()
@@ -372,7 +374,7 @@ class OwnedConsumer:
         limit = self.options.max_poll_records
         if self._restore is not None:  # the last rebuild failed: try again before anything
             await self._rebuild()
-        fenced = self.membership.lease_lapsed()
+        fenced = self.membership.lapsed_since(self._seen_lapses)
         if fenced:
             await self._fence()
         try:
@@ -510,7 +512,7 @@ class OwnedConsumer:
             await self._read_control()
         except KafkaError as exc:  # the next poll rebuilds a broken consumer
             log.warning("event=control_read_failed client=%s error=%r", self.client_id, exc)
-        if self.membership.lease_lapsed():
+        if self.membership.lapsed_since(self._seen_lapses):
             await self._fence()
             return
         now = time.monotonic()
@@ -695,8 +697,8 @@ class OwnedConsumer:
     async def rebalance(self) -> None:
         """Move toward this instance's share: release what is no longer its own, take what
         no other live member claims."""
-        if self._closed or self.membership.lease_lapsed():
-            return  # a lapsed lease takes nothing until its record is fresh again
+        if self._closed or self.membership.lapsed_since(self._seen_lapses):
+            return  # a lapsed lease takes nothing until it fenced and its record is fresh
         async with self._rebalance_lock:
             me = self.membership.identity.instance_id
             standing_by = bool(self._groups)
@@ -748,6 +750,7 @@ class OwnedConsumer:
         handover. What is in the engine is still answered (a repeat at worst)."""
         held = {g.group: frozenset(g.owned) for g in self._groups if g.owned}
         if not held:
+            self._seen_lapses = self.membership.lapses
             return  # nothing to give up; the refresh loop renews the lease
         log.warning(
             "event=lease_lapsed instance=%s partitions=%s (not reading them until the "
@@ -769,6 +772,7 @@ class OwnedConsumer:
             await self.membership.publish()
         except KafkaError as exc:  # the refresh loop keeps trying
             log.warning("event=fenced_publish_failed error=%r", exc)
+        self._seen_lapses = self.membership.lapses
 
     def _start_release(self, group: _Group, parts: frozenset[int]) -> asyncio.Task[None]:
         group.releasing |= parts

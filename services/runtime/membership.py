@@ -123,6 +123,12 @@ class Membership:
         self.published_at: datetime | None = None
         """When the last record that reached the broker was made (others time the lease
         from it)."""
+        self.lapses = 0
+        """Times this instance found its lease lapsed when it published (a pause, a starved
+        process, a broker away): each reader of its partitions fences once per lapse, even
+        after a refresh made the record fresh again (`lapsed_since`)."""
+        self._pause: tuple[datetime, datetime] | None = None
+        """The last lapse: (its record before, when it was noticed)."""
         self._broker_notes: set[bytes] = set()
         self._restarted: list[frozenset[str] | None] = []
         """Each time logs started over, the topics whose logs did (None: every topic)."""
@@ -179,6 +185,10 @@ class Membership:
                 if state == "ready" and self.ready_at is None:
                     self.ready_at = self._clock()
             record = self.record()
+            if self.lease_lapsed():
+                self.lapses += 1
+                assert self.published_at is not None
+                self._pause = (self.published_at, record.updated_at)
             await self._send(
                 INSTANCES, self.identity.instance_id.encode(), record.model_dump_json().encode()
             )
@@ -202,6 +212,25 @@ class Membership:
             return False
         age = (self._clock() - self.published_at).total_seconds()
         return age > self.lease_s * FENCE_AT_LEASE_FRACTION
+
+    def lapsed_since(self, seen: int) -> bool:
+        """The lease lapsed now, or did after the first `seen` lapses: a refresh that ran
+        first after a pause (a frozen process goes on) made the record fresh before the
+        readers looked, and they read on from where they were, partitions another
+        instance had taken meanwhile (seen live: 400 answers repeated after a 20 s SIGSTOP)."""
+        return self.lease_lapsed() or self.lapses > seen
+
+    def _judged_at(self) -> datetime:
+        """When others' records are judged live: now, less the last pause for one lease
+        after it was noticed. Paused, this instance read none of their refreshes: judged
+        at once, every other member looked gone and it took their partitions."""
+        now = self._clock()
+        if self._pause is None:
+            return now
+        before, noticed = self._pause
+        if (now - noticed).total_seconds() >= self.lease_s:
+            return now
+        return now - (noticed - before)
 
     def start_refresh(self) -> None:
         """Refresh the record every third of the lease until `stop_refresh` (idempotent)."""
@@ -279,7 +308,7 @@ class Membership:
 
     def members(self, group: str, topic: str) -> list[Member]:
         """The live members of `group` (this one from its own state), for `topic`'s partitions."""
-        now = self._clock()
+        now = self._judged_at()
         out = [self._me(topic)]
         for record in self.table.instances.values():
             if record.instance_id == self.identity.instance_id:

@@ -212,6 +212,7 @@ class Worker:
             publisher=Publisher(self.producer, patience_s=self.settings.publish_patience_s),
             offsets=self.offsets,
             groups=self.groups,
+            lease_lapsed=self.membership.lease_lapsed,
         )
         self._time_to_ready_s = time.time() - PROCESS_STARTED
         await self.membership.publish("ready")

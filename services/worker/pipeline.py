@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -115,8 +115,15 @@ class Pipeline:
         publisher: Publisher,
         offsets: OffsetTracker,
         groups: dict[Tier, str],
+        lease_lapsed: Callable[[], bool] = lambda: False,
     ) -> None:
         self.settings = settings
+        self._lease_lapsed = lease_lapsed
+        """The registry lease is lapsed now (a frozen or starved process, before anything
+        renewed it): the partitions may be another worker's, which reads their uncommitted
+        records again. Only while it is lapsed: once a consumer fenced and took partitions
+        back, what is queued is theirs (a lapse counted earlier would let it go, and the
+        consumer, reading on past it, would never read it again)."""
         self.instance_id = instance_id
         self.host = host
         self.batcher = batcher
@@ -327,6 +334,9 @@ class Pipeline:
                     await asyncio.wait_for(
                         self.wakeup.wait(), timeout=wait if wait is not None else 1.0
                     )
+                continue
+            if self._lease_lapsed():
+                self._let_go_queued(batch)
                 continue
             live = [entry.item for entry in batch.entries if not entry.item.expired]
             if len(live) < len(batch.entries):
@@ -692,6 +702,23 @@ class Pipeline:
                 len(unanswered),
             )
             self._abandoned(unanswered)
+
+    def _let_go_queued(self, batch: Batch[InHand]) -> None:
+        """The lease lapsed with `batch` formed: it and everything queued go unanswered to
+        the partitions' owners (read again from their commits), instead of being answered
+        twice. Seen live: a worker frozen past its lease answered its whole queue again the
+        moment it went on (101 and 401 repeats in `inferbus chaos -s worker-freeze`)."""
+        dropped = [entry.item for entry in batch.entries] + self.batcher.remove(lambda _: True)
+        for item in dropped:
+            if item.spans is not None:
+                item.spans.handed_over()
+        self._abandoned(map(_key, dropped))
+        log.warning(
+            "event=lease_lapsed_queue_let_go instance=%s records=%d (not run: their next "
+            "owner reads them again)",
+            self.instance_id,
+            len(dropped),
+        )
 
     def let_go(self, topic: str, partitions: frozenset[int]) -> int:
         """Drop the queued records of these partitions (not yet in the engine): they go to

@@ -11,6 +11,7 @@ from services.chaos.scenarios import (
     overload,
     poison,
     rebalance,
+    worker_freeze,
     worker_kill,
 )
 from services.chaos.scenarios.base import ScenarioSpec
@@ -21,6 +22,7 @@ SCENARIOS: dict[str, ScenarioSpec[Any]] = {
         poison.SPEC,
         malformed.SPEC,
         worker_kill.SPEC,
+        worker_freeze.SPEC,
         ingest_kill.SPEC,
         rebalance.SPEC,
         overload.SPEC,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scaler.actuators.base import ActuatorError
-from scaler.actuators.local import LocalActuator
+from scaler.actuators.local import LocalActuator, error_line
 
 GROUP = "inferbus.workers.demo-mlp.interactive"
 
@@ -282,3 +282,48 @@ async def test_a_scaler_asking_every_tick_does_not_bypass_the_backoff(tmp_path: 
         assert 1 <= len(starts.read_text()) <= 4
     finally:
         await local.close()
+
+
+async def test_a_worker_that_cannot_start_says_why_in_the_scalers_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: a worker that could not load its model restarted with backoff, and `up`
+    said only `returncode=1` each time; the reason was in the worker's log file alone."""
+    failing = (
+        "import sys; print('loading...'); "
+        "print('error: model m: version 1 cannot be served: bad graph', file=sys.stderr); "
+        "sys.exit(1)"
+    )
+    local = LocalActuator(
+        "127.0.0.1:9092",
+        tmp_path / "models",
+        command=[sys.executable, "-c", failing],
+        log_dir=tmp_path / "logs",
+        restart_backoff_s=(5.0, 5.0),
+    )
+    try:
+        with caplog.at_level("WARNING"):
+            await local.scale(GROUP, 1, "test")
+            (child,) = local._groups[GROUP].children
+            await asyncio.wait_for(child.process.wait(), 10)
+
+            async def said() -> None:
+                while "event=worker_exited" not in caplog.text:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(said(), 10)
+        assert "returncode=1 why='model m: version 1 cannot be served: bad graph'" in caplog.text
+    finally:
+        await local.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        pytest.param("a\nerror: first\nb\nerror: last one\n", "last one", id="the-last"),
+        pytest.param("Traceback ...\nValueError: x\n", None, id="none"),
+        pytest.param("", None, id="empty"),
+    ],
+)
+def test_error_line(text: str, why: str | None) -> None:
+    assert error_line(text) == why

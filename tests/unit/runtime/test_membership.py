@@ -150,6 +150,48 @@ async def test_the_lease_lapses_ahead_of_the_others_counting_it_gone() -> None:
     assert not m.lease_lapsed()
 
 
+async def test_a_lapse_a_refresh_ended_is_still_seen_by_every_reader() -> None:
+    """Regression: after a 20 s SIGSTOP the refresh loop ran first and made the record fresh;
+    the readers never saw the lapse and read on from where they were, in partitions another
+    worker had taken meanwhile (400 repeated answers)."""
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    await m.publish("ready")
+    assert (m.lapses, m.lapsed_since(0)) == (0, False)
+    clock.now = T0 + timedelta(seconds=20)  # frozen, then the refresh runs first
+    await m.publish()
+    assert not m.lease_lapsed()
+    assert m.lapses == 1
+    assert m.lapsed_since(0) and not m.lapsed_since(1)
+    clock.now = T0 + timedelta(seconds=21)
+    await m.publish()  # a routine refresh is no lapse
+    assert m.lapses == 1
+
+
+@pytest.mark.parametrize(
+    ("after_s", "other_at_s", "live"),
+    [
+        pytest.param(0.5, 0.0, True, id="just-back:-its-last-record-from-before-the-pause"),
+        pytest.param(2.9, 0.0, True, id="within-one-lease-of-coming-back"),
+        pytest.param(3.1, 0.0, False, id="a-lease-after:-no-fresh-record-means-gone"),
+        pytest.param(3.1, 20.5, True, id="a-lease-after:-its-fresh-record"),
+    ],
+)
+async def test_paused_others_are_judged_as_of_the_pause_for_one_lease(
+    after_s: float, other_at_s: float, live: bool
+) -> None:
+    """Regression: back from a pause, every other member's record looked a pause old, so
+    they all looked gone and the instance took their partitions at once."""
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    await m.publish("ready")
+    m.observe(INSTANCES, b"other", record("other", at=T0 + timedelta(seconds=other_at_s)))
+    clock.now = T0 + timedelta(seconds=20)
+    await m.publish()  # the pause is noticed here
+    clock.now = T0 + timedelta(seconds=20 + after_s)
+    assert ("other" in names(m)) is live
+
+
 async def test_a_failed_publish_does_not_renew_the_lease() -> None:
     clock = Clock()
 

@@ -228,3 +228,53 @@ async def test_a_due_partial_batch_behind_a_running_one_waits_without_spinning()
     assert host.batches == 1
     assert len(batcher) == 1, "the partial batch still waits for the engine"
     assert rounds <= 5, f"the loop went round {rounds} times in 0.3 s"
+
+
+class CountingHost(BusyHost):
+    """An engine that counts the batches it is handed."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+
+    async def run(self, *args: Any, **kwargs: Any) -> Any:
+        self.batches += 1
+        await asyncio.Event().wait()
+
+
+async def test_a_lapsed_lease_lets_the_queue_go_instead_of_running_it() -> None:
+    """Regression: a worker frozen past its lease ran its whole queue the moment it went on,
+    though another worker had taken the partitions: 101-401 repeats in `inferbus chaos -s
+    worker-freeze`. Let go, the records stay uncommitted for their next owner."""
+    host = CountingHost()
+    batcher: Batcher[InHand] = Batcher(BatchPolicy(max_batch_size=2, max_queue_delay_s=0.0))
+    capture, offsets = Capture(), OffsetTracker()
+    lapsed = True
+    pipeline = Pipeline(
+        settings=WorkerSettings(model="demo-mlp"),
+        instance_id="worker-test",
+        host=host,  # type: ignore[arg-type]
+        batcher=batcher,
+        publisher=capture,  # type: ignore[arg-type]
+        offsets=offsets,
+        groups={"batch": "inferbus.workers.demo-mlp.batch"},
+        lease_lapsed=lambda: lapsed,
+    )
+    for offset in range(5):
+        item = waiting(offset, 30.0)
+        item.epoch = pipeline.took(TOPIC, 0, item.offset)
+        batcher.add(item, tier="batch", samples=1, length=None, now=time.monotonic())
+    loop = asyncio.create_task(pipeline.engine_loop())
+    try:
+        await asyncio.sleep(0.1)
+        assert (host.batches, len(batcher), pipeline.in_hand) == (0, 0, 0)
+        assert capture.sent == []
+        assert offsets.committable().get((TOPIC, 0), 0) == 0  # read again from offset 0
+        lapsed = False  # a fresh record: what comes now runs
+        item = waiting(5, 30.0)
+        item.epoch = pipeline.took(TOPIC, 0, item.offset)
+        batcher.add(item, tier="batch", samples=1, length=None, now=time.monotonic())
+        pipeline.wakeup.set()
+        await asyncio.sleep(0.1)
+        assert host.batches == 1
+    finally:
+        loop.cancel()
