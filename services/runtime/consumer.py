@@ -841,6 +841,12 @@ class OwnedConsumer:
             await asyncio.sleep(self.options.commit_interval_s)
 
     async def _commit_now(self) -> None:
+        if self.membership.lapsed_since(self._seen_lapses):
+            # Not fenced yet: another instance may have taken these partitions and committed
+            # past this one's offsets. Seen live: a worker frozen past its lease committed its
+            # old offset (34) over the new owner's (100) when it went on, and 66 answered
+            # requests were read and answered again. The fence forgets these offsets.
+            return
         committable = self.offsets.committable()
         if not committable:
             return

@@ -114,16 +114,57 @@ class EngineHost:
         return self.wanted() if self.wanted is not None else None
 
     async def load(self, *, on_warming: Callable[[], Awaitable[None]]) -> None:
-        """Load the target version, then warm it up on real shapes."""
-        version = self.repository.resolve(self.model, self.target())
+        """Load the target version, then warm it up on real shapes.
+
+        Without a target (not pinned, no rollout), the newest complete version that loads:
+        a newest one that cannot (a graph that no longer matches model.yaml) is refused,
+        logged, and the one before it tried, which the running workers keep serving (they
+        refuse it too). A worker started then, by a scale-out or a restart, crash-looped
+        on it instead. The newest one's error is raised when none loads."""
+        target = self.target()
+        if target is not None:
+            await self._load(self.repository.resolve(self.model, target), on_warming)
+            return
+        names = self.repository.versions(self.model)
+        if not names:
+            self.repository.resolve(self.model, None)  # raises, saying why
+        newest_error: InferbusError | None = None
+        for name in reversed(names):
+            try:
+                await self._load(self.repository.resolve(self.model, name), on_warming)
+            except InferbusError as exc:
+                newest_error = newest_error or exc
+                log.error(
+                    "event=version_refused model=%s version=%s error=%s (trying the one before it)",
+                    self.model,
+                    name,
+                    exc,
+                )
+                continue
+            if newest_error is not None:
+                log.warning(
+                    "event=serving_older_version model=%s version=%s newest=%s",
+                    self.model,
+                    name,
+                    names[-1],
+                )
+            return
+        assert newest_error is not None
+        raise newest_error
+
+    async def _load(self, version: ModelVersion, on_warming: Callable[[], Awaitable[None]]) -> None:
         engine = self.engine_factory(version)
         started = time.perf_counter()
         await asyncio.to_thread(engine.load)
-        self.load_s = time.perf_counter() - started
-        await on_warming()
-        tokenize, index_limits = await asyncio.to_thread(input_rules_for, version)
-        started = time.perf_counter()
-        await asyncio.to_thread(engine.warmup, warmup_batches(version.config, index_limits))
+        try:
+            self.load_s = time.perf_counter() - started
+            await on_warming()
+            tokenize, index_limits = await asyncio.to_thread(input_rules_for, version)
+            started = time.perf_counter()
+            await asyncio.to_thread(engine.warmup, warmup_batches(version.config, index_limits))
+        except BaseException:
+            await asyncio.to_thread(engine.unload)  # a version refused at warm-up is let go
+            raise
         self.warmup_s = time.perf_counter() - started
         self.tokenize, self.index_limits = tokenize, index_limits
         self.engine, self.version = engine, version

@@ -187,3 +187,29 @@ async def test_a_rebuild_that_cannot_start_is_tried_again_by_the_next_poll(
     assert starts == 2
     assert acquired == [frozenset({0})]  # the partitions it held, taken back once
     assert handled == list(range(10))
+
+
+class _Committer:
+    def __init__(self) -> None:
+        self.commits: list[dict[int, int]] = []
+
+    async def commit(self, offsets: dict[int, int]) -> None:
+        self.commits.append(dict(offsets))
+
+
+async def test_a_consumer_back_from_a_pause_commits_nothing_before_it_fenced(
+    consumer: OwnedConsumer, offsets: OffsetTracker
+) -> None:
+    """Regression: a worker frozen past its lease committed its old offset over the new
+    owner's when it went on (34 over 100), and what lay between was answered again."""
+    committer = _Committer()
+    consumer._groups[0].committer = committer  # type: ignore[assignment]
+    for offset in range(3):
+        epoch = offsets.polled(TP.topic, 0, offset)
+        offsets.answered(TP.topic, 0, offset, epoch)
+    consumer.membership.lapses += 1  # a refresh ended a pause before this consumer looked
+    await consumer._commit_now()
+    assert committer.commits == []
+    consumer._seen_lapses = consumer.membership.lapses  # fenced for it
+    await consumer._commit_now()
+    assert committer.commits == [{0: 3}]

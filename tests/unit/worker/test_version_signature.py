@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 from infra.models.config import ModelConfig
 from infra.models.repository import ModelRepository
+from schemas.errors import InferbusError
 from services.worker.engine_host import EngineHost
 
 
@@ -83,3 +85,40 @@ async def test_a_refused_version_loads_once_model_yaml_declares_its_inputs(
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
         await host.close()
+
+
+async def test_a_worker_starting_beside_a_refused_version_serves_the_one_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: with a version 2 whose graph model.yaml does not describe, running
+    workers kept serving 1, but one started then (a scale-out, a restart) failed on 2 and
+    restarted for ever."""
+    _version(tmp_path, "1", ["x"])
+    _version(tmp_path, "2", ["x", "z"])
+    _declare(tmp_path, ["x"])
+    host = EngineHost(ModelRepository(tmp_path), "m")
+
+    async def noop() -> None:
+        return None
+
+    try:
+        await host.load(on_warming=noop)
+        assert host.version is not None and host.version.version == "1"
+        assert "event=version_refused model=m version=2" in caplog.text
+        assert "event=serving_older_version model=m version=1 newest=2" in caplog.text
+    finally:
+        await host.close()
+
+
+async def test_a_pinned_version_that_cannot_load_is_not_replaced(tmp_path: Path) -> None:
+    _version(tmp_path, "1", ["x"])
+    _version(tmp_path, "2", ["x", "z"])
+    _declare(tmp_path, ["x"])
+    host = EngineHost(ModelRepository(tmp_path), "m", pinned_version="2")
+
+    async def noop() -> None:
+        return None
+
+    with pytest.raises(InferbusError, match="not declared"):
+        await host.load(on_warming=noop)
+    await host.close()
