@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from infra.kafka import make_consumer
 from infra.models.config import ModelConfig
+from infra.topics import ensure_topics, standard_topics
 from schemas.frames import is_frame, split_frame
+from services.ingest.app import IngestService
+from services.ingest.settings import IngestSettings
 from services.models.demo import build_mlp
+from services.worker.app import Worker
+from services.worker.settings import WorkerSettings
 
 
 def derive_model(root: Path, source: str, name: str, **changes: Any) -> Path:
@@ -94,3 +100,21 @@ async def collect(
     except TimeoutError:
         raise TimeoutError(f"{len(missing)} never arrived, e.g. {sorted(missing)[:5]}") from None
     return {k: found[k] for k in wanted}
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    broker: str, models: Path, workers: Sequence[WorkerSettings]
+) -> AsyncIterator[None]:
+    """Ingest and one worker per settings on `models` (their topics made), in this process;
+    stopped on the way out."""
+    await ensure_topics(broker, standard_topics(sorted({w.model for w in workers})))
+    ingest = IngestService(broker, IngestSettings(models_dir=models))
+    running = [Worker(broker, settings) for settings in workers]
+    await ingest.start()
+    try:
+        await asyncio.gather(*(worker.start() for worker in running))
+        await asyncio.wait_for(ingest.ready.wait(), 60)
+        yield
+    finally:
+        await asyncio.gather(*(worker.stop() for worker in running), ingest.stop())

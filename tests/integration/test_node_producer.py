@@ -15,12 +15,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from infra.topics import ensure_topics, standard_topics
-from services.ingest.app import IngestService
-from services.ingest.settings import IngestSettings
 from services.models.demo import write_demo_models
-from services.worker.app import Worker
 from services.worker.settings import WorkerSettings
+from tests.integration.stack import serving
 
 PROBE = Path(__file__).resolve().parents[1] / "interop" / "node"
 NODE = shutil.which("node")
@@ -39,22 +36,14 @@ pytestmark = [
 async def bootstrap(broker: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     models = tmp_path_factory.mktemp("repo")
     write_demo_models(models)
-    await ensure_topics(broker, standard_topics(["demo-mlp", "demo-encoder"]))
-    ingest = IngestService(broker, IngestSettings(models_dir=models))
-    await ingest.start()
     workers = [
-        Worker(
-            broker,
-            WorkerSettings(
-                model="demo-mlp", tiers=["critical", "interactive", "batch"], models_dir=models
-            ),
+        WorkerSettings(
+            model="demo-mlp", tiers=["critical", "interactive", "batch"], models_dir=models
         ),
-        Worker(broker, WorkerSettings(model="demo-encoder", tiers=["critical"], models_dir=models)),
+        WorkerSettings(model="demo-encoder", tiers=["critical"], models_dir=models),
     ]
-    await asyncio.gather(*(w.start() for w in workers))
-    await asyncio.wait_for(ingest.ready.wait(), 60)
-    yield broker
-    await asyncio.gather(*(w.stop() for w in workers), ingest.stop())
+    async with serving(broker, models, workers):
+        yield broker
 
 
 async def test_a_kafkajs_producer_gets_every_answer_it_expects(bootstrap: str) -> None:

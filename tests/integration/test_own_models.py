@@ -13,13 +13,10 @@ import pytest
 import pytest_asyncio
 from onnx import TensorProto, helper, numpy_helper
 
-from infra.topics import ensure_topics, standard_topics
 from services.client import InferenceClient
-from services.ingest.app import IngestService
-from services.ingest.settings import IngestSettings
 from services.models.own import add_onnx
-from services.worker.app import Worker
 from services.worker.settings import WorkerSettings
+from tests.integration.stack import serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 MODEL = "own-fixed"
@@ -54,14 +51,8 @@ async def bootstrap(broker: str, tmp_path_factory: pytest.TempPathFactory) -> As
     added = add_onnx(root / "repo", root / "exported.onnx", MODEL, max_batch_size=8)
     assert [spec.name for spec in added.version.config.outputs] == ["y"]
     models = root / "repo"
-    await ensure_topics(broker, standard_topics([MODEL]))
-    ingest = IngestService(broker, IngestSettings(models_dir=models))
-    worker = Worker(broker, WorkerSettings(model=MODEL, models_dir=models))
-    await ingest.start()
-    await worker.start()
-    await asyncio.wait_for(ingest.ready.wait(), 60)
-    yield broker
-    await asyncio.gather(worker.stop(), ingest.stop())
+    async with serving(broker, models, [WorkerSettings(model=MODEL, models_dir=models)]):
+        yield broker
 
 
 async def test_concurrent_requests_each_get_their_own_rows(bootstrap: str) -> None:

@@ -14,12 +14,9 @@ import pytest_asyncio
 from onnx import TensorProto, helper
 
 from infra.models.config import ModelConfig
-from infra.topics import ensure_topics, standard_topics
 from services.client import InferenceClient
-from services.ingest.app import IngestService
-from services.ingest.settings import IngestSettings
-from services.worker.app import Worker
 from services.worker.settings import WorkerSettings
+from tests.integration.stack import serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 MODEL = "token-echo"
@@ -81,14 +78,8 @@ def write_repository(root: Path) -> None:
 async def bootstrap(broker: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
     models = tmp_path_factory.mktemp("repo")
     write_repository(models)
-    await ensure_topics(broker, standard_topics([MODEL]))
-    ingest = IngestService(broker, IngestSettings(models_dir=models))
-    worker = Worker(broker, WorkerSettings(model=MODEL, models_dir=models))
-    await ingest.start()
-    await worker.start()
-    await asyncio.wait_for(ingest.ready.wait(), 60)
-    yield broker
-    await asyncio.gather(worker.stop(), ingest.stop())
+    async with serving(broker, models, [WorkerSettings(model=MODEL, models_dir=models)]):
+        yield broker
 
 
 async def test_each_request_gets_its_own_length_back(bootstrap: str) -> None:

@@ -33,6 +33,7 @@ from services.cli.main import app
 from services.ingest.app import STOP_LIMIT_S as INGEST_STOP_LIMIT_S
 from services.ingest.settings import IngestSettings
 from services.worker.settings import EXIT_S, WorkerSettings
+from tests.unit.actuators.test_deploy import k8s_docs
 from tracing.metrics import PATHS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -67,14 +68,6 @@ class Container:
         return self.argv[0]
 
 
-def _k8s_docs() -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = []
-    for path in sorted(K8S.glob("*.yaml")):
-        if path.name != "kustomization.yaml":
-            docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-    return docs
-
-
 def _compose() -> dict[str, Any]:
     loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     return loaded
@@ -98,7 +91,7 @@ def _duration_s(text: str) -> float:
 
 
 def k8s_containers() -> list[Container]:
-    docs = _k8s_docs()
+    docs = k8s_docs()
     configmaps = {d["metadata"]["name"]: d["data"] for d in docs if d["kind"] == "ConfigMap"}
     found = []
     for doc in docs:
@@ -279,7 +272,7 @@ def test_k8s_ports_probes_and_scrape_agree_with_the_settings(
             assert probe["path"] in PATHS, kind
     pod = next(
         d["spec"]["template"]
-        for d in _k8s_docs()
+        for d in k8s_docs()
         if f"{d['kind']}/{d['metadata']['name']}" == container.where
     )
     assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
@@ -287,7 +280,7 @@ def test_k8s_ports_probes_and_scrape_agree_with_the_settings(
 
 
 def test_k8s_services_target_a_port_their_pods_name() -> None:
-    docs = _k8s_docs()
+    docs = k8s_docs()
     pods = [d["spec"]["template"] for d in docs if d["kind"] == "Deployment"]
     services = [d for d in docs if d["kind"] == "Service"]
     assert services
@@ -362,7 +355,7 @@ def test_the_compose_scaler_scales_its_own_project() -> None:
 
 
 def test_k8s_pods_name_configmaps_and_accounts_that_exist() -> None:
-    docs = _k8s_docs()
+    docs = k8s_docs()
     names = {(d["kind"], d["metadata"]["name"]) for d in docs}
     for doc in docs:
         if doc["kind"] not in ("Deployment", "Job"):
@@ -385,7 +378,7 @@ def test_kustomize_builds_the_manifests() -> None:
     )
     assert built.returncode == 0, built.stderr
     objects = [d for d in yaml.safe_load_all(built.stdout) if d]
-    assert len(objects) == len(_k8s_docs())
+    assert len(objects) == len(k8s_docs())
     assert all(
         d["metadata"].get("namespace") == "inferbus" for d in objects if d["kind"] != "Namespace"
     )
@@ -395,7 +388,7 @@ def test_kustomize_builds_the_manifests() -> None:
 
 
 def _role_grants() -> set[tuple[str, str, str]]:
-    role = next(d for d in _k8s_docs() if d["kind"] == "Role")
+    role = next(d for d in k8s_docs() if d["kind"] == "Role")
     return {
         (group, resource, verb)
         for rule in role["rules"]

@@ -18,6 +18,7 @@ from schemas.errors import ModelNotFound
 from services.cli.common import OneLineErrors, one_line
 from services.cli.main import app
 from services.models.demo import mlp_config
+from tests.gone_reader import run_to_a_gone_reader
 
 
 class _Port(BaseModel):
@@ -333,18 +334,6 @@ def test_a_reader_that_goes_ends_the_command_quietly() -> None:
 @pytest.mark.parametrize("args", [["--help"], ["sim", "--help"]], ids=["help", "sim-help"])
 def test_a_reader_that_goes_ends_rich_output_quietly_too(args: list[str]) -> None:
     """Regression: `inferbus --help | head` exited 1 (rich's own answer to a broken pipe)."""
-    read, write = os.pipe()
-    os.close(read)  # the reader has gone before the first line
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", "from services.cli.main import main; main()", *args],
-            check=False,
-            stdout=write,
-            stderr=subprocess.PIPE,
-            cwd=Path(__file__).parents[3],
-            timeout=60,
-        )
-    finally:
-        os.close(write)
+    done = run_to_a_gone_reader(args)
     assert done.returncode == 141, done.stderr
     assert done.stderr == b""

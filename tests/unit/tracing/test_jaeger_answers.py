@@ -4,10 +4,7 @@ lack spans, hold a span twice, or were timed by clocks that disagree."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +16,7 @@ from typer.testing import CliRunner
 
 from services.cli.common import BROKEN_PIPE
 from services.cli.main import app
+from tests.gone_reader import run_to_a_gone_reader
 from tracing.cli import unstaged_ms
 from tracing.jaeger import (
     SEARCH_DEPTH,
@@ -285,23 +283,11 @@ def test_a_reader_that_goes_ends_trace_with_141(tmp_path: Path) -> None:
     timings = {"queue_ms": 1.0, "e2e_ms": 2.0}
     result_file.write_text(json.dumps({"request_id": "r-1", "model": "m", "status": "ok",
                                        "timings": timings}))  # fmt: skip
-    read, write = os.pipe()
-    os.close(read)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    args = ["trace", "r-1", "--jaeger", dead, "--result-json", str(result_file)]
-    code = "from services.cli.main import main; main()"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code, *args],
-            check=False,
-            stdout=write,
-            stderr=subprocess.PIPE,
-            cwd=Path(__file__).parents[3],
-            timeout=60,
-        )
-    finally:
-        os.close(write)
+    done = run_to_a_gone_reader(
+        ["trace", "r-1", "--jaeger", dead, "--result-json", str(result_file)]
+    )
     assert done.returncode == BROKEN_PIPE, done.stderr
     assert done.stderr == b""
