@@ -33,7 +33,7 @@ from services.cli.main import app
 from services.ingest.app import STOP_LIMIT_S as INGEST_STOP_LIMIT_S
 from services.ingest.settings import IngestSettings
 from services.worker.settings import EXIT_S, WorkerSettings
-from tests.unit.actuators.test_deploy import k8s_docs
+from tests.unit.actuators.test_deploy import k8s_docs, role_grants
 from tracing.metrics import PATHS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -388,14 +388,7 @@ def test_kustomize_builds_the_manifests() -> None:
 
 
 def _role_grants() -> set[tuple[str, str, str]]:
-    role = next(d for d in k8s_docs() if d["kind"] == "Role")
-    return {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
+    return role_grants(next(d for d in k8s_docs() if d["kind"] == "Role"))
 
 
 def _options_and_arguments(argv: list[str]) -> tuple[dict[str, str], list[str]]:
