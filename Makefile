@@ -26,7 +26,7 @@ test: $(STAMP) interop-deps
 # npm is missing or cannot reach its registry, that one test is skipped, said in its reason.
 interop-deps:
 	@if command -v npm >/dev/null 2>&1; then \
-		test -d $(INTEROP)/node_modules/kafkajs || npm ci --prefix $(INTEROP) --no-audit --no-fund --silent \
+		test -d $(INTEROP)/node_modules/kafkajs || npm ci --prefix $(INTEROP) --no-audit --no-fund --silent --fetch-retries=1 --fetch-timeout=30000 \
 		|| echo "interop: npm ci failed; the JavaScript producer's test will be skipped"; \
 	else echo "interop: no npm; the JavaScript producer's test will be skipped"; fi
 
