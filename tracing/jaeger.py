@@ -385,10 +385,10 @@ class JaegerClient:
         stages = {s.attributes.get(attr.STAGE) for s in spans}
         if any(stage in stages for stage in _ENGINE_STAGES):
             return []
-        batch_ids = {s.attributes.get(attr.BATCH_ID) for s in spans} - {None}
+        batch_ids = _batch_ids(spans)
         if not batch_ids:
             return []
-        batch_id = str(sorted(map(str, batch_ids))[0])
+        batch_id = batch_ids[0]
         found = self.find_spans(
             service=service, attributes={attr.BATCH_ID: batch_id}, lookback_s=lookback_s
         )
@@ -407,17 +407,42 @@ class JaegerClient:
         lookback_s: float = 3600.0,
         depth: int = SEARCH_DEPTH,
     ) -> list[Breakdown]:
-        """The `n` slowest request traces among the last `depth` that reached `service`."""
-        traces = _by_trace(self.find_spans(service=service, lookback_s=lookback_s, limit=depth))
-        breakdowns: list[Breakdown] = []
-        for spans in traces.values():
+        """The `n` slowest request traces among the last `depth` that reached `service`,
+        each with its batch's engine spans (another trace): from the same answer when the
+        batch's trace is among it, else asked for. Without them every row said "no engine
+        spans found", the stage a slow request most often spent its time in."""
+        found = self.find_spans(service=service, lookback_s=lookback_s, limit=depth)
+        engine = _engine_spans_by_batch(found)
+        requests: list[tuple[Breakdown, list[SpanRecord]]] = []
+        for spans in _by_trace(found).values():
             ids = [s.attributes.get(attr.REQUEST_ID) for s in spans]
             request_id = next((str(i) for i in ids if i), None)
-            if request_id is None:
-                continue
-            breakdowns.append(breakdown_from_spans(request_id, spans))
-        breakdowns.sort(key=lambda b: b.e2e_ms or 0.0, reverse=True)
-        return breakdowns[:n]
+            if request_id is not None:
+                requests.append((breakdown_from_spans(request_id, spans), spans))
+        requests.sort(key=lambda pair: pair[0].e2e_ms or 0.0, reverse=True)
+        slowest: list[Breakdown] = []
+        for breakdown, spans in requests[:n]:
+            batches = _batch_ids(spans)
+            batch = engine.get(batches[0], []) if batches else []
+            if not batch:
+                batch = self._batch_spans(spans, service=service, lookback_s=lookback_s)
+            slowest.append(breakdown_from_spans(breakdown.request_id, spans, batch))
+        return slowest
+
+
+def _batch_ids(spans: Iterable[SpanRecord]) -> list[str]:
+    """The batch ids a request's spans name, sorted (one, unless it was retried)."""
+    return sorted({str(b) for s in spans if (b := s.attributes.get(attr.BATCH_ID)) is not None})
+
+
+def _engine_spans_by_batch(spans: Iterable[SpanRecord]) -> dict[str, list[SpanRecord]]:
+    """The engine-stage spans among `spans`, by their batch id."""
+    by_batch: dict[str, list[SpanRecord]] = {}
+    for span in spans:
+        batch = span.attributes.get(attr.BATCH_ID)
+        if batch is not None and span.attributes.get(attr.STAGE) in _ENGINE_STAGES:
+            by_batch.setdefault(str(batch), []).append(span)
+    return by_batch
 
 
 def _json_map(values: Mapping[str, str]) -> str:

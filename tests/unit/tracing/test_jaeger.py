@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -146,10 +147,30 @@ def test_unknown_request_is_none(jaeger: str) -> None:
         assert client.request_breakdown("nope") is None
 
 
-def test_slowest(jaeger: str) -> None:
+def test_slowest_asks_for_a_batch_its_answer_lacks(jaeger: str) -> None:
+    """Regression: `traces` left out every batch's engine spans (another trace): each row
+    said "no engine spans found for this request's batch"."""
     with JaegerClient(jaeger) as client:
         (only,) = client.slowest(5)
     assert only.request_id == "r-1" and only.e2e_ms == 100.0
+    assert only.stages_ms["infer"] == 40.0 and only.stages_ms["preprocess"] == 5.0
+    assert not any("no engine spans" in note for note in only.notes)
+    asked = json.loads(_Jaeger.queries[-1].get("query.attributes", ["{}"])[0])
+    assert asked == {"inferbus.batch_id": "b-9"}
+
+
+def test_slowest_takes_a_batch_from_its_own_answer() -> None:
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        body = _answer("inferbus-worker", [*REQUEST_SPANS, *BATCH_SPANS])
+        return httpx.Response(200, json=body)
+
+    with JaegerClient("http://jaeger.test", transport=httpx.MockTransport(answer)) as client:
+        (only,) = client.slowest(5)
+    assert only.stages_ms["infer"] == 40.0
+    assert len(asked) == 1  # the batch's trace was in the answer: nothing more asked
 
 
 def test_unreachable_jaeger_raises(dead_url: str) -> None:
