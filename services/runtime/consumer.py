@@ -854,6 +854,8 @@ class OwnedConsumer:
             return
         done: dict[tuple[str, int], int] = {}
         for group in self._groups:
+            if self.membership.lapsed_since(self._seen_lapses):
+                break  # a lapse came while committing the groups before: the rest waits
             offsets = {
                 partition: offset
                 for (topic, partition), offset in committable.items()

@@ -124,11 +124,14 @@ class Membership:
         """When the last record that reached the broker was made (others time the lease
         from it)."""
         self.lapses = 0
-        """Times this instance found its lease lapsed when it published (a pause, a starved
-        process, a broker away): each reader of its partitions fences once per lapse, even
-        after a refresh made the record fresh again (`lapsed_since`)."""
+        """Times this instance's lease lapsed, counted when its next record went out (a
+        pause, a starved process, a slow or absent broker): each reader of its partitions
+        fences once per lapse, even after that record made the lease fresh again
+        (`lapsed_since`)."""
         self._pause: tuple[datetime, datetime] | None = None
-        """The last lapse: (its record before, when it was noticed)."""
+        """The last lapse: (its record before, when it was counted)."""
+        self._lapse_noticed = False
+        """`lease_lapsed()` said so since the last record went out: the next one counts it."""
         self._broker_notes: set[bytes] = set()
         self._restarted: list[frozenset[str] | None] = []
         """Each time logs started over, the topics whose logs did (None: every topic)."""
@@ -180,18 +183,24 @@ class Membership:
     async def publish(self, state: InstanceState | None = None) -> None:
         """Publish the record (with a new state): on every change, and within the lease."""
         async with self._publish_lock:
+            serving = self.ready_at is not None  # a model's load is no lapse: nothing is held
             if state is not None:
                 self.state = state
                 if state == "ready" and self.ready_at is None:
                     self.ready_at = self._clock()
             record = self.record()
-            if self.lease_lapsed():
-                self.lapses += 1
-                assert self.published_at is not None
-                self._pause = (self.published_at, record.updated_at)
+            previous = self.published_at
+            self.lease_lapsed()  # a lapse under way now is noticed, whatever the send takes
             await self._send(
                 INSTANCES, self.identity.instance_id.encode(), record.model_dump_json().encode()
             )
+            # Counted once the record is out: a lapse seen since the last record, or one
+            # that began while this send waited on a slow broker or a stalled loop (a lapse
+            # that ended unseen inside a send left the readers unfenced).
+            if serving and previous is not None and (self._lapse_noticed or self._aged(previous)):
+                self.lapses += 1
+                self._pause = (previous, self._clock())
+            self._lapse_noticed = False
             self.published_at = record.updated_at
             self.table = fold(self.table, record)
 
@@ -208,9 +217,14 @@ class Membership:
         reached the broker is older than most of its lease (a starved process, a broker it
         cannot reach). Its partitions may have moved: it must not read them until a fresh
         record is out."""
-        if self.published_at is None:
+        if self.published_at is None or not self._aged(self.published_at):
             return False
-        age = (self._clock() - self.published_at).total_seconds()
+        self._lapse_noticed = True  # counted by the next publish, even if it ends in time
+        return True
+
+    def _aged(self, published_at: datetime) -> bool:
+        """A record made at `published_at` is past the point where this instance fences."""
+        age = (self._clock() - published_at).total_seconds()
         return age > self.lease_s * FENCE_AT_LEASE_FRACTION
 
     def lapsed_since(self, seen: int) -> bool:

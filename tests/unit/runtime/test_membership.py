@@ -168,6 +168,43 @@ async def test_a_lapse_a_refresh_ended_is_still_seen_by_every_reader() -> None:
     assert m.lapses == 1
 
 
+async def test_a_lapse_that_ends_inside_a_slow_send_is_counted() -> None:
+    """Regression (review): a send that began in time and ended after the fence point made
+    the lease fresh with no lapse counted, though the worker's queue had been let go during
+    it: no reader fenced, the records let go were never read again, commits stopped there."""
+    clock = Clock()
+
+    async def slow(topic: str, key: bytes, value: bytes) -> None:
+        clock.now += timedelta(seconds=1.5)  # a slow broker
+
+    identity = Identity("me", "inferbus-worker", "demo-mlp", ["interactive"], [GROUP], T0)
+    m = Membership(slow, identity, lease_s=3.0, clock=clock)
+    await m.publish("ready")
+    clock.now = T0 + timedelta(seconds=1.0)  # 1.0 s old when the refresh starts: in time
+    await m.publish()  # ... 2.5 s old when it is out: past the fence point (2.25 s)
+    assert m.lapses == 1 and m.lapsed_since(0)
+
+
+async def test_a_lapse_seen_by_a_reader_is_counted_by_the_next_record() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    await m.publish("ready")
+    clock.now = T0 + timedelta(seconds=2.4)
+    assert m.lease_lapsed()  # the pipeline looks, and lets its queue go
+    clock.now = T0 + timedelta(seconds=2.0)  # the clock steps back before the refresh
+    await m.publish()
+    assert m.lapses == 1
+
+
+async def test_a_models_load_is_no_lapse() -> None:
+    clock, sent = Clock(), []
+    m = membership(clock, sent)
+    await m.publish("loading")
+    clock.now = T0 + timedelta(seconds=30)  # a long load: nothing held, nothing to fence
+    await m.publish("ready")
+    assert m.lapses == 0
+
+
 @pytest.mark.parametrize(
     ("after_s", "other_at_s", "live"),
     [
