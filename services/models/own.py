@@ -147,11 +147,18 @@ def graph_config(name: str, session: Any, max_batch_size: int) -> tuple[ModelCon
     return config, notes
 
 
-def _on_cpu(config: ModelConfig) -> ModelConfig:
-    """The config with the CPU provider alone, to check the model here whatever it serves on."""
-    return config.model_copy(
-        update={"engine": config.engine.model_copy(update={"providers": ["cpu"]})}
+def _loaded_on_cpu(version: ModelVersion) -> tuple[Any, ModelConfig]:
+    """The worker's ONNX Runtime engine for `version`, loaded with the CPU provider alone (to
+    check the model here whatever it serves on), and the config it runs."""
+    from services.worker.engines.onnx_runtime import OnnxRuntimeEngine
+
+    engine_config = version.config.engine.model_copy(update={"providers": ["cpu"]})
+    config = version.config.model_copy(update={"engine": engine_config})
+    engine = OnnxRuntimeEngine(
+        ModelVersion(version.name, version.version, version.directory, config)
     )
+    engine.load()
+    return engine, config
 
 
 def _without_unbatched(
@@ -159,20 +166,17 @@ def _without_unbatched(
 ) -> tuple[ModelConfig, list[str]]:
     """model.yaml without the outputs that have no batch axis (a constant, a scalar, a
     transposed [16, N]): run at two batch sizes, they are the ones not one row a sample."""
-    from services.worker.engines.onnx_runtime import OnnxRuntimeEngine
-
     config = version.config
-    engine = OnnxRuntimeEngine(
-        ModelVersion(version.name, version.version, version.directory, _on_cpu(config))
-    )
-    engine.load()
+    engine, _ = _loaded_on_cpu(version)
     unbatched: dict[str, list[int]] = {}
-    for samples in (1, 2):
-        outputs = engine.infer(sample_batch(config, samples, index_limits=limits))
-        for name, array in outputs.items():
-            if array.ndim == 0 or array.shape[0] != samples:
-                unbatched.setdefault(name, list(array.shape))
-    engine.unload()
+    try:
+        for samples in (1, 2):
+            outputs = engine.infer(sample_batch(config, samples, index_limits=limits))
+            for name, array in outputs.items():
+                if array.ndim == 0 or array.shape[0] != samples:
+                    unbatched.setdefault(name, list(array.shape))
+    finally:
+        engine.unload()
     kept = [spec for spec in config.outputs if spec.name not in unbatched]
     if not kept:
         raise OwnModelRefused(
@@ -199,14 +203,9 @@ def _differs(batched: Arrays, alone: Arrays) -> list[str]:
 def check_served(version: ModelVersion, limits: dict[str, int]) -> list[str]:
     """Load and warm the version in the worker's engine (CPU), then compare requests run
     batched with each run alone; returns the outputs that differ (empty: none)."""
-    from services.worker.engines.onnx_runtime import OnnxRuntimeEngine
     from services.worker.execution import run_batch
 
-    config = _on_cpu(version.config)
-    engine = OnnxRuntimeEngine(
-        ModelVersion(version.name, version.version, version.directory, config)
-    )
-    engine.load()
+    engine, config = _loaded_on_cpu(version)
     try:
         engine.warmup(warmup_batches(config, limits))
         requests = [
