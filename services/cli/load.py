@@ -195,8 +195,22 @@ def _print_interrupted(report: dict[str, Any]) -> None:
     )
 
 
+PLAIN_LINE_EVERY_S = 10.0
+"""Off a terminal rich draws no live bar: a plain progress line this often instead."""
+
+
+def _counts(status: Status) -> str:
+    return (
+        f"sent {status.sent}/{status.scheduled} answered {status.answered} "
+        f"errors {status.errors} waiting {status.waiting} lost {status.lost}"
+    )
+
+
 class _Bar:
-    """The live progress line: sent against the schedule, then answers coming in."""
+    """The live progress line: sent against the schedule, then answers coming in.
+
+    Piped or logged, the live bar would stay blank until the end, so a plain line is
+    printed every `PLAIN_LINE_EVERY_S` of the run instead."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
@@ -204,6 +218,8 @@ class _Bar:
         self.stage = ""
         self.logs_reread = 0
         self.interrupted = False
+        self.plain = not progress.console.is_terminal
+        self.next_plain_s = 0.0
 
     def _say(self, status: Status) -> None:
         """One line for each event worth a line: a restarted reply log, Ctrl-C."""
@@ -231,14 +247,18 @@ class _Bar:
                 return
             self.task = self.progress.add_task("sending", total=status.scheduled, counts="")
         done = status.sent if status.stage == "sending" else status.answered
+        if self.plain and status.t_s >= self.next_plain_s:
+            self.next_plain_s = status.t_s + PLAIN_LINE_EVERY_S
+            self.progress.console.print(
+                f"load {status.stage} t={status.t_s:.0f}s {_counts(status)}",
+                markup=False,
+                highlight=False,
+            )
         self.progress.update(
             self.task,
             completed=done,
             description=f"{status.stage:<7} t={status.t_s:5.0f}s",
-            counts=(
-                f"sent {status.sent}/{status.scheduled} answered {status.answered} "
-                f"errors {status.errors} waiting {status.waiting} lost {status.lost}"
-            ),
+            counts=_counts(status),
         )
 
 

@@ -569,4 +569,8 @@ def _this_command() -> str:
     on_path = shutil.which("inferbus")
     if on_path is not None and Path(on_path).resolve() == Path(argv0).resolve():
         return "inferbus"
-    return shlex.quote(os.path.relpath(argv0) if os.path.isabs(argv0) else argv0)
+    if not os.path.isabs(argv0):
+        return shlex.quote(argv0)
+    relative = os.path.relpath(argv0)
+    # Below the working folder a relative path is shorter; above it, the absolute one reads.
+    return shlex.quote(argv0 if relative.startswith("..") else relative)

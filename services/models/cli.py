@@ -26,7 +26,15 @@ add_app = typer.Typer(help="Add a real model to the repository.")
 models_app.add_typer(add_app, name="add")
 
 console = Console()
-DirOption = Annotated[Path, typer.Option("--dir", help="Model repository folder.")]
+DirOption = Annotated[
+    Path,
+    typer.Option(
+        "--models",
+        "--dir",
+        envvar="INFERBUS_MODELS_DIR",
+        help="Model repository folder, as for up, ingest and worker (--dir: the older name).",
+    ),
+]
 
 
 ReasonOption = Annotated[
@@ -76,7 +84,7 @@ def list_models(directory: DirOption = Path("models")) -> None:
 
     if not directory.is_dir():
         typer.echo(
-            f"error: no model repository at {directory} (`inferbus models init --dir "
+            f"error: no model repository at {directory} (`inferbus models init --models "
             f"{directory}` makes one)",
             err=True,
         )
@@ -194,7 +202,7 @@ def _repository(directory: Path) -> ModelRepository:
     from infra.models.repository import ModelRepository
 
     if not directory.is_dir():
-        raise FileNotFoundError(2, "no model repository (--dir)", str(directory))
+        raise FileNotFoundError(2, "no model repository (--models)", str(directory))
     return ModelRepository(directory)
 
 

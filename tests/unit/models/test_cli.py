@@ -30,6 +30,38 @@ def test_init_then_list(tmp_path: Path) -> None:
         assert cell in listing.output
 
 
+@pytest.mark.parametrize(
+    ("flags", "env"),
+    [
+        (["--models", "{repo}"], {}),
+        (["--dir", "{repo}"], {}),
+        ([], {"INFERBUS_MODELS_DIR": "{repo}"}),
+    ],
+    ids=["--models-as-every-other-command", "--dir-the-older-name", "INFERBUS_MODELS_DIR"],
+)
+def test_the_repository_is_named_as_for_every_other_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], env: dict[str, str]
+) -> None:
+    """`models` took only --dir, while up, ingest, worker, load and infer take --models and
+    read INFERBUS_MODELS_DIR: `models list --models R` was refused."""
+    repo = tmp_path / "repo"
+    monkeypatch.chdir(tmp_path)  # no ./models here: only the flag or the variable names it
+    made = runner.invoke(
+        app,
+        ["models", "init", *[f.format(repo=repo) for f in flags]],
+        env={k: v.format(repo=repo) for k, v in env.items()},
+    )
+    assert made.exit_code == 0, made.output
+    assert (repo / "demo-mlp" / "model.yaml").is_file()
+    listing = runner.invoke(
+        app,
+        ["models", "list", *[f.format(repo=repo) for f in flags]],
+        env={k: v.format(repo=repo) for k, v in env.items()},
+    )
+    assert listing.exit_code == 0, listing.output
+    assert "demo-encoder" in listing.output
+
+
 def test_calibrate_writes_sim(tmp_path: Path) -> None:
     target = tmp_path / "models"
     runner.invoke(models_app, ["init", "--dir", str(target)])
@@ -65,7 +97,7 @@ def test_calibrate_names_a_models_folder_that_is_not_there(tmp_path: Path, folde
         target.write_text("")
     result = runner.invoke(app, ["models", "calibrate", "demo-mlp", "--dir", str(target)])
     assert result.exit_code == 1
-    assert result.stderr == f"error: no model repository (--dir): {target}\n"
+    assert result.stderr == f"error: no model repository (--models): {target}\n"
 
 
 def test_init_says_which_demo_model_it_kept(tmp_path: Path) -> None:

@@ -221,12 +221,12 @@ def canary_repo(repo: Path) -> Path:
         ),
         pytest.param(
             ["promote", "demo-mlp", "--dir", "/nope/models"],
-            "error: no model repository (--dir): /nope/models",
+            "error: no model repository (--models): /nope/models",
             id="no-repository",
         ),
         pytest.param(
             ["status", "demo-mlp", "--dir", "/nope/models"],
-            "error: no model repository (--dir): /nope/models",
+            "error: no model repository (--models): /nope/models",
             id="status-without-a-repository",
         ),
     ],
