@@ -15,8 +15,9 @@ import socket
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
@@ -28,6 +29,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from infra.broker import EmbeddedBroker
+from infra.broker_memory import (
+    GROWTH_WINDOW_S,
+    MemorySample,
+    available_bytes,
+    growth_per_minute,
+    memory_warning,
+    process_rss_bytes,
+    size,
+)
 from infra.cores import usable_cores
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
@@ -168,9 +178,13 @@ def status_table(
     *,
     acting: bool = True,
     width: int = WIDE_VIEW_COLUMNS,
+    broker_bytes: int | None = None,
 ) -> RenderableType:
-    """The live view: one row per worker group; narrow, the decisions below the table."""
+    """The live view: one row per worker group; narrow, the decisions below the table.
+    `broker_bytes`: what the embedded broker holds in memory (it only grows)."""
     state = "ready" if stack_ready(views) else "workers starting"
+    if broker_bytes is not None:
+        state += f", broker {size(broker_bytes)} in memory"
     wide = width >= WIDE_VIEW_COLUMNS
     table = Table(title=f"inferbus on {bootstrap} — up {elapsed_s:.0f}s, {state} (Ctrl-C stops)")
     shown = [c for c in VIEW_COLUMNS if wide or c not in WIDE_ONLY]
@@ -227,6 +241,19 @@ async def queued_requests(
     return total
 
 
+BROKER_MEMORY_EVERY_S = 30.0
+"""How often `up` reads the embedded broker's memory."""
+
+
+@dataclass
+class BrokerMemory:
+    """What `up` has read of the embedded broker's memory since it (re)started."""
+
+    samples: deque[MemorySample] = field(default_factory=deque)
+    warned_share: float = 0.0
+    last_read_s: float = float("-inf")
+
+
 class Stack:
     """Broker, topics, ingest, workers and the scaler; stops everything it started."""
 
@@ -242,6 +269,9 @@ class Stack:
         self._beat: asyncio.Task[None] | None = None
         self._metrics: WSGIServer | None = None
         self.broker_restarts = 0
+        self.broker_rss_bytes: int | None = None
+        """The embedded broker's resident memory at the last read (None: none read)."""
+        self._broker_memory = BrokerMemory()
         self.actuator: LocalActuator | None = None
         self.scaler: ScalerService | None = None
         self.bootstrap: str | None = None
@@ -371,10 +401,32 @@ class Stack:
                         )
                     )
 
+    def _read_broker_memory(self, pid: int | None) -> None:
+        """Sample the embedded broker's memory; warn as it crosses `WARN_SHARES`."""
+        now = time.monotonic()
+        if pid is None or now - self._broker_memory.last_read_s < BROKER_MEMORY_EVERY_S:
+            return
+        memory = self._broker_memory
+        memory.last_read_s = now
+        rss, available = process_rss_bytes(pid), available_bytes()
+        if rss is None or available is None:
+            return
+        memory.samples.append(MemorySample(now, rss))
+        while memory.samples and memory.samples[0].t_s < now - GROWTH_WINDOW_S:
+            memory.samples.popleft()
+        self.broker_rss_bytes = rss
+        text, memory.warned_share = memory_warning(
+            rss, available, memory.warned_share, growth_per_minute(memory.samples)
+        )
+        if text is not None:
+            log.warning("event=broker_memory rss_bytes=%d available_bytes=%d", rss, available)
+            self._say(text)
+
     async def _watch_broker(self, repository: ModelRepository) -> None:
         """Start the embedded broker again when it exits unasked, on the same port, with the
         topics made again: its logs lived in memory and are gone, and the services and
-        clients find the new broker and read its logs from the start."""
+        clients find the new broker and read its logs from the start. Meanwhile, watch
+        what it holds in memory (`_read_broker_memory`)."""
         while True:
             await asyncio.sleep(0.5)
             broker = self.broker
@@ -382,7 +434,9 @@ class Stack:
                 return
             code = broker.exited
             if code is None:
+                self._read_broker_memory(broker.pid)
                 continue
+            self._broker_memory = BrokerMemory()
             log.error("event=broker_exited returncode=%s bootstrap=%s", code, broker.bootstrap)
             self._say(
                 f"the embedded broker exited (return code {code}); what it held in memory is "
@@ -555,7 +609,12 @@ class Stack:
             while not await wait_tick():
                 elapsed = time.monotonic() - started
                 view = status_table(
-                    scaler.views, bootstrap, elapsed, acting=acting, width=self.console.width
+                    scaler.views,
+                    bootstrap,
+                    elapsed,
+                    acting=acting,
+                    width=self.console.width,
+                    broker_bytes=self.broker_rss_bytes,
                 )
                 live.update(view)
 
