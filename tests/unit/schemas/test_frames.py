@@ -6,8 +6,10 @@ import json
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
+from schemas import parse
 from schemas.errors import Unparseable
 from schemas.frames import MAGIC, FrameError, is_frame, join_frame, split_frame
 from schemas.parse import RejectedEvent, parse_request
@@ -143,3 +145,16 @@ def test_json_that_orjson_refuses_is_still_answered(text: str, message: str) -> 
         parse_request(f"{document[:-1]}, {text}}}".encode())
     assert caught.value.salvage.request_id == "r-1"
     assert message in caught.value.message
+
+
+@pytest.mark.parametrize("depth", [1_100, 5_000, 50_000], ids=["just-past", "5k", "50k"])
+def test_nesting_past_orjsons_limit_is_refused_the_same_on_every_python(depth: int) -> None:
+    """Python's own parser, the fallback for NaN and big integers, took 5,000 levels on 3.13
+    and refused them on 3.11: the same event was answered on one and dead-lettered on the
+    other. Past orjson's limit it is now unparseable everywhere, and orjson says why."""
+    event = b'{"request_id": "r-1", "inputs": {"x": {"data": ' + b"[" * depth + b"]" * depth
+    event += b"}}}"
+    with pytest.raises(orjson.JSONDecodeError, match=f"^{parse.ORJSON_DEPTH_ERROR}"):
+        orjson.loads(event)
+    with pytest.raises(Unparseable, match="event is not JSON: depth limit exceeded"):
+        parse.load_object(event)
