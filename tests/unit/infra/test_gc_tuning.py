@@ -25,9 +25,15 @@ import asyncio, gc, json
 from services.cli.common import run
 
 before = gc.get_threshold()
+frozen_before = gc.get_freeze_count()  # 375 at start on 3.12.1, 0 on 3.11 and 3.13
 
 async def call():
-    return {"thresholds": gc.get_threshold(), "frozen": gc.get_freeze_count(), "before": before}
+    return {
+        "thresholds": gc.get_threshold(),
+        "frozen": gc.get_freeze_count(),
+        "before": before,
+        "frozen_before": frozen_before,
+    }
 
 print(json.dumps(run(call())))
 """
@@ -50,4 +56,4 @@ def test_a_service_runs_frozen_with_rarer_collections() -> None:
 def test_other_commands_keep_cpythons_defaults() -> None:
     state = _state(CLIENT)
     assert state["thresholds"] == state["before"]
-    assert state["frozen"] == 0
+    assert state["frozen"] == state["frozen_before"]
