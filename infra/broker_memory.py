@@ -17,6 +17,9 @@ WARN_SHARES = (0.25, 0.5, 0.75)
 """Shares of the memory the broker could have (its own plus what is available) at which
 `up` warns, each once."""
 
+MIN_WARN_BYTES = 256 * 2**20
+"""Below this the broker is not what fills the machine: no warning, whatever the share."""
+
 GROWTH_WINDOW_S = 600.0
 """The growth rate is read over this much of the latest samples."""
 
@@ -76,11 +79,13 @@ def memory_warning(
     growth_bytes_per_min: float | None,
 ) -> tuple[str | None, float]:
     """The warning to give now, if the broker crossed a share of `WARN_SHARES` above the one
-    already warned of, and the share warned of after it. Pure: the caller reads and says."""
+    already warned of (and holds at least `MIN_WARN_BYTES`: a small broker on a machine that
+    others filled is not the cause), and the share warned of after it. Pure: the caller
+    reads and says."""
     room = rss_bytes + available
     share = rss_bytes / room if room > 0 else 1.0
     crossed = [s for s in WARN_SHARES if warned_share < s <= share]
-    if not crossed:
+    if not crossed or rss_bytes < MIN_WARN_BYTES:
         return None, warned_share
     text = (
         f"the embedded broker holds {size(rss_bytes)} in memory, {share:.0%} of what this "

@@ -9,24 +9,14 @@ import pytest
 from rich.console import Console
 
 from services.cli import stack
-from services.cli.stack import Stack, StackOptions, status_table
+from services.cli.stack import Stack, status_table
+from tests.unit.cli.stacks import headless_options
 
 GB = 2**30
 
 
 def _stack(tmp_path: Path) -> Stack:
-    options = StackOptions(
-        bootstrap=None,
-        models_dir=tmp_path / "models",
-        workers_per_group=1,
-        headless=True,
-        duration_s=None,
-        with_scaler=True,
-        tiers=None,
-        broker_port=None,
-        log_dir=tmp_path / "logs",
-    )
-    made = Stack(options)
+    made = Stack(headless_options(tmp_path))
     made.console = Console(file=io.StringIO(), width=400)
     return made
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from services.cli import stack as stack_module
-from services.cli.stack import Stack, StackOptions
+from services.cli.stack import Stack
+from tests.unit.cli.stacks import headless_options
 from tests.unit.tracing.test_health import get
 from tracing.health import Health
 
@@ -28,17 +29,7 @@ def test_up_serves_the_scalers_health(tmp_path: Path, monkeypatch: pytest.Monkey
     however many decisions the scaler took: nothing beat or served readiness."""
     health = Health()
     monkeypatch.setattr(stack_module, "HEALTH", health)
-    options = StackOptions(
-        bootstrap="127.0.0.1:1",
-        models_dir=tmp_path / "models",
-        workers_per_group=1,
-        headless=True,
-        duration_s=None,
-        with_scaler=True,
-        tiers=None,
-        broker_port=None,
-        log_dir=tmp_path / "logs",
-    )
+    options = headless_options(tmp_path, bootstrap="127.0.0.1:1")
     scaler = FakeScaler()
 
     async def scenario() -> list[tuple[str, str]]:

@@ -7,22 +7,9 @@ from pathlib import Path
 import pytest
 
 from schemas.topics import Tier
-from services.cli.stack import Stack, StackOptions
+from services.cli.stack import Stack
 from services.ingest.settings import IngestSettings
-
-
-def _options(tmp_path: Path, tiers: list[Tier] | None) -> StackOptions:
-    return StackOptions(
-        bootstrap=None,
-        models_dir=tmp_path / "models",
-        workers_per_group=1,
-        headless=True,
-        duration_s=None,
-        with_scaler=True,
-        tiers=tiers,
-        broker_port=None,
-        log_dir=tmp_path / "logs",
-    )
+from tests.unit.cli.stacks import headless_options
 
 
 @pytest.mark.parametrize(
@@ -41,7 +28,7 @@ def test_ingest_serves_the_tiers_up_runs_workers_for(
 ) -> None:
     """Regression: with `--tiers interactive` ingest took batch requests that no worker
     would ever read."""
-    env = Stack(_options(tmp_path, tiers))._ingest_env(0)
+    env = Stack(headless_options(tmp_path, tiers=tiers))._ingest_env(0)
     monkeypatch.delenv("INFERBUS_INGEST_TIERS", raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

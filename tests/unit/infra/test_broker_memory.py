@@ -29,8 +29,18 @@ GB = 2**30
         (9 * GB, 1 * GB, 0.0, "90%", 0.75),  # several crossed at once: said once, the highest
         (9 * GB, 1 * GB, 0.75, None, 0.75),  # nothing above the last share
         (1 * GB, 0, 0.0, "100%", 0.75),  # nothing left at all
+        (100 * MB, 100 * MB, 0.0, None, 0.0),  # half, but others filled the machine
     ],
-    ids=["under", "a-quarter", "said-before", "a-half", "jumped", "past-the-last", "none-left"],
+    ids=[
+        "under",
+        "a-quarter",
+        "said-before",
+        "a-half",
+        "jumped",
+        "past-the-last",
+        "none-left",
+        "small-broker-not-the-cause",
+    ],
 )
 def test_a_warning_once_per_share_crossed(
     rss: int, available: int, warned: float, said: str | None, now_warned: float
