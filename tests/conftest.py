@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,22 @@ def _docker_available() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return result.returncode == 0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ctrl_c_reaches_the_tests() -> Iterator[None]:
+    """A shell without job control starts a background command (`make test &`, a CI step
+    run that way) with SIGINT ignored, and Python then installs no KeyboardInterrupt for it:
+    the tests that send themselves Ctrl-C would wait for ever. They test what a terminal's
+    Ctrl-C does, so they get Python's own handler back for the session."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.fixture(autouse=True)
