@@ -21,10 +21,17 @@ import gc
 
 YOUNG_THRESHOLD = 10_000
 """Net container allocations between collections of the youngest generation (CPython: 700)."""
-MIDDLE_EVERY = 20
+MIDDLE_EVERY = 10
 """Young collections between collections of the middle generation (CPython: 10)."""
-OLD_EVERY = 100
-"""Middle collections between collections of the oldest generation (CPython: 10)."""
+OLD_EVERY = 2
+"""Middle collections between collections of the oldest generation (CPython: 10).
+
+The thresholds count net new objects, and under a long overload that growth is garbage:
+requests live for seconds, their reference cycles are promoted past the young collections
+before they die, and only a collection of the oldest generation reaches them. At 20 and
+100 that took 20M net objects, and an overloaded ingest grew by hundreds of MB of
+unreachable cycles (docs/reliability.md, stop 47); every 200,000 bounds them. After the
+freeze a full collection walks only what the service built since, so it stays cheap."""
 
 
 def tune_for_service() -> None:
