@@ -3,8 +3,9 @@
 Tansu's memory storage keeps every record it is sent: it enforces no `retention.ms` or
 `retention.bytes` and answers no DeleteRecords (measured on Tansu 0.6, docs/operations.md).
 A long `inferbus up` under traffic therefore grows until the machine runs out of memory.
-`up` reads the broker's resident memory and warns as it crosses shares of what the machine
-has left for it, with the growth rate and the remedies.
+`up` reads the broker's resident memory (`infra.processes.process_rss_bytes`) and warns as
+it crosses shares of what the machine has left for it, with the growth rate and the
+remedies.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ MIN_WARN_BYTES = 256 * 2**20
 GROWTH_WINDOW_S = 600.0
 """The growth rate is read over this much of the latest samples."""
 
-_PAGE = 4096
-
 
 @dataclass(frozen=True)
 class MemorySample:
@@ -32,15 +31,6 @@ class MemorySample:
 
     t_s: float
     rss_bytes: int
-
-
-def process_rss_bytes(pid: int, proc: Path = Path("/proc")) -> int | None:
-    """A process's resident memory, or None when it cannot be read (gone, not Linux)."""
-    try:
-        pages = int((proc / str(pid) / "statm").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pages * _PAGE
 
 
 def available_bytes(proc: Path = Path("/proc")) -> int | None:

@@ -85,6 +85,15 @@ def process_started_at(stat: str | None = None, since_boot_s: float | None = Non
     return time.time() - max(uptime - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
 
 
+def process_rss_bytes(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """A process's resident memory, or None when it cannot be read (gone, not Linux)."""
+    try:
+        pages = int((proc / str(pid) / "statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")  # 4 KiB on x86-64; 16 or 64 KiB on some arm64
+
+
 def inferbus_command(*args: str) -> list[str]:
     """The command line that runs `inferbus ARGS...` with this interpreter."""
     return [sys.executable, "-m", "services.cli.main", *args]

@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from infra.broker import EmbeddedBroker
+from infra.processes import process_rss_bytes
 from schemas.errors import InferbusError
 from schemas.topics import Tier, worker_group
 from services.chaos.model import MODEL, SimModel, write_model
@@ -38,14 +39,8 @@ class StackPlan:
 
 def rss_mb(pid: int) -> float | None:
     """A process's resident memory from /proc, MB; None when it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return None
+    rss = process_rss_bytes(pid)
+    return None if rss is None else rss / 2**20
 
 
 def started_at(pid: int) -> float | None:

@@ -35,13 +35,17 @@ from infra.broker_memory import (
     available_bytes,
     growth_per_minute,
     memory_warning,
-    process_rss_bytes,
     size,
 )
 from infra.cores import usable_cores
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
-from infra.processes import SupervisedGroup, inferbus_command, kill_children
+from infra.processes import (
+    SupervisedGroup,
+    inferbus_command,
+    kill_children,
+    process_rss_bytes,
+)
 from infra.topics import ensure_topics, repository_topics
 from scaler.actuators.base import parse_group
 from scaler.actuators.local import LocalActuator

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,9 @@ from infra.broker_memory import (
     available_bytes,
     growth_per_minute,
     memory_warning,
-    process_rss_bytes,
     size,
 )
+from infra.processes import process_rss_bytes
 
 MB = 2**20
 GB = 2**30
@@ -87,7 +88,7 @@ def test_reads_rss_and_available_from_proc(tmp_path: Path) -> None:
     (tmp_path / "meminfo").write_text(
         "MemTotal:       24000000 kB\nMemFree:  1000 kB\nMemAvailable:   2048 kB\n"
     )
-    assert process_rss_bytes(42, tmp_path) == 2560 * 4096
+    assert process_rss_bytes(42, tmp_path) == 2560 * os.sysconf("SC_PAGE_SIZE")
     assert available_bytes(tmp_path) == 2048 * 1024
     assert process_rss_bytes(43, tmp_path) is None  # gone
     (tmp_path / "meminfo").write_text("MemTotal: 1 kB\n")
@@ -95,8 +96,6 @@ def test_reads_rss_and_available_from_proc(tmp_path: Path) -> None:
 
 
 def test_this_process_reads_on_this_machine() -> None:
-    import os
-
     rss = process_rss_bytes(os.getpid())
     assert rss is not None and rss > 10 * MB
     assert (available_bytes() or 0) > 0
