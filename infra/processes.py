@@ -10,9 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -334,6 +335,32 @@ class StopDeadline:
             self._loop.time() - started,
             gives_up,
         )
+        return False
+
+    async def end_tasks(
+        self, name: str, tasks: Collection[asyncio.Task[Any]], *, most_s: float
+    ) -> bool:
+        """Cancel `tasks` and wait until they have ended, as a step: their errors are not
+        raised here (`infra.tasks.say_failure` says them when they happen). One still
+        running when the step is cut (a loop that dropped its cancel) is named, with the
+        line it waits at."""
+        for task in tasks:
+            task.cancel()
+        if not tasks or await self.step(
+            name, asyncio.wait(tasks), "loops that did not end when cancelled", most_s=most_s
+        ):
+            return True
+        for task in tasks:
+            if not task.done():
+                frames = task.get_stack(limit=1)
+                at = f"{frames[0].f_code.co_filename}:{frames[0].f_lineno}" if frames else "?"
+                log.error(
+                    "event=task_did_not_end service=%s task=%s waiting_at=%s (a cancel it "
+                    "dropped; left running)",
+                    self.service,
+                    task.get_name(),
+                    at,
+                )
         return False
 
 

@@ -1,23 +1,65 @@
-"""Ending background asyncio tasks."""
+"""asyncio waits with a time limit, and endings of background tasks, that never lose a
+cancellation.
+
+Python 3.11's `asyncio.wait_for` returns what it waited on when that finished in the
+same loop turn as its caller was cancelled: the cancel is dropped. A loop around it runs
+on after its owner's stop cancelled it (a worker's poll loop did, under load, and the
+worker's stop waited for it for ever). `asyncio.timeout` keeps the cancel, and so do
+these; the project's code waits with them, never with `asyncio.wait_for`.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
+    """Wait until `event` is set, at most `timeout_s` (None: no limit); True if it is."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+async def within(work: Awaitable[T], timeout_s: float | None) -> T:
+    """`await work`, cancelled with TimeoutError after `timeout_s` (None: no limit)."""
+    async with asyncio.timeout(timeout_s):
+        return await work
+
+
+def cancelled_itself() -> bool:
+    """True inside a task that is being cancelled: a CancelledError caught there is its own
+    and must go on up, not one of a task it awaited."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def wait_ended(task: asyncio.Future[Any]) -> None:
+    """Wait until `task` has ended; its cancellation is not raised, its error is (as
+    awaiting it would), and so is the caller's own cancellation arriving meanwhile (a
+    bare `contextlib.suppress(CancelledError)` would take that for the task's)."""
+    try:
+        await task
+    except asyncio.CancelledError:
+        if cancelled_itself():
+            raise
 
 
 async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
-    """Cancel `task` and wait until it has ended (None: nothing to do).
-
-    A task that already failed raises its error here, as awaiting it would.
-    """
+    """Cancel `task` and `wait_ended` for it (None: nothing to do)."""
     if task is None:
         return
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await wait_ended(task)
 
 
 async def end_and_say(task: asyncio.Task[Any] | None, log: logging.Logger) -> None:
@@ -28,3 +70,14 @@ async def end_and_say(task: asyncio.Task[Any] | None, log: logging.Logger) -> No
     except Exception as exc:
         assert task is not None
         log.error("event=task_failed task=%s error=%r", task.get_name(), exc, exc_info=exc)
+
+
+def say_failure(task: asyncio.Task[Any], log: logging.Logger) -> None:
+    """Have `task`, a background loop, say the error it ends with when it does (not at its
+    owner's stop, which may be hours later)."""
+
+    def said(ended: asyncio.Task[Any]) -> None:
+        if not ended.cancelled() and (exc := ended.exception()) is not None:
+            log.error("event=task_failed task=%s error=%r", ended.get_name(), exc, exc_info=exc)
+
+    task.add_done_callback(said)

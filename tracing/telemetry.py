@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
+from infra.tasks import wait_event
 from schemas.telemetry import Heartbeat, WorkerLoad
 from schemas.topics import TELEMETRY, Lane, Tier
 from tracing.breakdown import StageBreakdown, default_breakdown
@@ -125,7 +125,6 @@ class TelemetryPublisher:
         # the scaler reads the heartbeat's own interval, and the broker is spared.
         while not self._stopping.is_set():
             wait = self._idle_interval_s if self._quiet else self._interval_s
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), wait)
+            await wait_event(self._stopping, wait)
             if not self._stopping.is_set():
                 await self.publish_now()

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from infra.tasks import within
 from scaler.actuators.base import Actuator, ActuatorError, canary_hint, dns_label, parse_group
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ class ComposeActuator(Actuator):
 
     async def _run(self, group: str, argv: Sequence[str]) -> str:
         try:
-            code, out, err = await asyncio.wait_for(self._runner(argv), self._timeout_s)
+            code, out, err = await within(self._runner(argv), self._timeout_s)
         except TimeoutError as exc:
             raise ActuatorError(
                 "docker compose timed out", group=group, argv=" ".join(argv)

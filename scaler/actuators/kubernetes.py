@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from infra.tasks import within
 from scaler.actuators.base import Actuator, ActuatorError, canary_hint, dns_label, parse_group
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class KubernetesActuator(Actuator):
     async def _call(self, group: str, what: str, fn: Callable[[], Any]) -> Any:
         name = self._name_for(group)
         try:
-            return await asyncio.wait_for(asyncio.to_thread(fn), self._timeout_s)
+            return await within(asyncio.to_thread(fn), self._timeout_s)
         except TimeoutError as exc:
             raise ActuatorError(
                 f"{what} deployment {name} timed out", group=group, namespace=self.namespace

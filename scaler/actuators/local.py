@@ -18,7 +18,7 @@ from typing import IO
 
 from infra.broker import port_is_free
 from infra.processes import RestartBackoff, die_with_parent, forget_child, track_child
-from infra.tasks import cancel_and_wait
+from infra.tasks import cancel_and_wait, within
 from scaler.actuators.base import Actuator, ActuatorError, parse_group
 
 log = logging.getLogger(__name__)
@@ -360,7 +360,7 @@ class LocalActuator(Actuator):
                 break
             _signal_group(child.pid, sig)
             try:
-                await asyncio.wait_for(child.process.wait(), timeout=wait_s)
+                await within(child.process.wait(), wait_s)
             except TimeoutError:
                 log.warning(
                     "event=worker_slow_to_stop group=%s pid=%d signal=%s waited_s=%.1f",

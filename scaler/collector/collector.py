@@ -13,6 +13,7 @@ from typing import Protocol
 
 from infra.models.repository import ModelRepository
 from infra.rollout.state import RolloutBook, effective
+from infra.tasks import wait_event
 from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.lag import EndBranch, PartitionLag, group_lag, summarize
 from scaler.collector.load import group_load
@@ -354,7 +355,4 @@ class Collector:
             )
             left = self.config.interval_s - (self._monotonic() - started)
             if left > 0:
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=left)
-                except TimeoutError:
-                    continue
+                await wait_event(stop, left)

@@ -19,6 +19,7 @@ from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.pacing import FetchPacer, lane_waits
 from infra.settings import kafka_settings
+from infra.tasks import wait_event, within
 from schemas.frames import is_frame, join_frame, split_frame
 from schemas.topics import RESULTS, Tier, ingest_topic
 from services.runtime.publisher import Outgoing, Publisher
@@ -337,7 +338,7 @@ class LoadGenerator:
             outstanding = self._report.sent - len(self._report.completed)
             if outstanding >= window:
                 self.in_flight_changed.clear()
-                await asyncio.wait_for(self.in_flight_changed.wait(), 60)
+                await within(self.in_flight_changed.wait(), 60)
                 self._tick(progress)
                 continue
             self._send(min(window - outstanding, count - self._report.sent), lengths)
@@ -388,10 +389,7 @@ class LoadGenerator:
             await asyncio.gather(*self._sends)
         deadline = time.perf_counter() + 120
         while not self._done.is_set() and time.perf_counter() < deadline:
-            with_timeout = asyncio.wait_for(self._done.wait(), 1.0)
-            try:
-                await with_timeout
-            except TimeoutError:
+            if not await wait_event(self._done, 1.0):
                 progress(len(self._report.completed))
         self._report.ended_s = time.perf_counter()
         return self._report

@@ -17,7 +17,6 @@ broker: the options and schedule (`step_schedule`), the report's arithmetic
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import os
 import shutil
@@ -30,6 +29,7 @@ from typing import Any
 
 from infra.models.config import ModelConfig
 from infra.scan import scan_log
+from infra.tasks import cancel_and_wait, wait_ended
 from scaler.collector.collector import CollectorConfig, GroupCollection
 from scaler.config import PolicyConfig
 from scaler.service import ScalerService
@@ -268,14 +268,11 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
                     in_results = (await scan_log(bootstrap, RESULTS, missing)).found
             finally:
                 reporter.cancel()
-                if killer is not None:
-                    killer.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await killer  # a killer that failed raises here, not in silence
+                # a killer that failed raises here, not in silence
+                await cancel_and_wait(killer)
         finally:
             stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await scaler_task
+            await wait_ended(scaler_task)
             await sampler
             await gen.stop()
         completed = gen.completed()

@@ -4,7 +4,6 @@ processes (how many workers run, and every process's CPU), and the worker it kil
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -19,6 +18,7 @@ from pydantic import ValidationError
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.registry import decode, fold_all
+from infra.tasks import cancel_and_wait, wait_event
 from infra.topics import BROKER_EVENT_KEY
 from schemas.telemetry import InstanceRecord
 from schemas.topics import INSTANCES
@@ -72,10 +72,7 @@ class TopicWatch:
         self._task = asyncio.create_task(self._read(), name="bench-watch")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self._consumer.stop()
 
     async def _read(self) -> None:
@@ -210,8 +207,7 @@ async def sample_processes(
                 (now, now - others_at, [(_command(pid), round(used, 2)) for pid, used in busiest])
             )
             others_before, others_at, next_others = now_cpu, now, now + others_every_s
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every_s)
+        await wait_event(stop, every_s)
 
 
 def _all_cpu(exclude: set[int]) -> dict[int, float]:

@@ -27,6 +27,7 @@ from infra.broker import EmbeddedBroker
 from infra.cores import usable_cores
 from infra.models.repository import ModelRepository, ModelVersion
 from infra.processes import ChildProcess, inferbus_command
+from infra.tasks import within
 from infra.topics import ensure_topics, standard_topics
 from schemas.errors import InferbusError
 from schemas.topics import Tier
@@ -347,9 +348,9 @@ async def wait_until_serving(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         deployment.check()
-        report = await asyncio.wait_for(
+        report = await within(
             gen.closed_loop(1, 1, lambda: 8, lambda _: deployment.check()),
-            timeout=max(deadline - time.monotonic(), 1),
+            max(deadline - time.monotonic(), 1),
         )
         if report.completed and report.completed[0].status == "ok":
             return

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from infra.broker import EmbeddedBroker
 from infra.processes import process_rss_bytes
+from infra.tasks import wait_ended
 from schemas.errors import InferbusError
 from schemas.topics import Tier, worker_group
 from services.chaos.model import MODEL, SimModel, write_model
@@ -102,9 +103,7 @@ class ChaosStack:
         scaler, self._scaler = self._scaler, None
         if scaler is not None:
             try:
-                await scaler
-            except asyncio.CancelledError:
-                pass
+                await wait_ended(scaler)
             except Exception as exc:  # the stack under test failed: reported, not raised
                 self.scaler_failure = f"{type(exc).__name__}: {exc}"
                 log.warning("event=chaos_scaler_loop_died error=%r", exc)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
@@ -46,6 +45,7 @@ from infra.processes import (
     kill_children,
     process_rss_bytes,
 )
+from infra.tasks import cancel_and_wait, wait_ended, wait_event
 from infra.topics import ensure_topics, repository_topics
 from scaler.actuators.base import parse_group
 from scaler.actuators.local import LocalActuator
@@ -494,10 +494,7 @@ class Stack:
             await self.actuator.close()
             self.actuator = None
         for task in (self._watch, self._broker_watch, self._beat):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(task)
         self._watch = self._broker_watch = self._beat = None
         if self.ingest is not None:
             await asyncio.to_thread(self.ingest.stop)
@@ -569,8 +566,7 @@ class Stack:
             scaler_task.add_done_callback(lambda _: self.stop.set())
             await self._show(scaler, bootstrap)
             self.stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await scaler_task
+            await wait_ended(scaler_task)
         finally:
             await self.close()
             for sig in signals:
@@ -584,8 +580,7 @@ class Stack:
             timeout = self.options.status_every_s
             if deadline is not None:
                 timeout = min(timeout, max(deadline - time.monotonic(), 0))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), timeout=timeout)
+            await wait_event(self.stop, timeout)
             return self.stop.is_set() or (deadline is not None and time.monotonic() >= deadline)
 
         if self.options.headless:

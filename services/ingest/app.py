@@ -13,7 +13,6 @@ answered (`internal_error`) or dead-lettered, never dropped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -33,6 +32,7 @@ from infra.kafka import make_producer, start_with_retry
 from infra.lenient_fetch import unreadable_reason
 from infra.models.repository import ModelRepository
 from infra.processes import StopDeadline
+from infra.tasks import say_failure
 from infra.topics import BROKER_EVENT_KEY, TopicKeeper, repository_topics
 from schemas import headers as h
 from schemas.errors import EngineError, Unparseable
@@ -219,6 +219,8 @@ class IngestService:
             asyncio.create_task(self._poll_loop(consumer), name=f"ingest-poll-{i}")
             for i, consumer in enumerate(self.consumers)
         ]
+        for task in self._tasks:
+            say_failure(task, log)
         self.ready.set()
         log.info("event=ingest_ready instance=%s bootstrap=%s", self.instance_id, self.bootstrap)
 
@@ -240,11 +242,7 @@ class IngestService:
                 "the draining notice (its lease says so instead)",
                 most_s=NOTICE_S,
             )
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await deadline.end_tasks("loops_end", self._tasks, most_s=NOTICE_S)
         if self._polls:
             polls = list(self._polls)
             await deadline.step(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -16,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from infra.kafka import committed_offsets, make_consumer
 from infra.models.config import ModelConfig, ModelConfigError
 from infra.models.repository import ModelRepository
-from infra.tasks import cancel_and_wait
+from infra.tasks import cancel_and_wait, wait_event
 from schemas.topics import TIERS, Tier, parse_request_topic, request_topic, worker_group
 
 log = logging.getLogger(__name__)
@@ -531,8 +530,7 @@ class QueueDepths:
                 self._reads_failing = True
                 log.warning("event=queue_depth_refresh_failed error=%r", exc)
             await asyncio.sleep(KICKED_READ_GAP_S)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._unread_routed.wait(), self.refresh_s)
+            await wait_event(self._unread_routed, self.refresh_s)
 
     async def refresh(self, topics: Iterable[str] | None = None) -> None:
         """Re-read committed offsets (and listed ends) of `topics`; by default the tier

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from infra.kafka import make_consumer, make_producer, start_with_retry
 from infra.log_end import LogEndProbe
 from infra.models.config import ModelConfig
-from infra.tasks import cancel_and_wait
+from infra.tasks import cancel_and_wait, within
 from scaler.sim.workload import Workload
 from schemas import headers as h
 from schemas.errors import InferbusError
@@ -234,7 +234,7 @@ class LoadRun:
             sent = time.perf_counter()
             self._send_batch([(request_id, tier, 16)], probe=True)
             try:
-                result = await asyncio.wait_for(future, self.options.probe_timeout_s)
+                result = await within(future, self.options.probe_timeout_s)
             except TimeoutError:
                 raise LoadError(
                     f"the stack at {self.options.bootstrap} did not answer a {tier} request to "

@@ -8,7 +8,6 @@ second. The parsing is pure (`decision_point`, `ReplicaSample.of`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -23,6 +22,7 @@ from infra.feed import feed_wait_ms
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, start_with_retry
 from infra.registry import RegistryTable, live_instances
+from infra.tasks import wait_ended, wait_event
 from scaler.registry import Registry, ready_time
 from schemas.topics import DECISIONS
 
@@ -157,8 +157,7 @@ class StackObserver:
     async def start(self, *, catch_up_s: float = 5.0) -> None:
         """Catch up with the registry and position at the end of the decisions."""
         await self.registry.start()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.registry.caught_up.wait(), catch_up_s)
+        await wait_event(self.registry.caught_up, catch_up_s)
         consumer = make_consumer(
             bootstrap=self.bootstrap, group_id=None, client_id="inferbus-load-observer"
         )
@@ -224,8 +223,7 @@ class StackObserver:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await wait_ended(task)
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await consumer.stop()

@@ -14,7 +14,6 @@ after the restart.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ from aiokafka.errors import KafkaError
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import read_from_start
 from infra.log_end import EndVerdict
+from infra.tasks import within
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class ResultReader:
         consumer = self._consumer
         try:
             ends = await consumer.end_offsets(sorted(consumer.assignment()))
-            positions = {tp: await asyncio.wait_for(consumer.position(tp), 1.0) for tp in ends}
+            positions = {tp: await within(consumer.position(tp), 1.0) for tp in ends}
         except (KafkaError, TimeoutError) as exc:  # the broker is away: asked again later
             log.debug("event=load_results_end_check_failed error=%r", exc)
             return []

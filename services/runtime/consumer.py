@@ -31,6 +31,7 @@ from infra.log_end import LogEndProbe
 from infra.pacing import FetchPacer, lane_waits, record_bytes
 from infra.settings import kafka_settings
 from infra.stalls import StallWatch
+from infra.tasks import cancel_and_wait, within
 from schemas.errors import InferbusError
 from schemas.topics import DECISIONS, INSTANCES, ROLLOUTS
 from services.runtime.committer import Committer
@@ -330,9 +331,7 @@ class OwnedConsumer:
             return
         self._closed = True
         if self._watching is not None:
-            self._watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watching
+            await cancel_and_wait(self._watching)
         tasks = list(self._releases)
         for group in self._groups:
             parts = frozenset(group.owned - group.releasing)
@@ -342,9 +341,7 @@ class OwnedConsumer:
             if isinstance(outcome, Exception):  # the rest of the close goes on regardless
                 log.warning("event=release_failed client=%s error=%r", self.client_id, outcome)
         if self._committing is not None:
-            self._committing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._committing
+            await cancel_and_wait(self._committing)
         try:
             await self._commit_now()
         except (KafkaError, TimeoutError) as exc:  # the next owner repeats what is not
@@ -555,7 +552,7 @@ class OwnedConsumer:
         cluster = self._consumer._client.cluster
         known = [tp for tp in tps if tp.partition in (cluster.partitions_for_topic(tp.topic) or ())]
         ends = await self._consumer.end_offsets(known) if known else {}
-        positions = {tp: await asyncio.wait_for(self._consumer.position(tp), 1.0) for tp in ends}
+        positions = {tp: await within(self._consumer.position(tp), 1.0) for tp in ends}
         suspects = {tp: end for tp, end in ends.items() if positions[tp] > end}
         verdict = await self._log_ends.judge(suspects, positions)
         for tp in verdict.past:
@@ -593,7 +590,7 @@ class OwnedConsumer:
         delivered, self._delivered = self._delivered, set()
         try:
             ends = await self._consumer.end_offsets(tps) if tps else {}
-            positions = {tp: await asyncio.wait_for(self._consumer.position(tp), 1.0) for tp in tps}
+            positions = {tp: await within(self._consumer.position(tp), 1.0) for tp in tps}
         except (KafkaError, TimeoutError):
             return  # the broker is away; asked again next round
         seeks, self._ends = records_behind(self._ends, ends, positions, delivered)
@@ -793,7 +790,7 @@ class OwnedConsumer:
                     dropped,
                 )
         try:
-            await asyncio.wait_for(self._drain(group.topic, parts), self.options.drain_timeout_s)
+            await within(self._drain(group.topic, parts), self.options.drain_timeout_s)
         except TimeoutError:
             log.warning(
                 "event=release_drain_timeout group=%s partitions=%s (the new owner repeats "
@@ -862,9 +859,7 @@ class OwnedConsumer:
                 if topic == group.topic and partition in group.owned
             }
             if offsets:
-                await asyncio.wait_for(
-                    group.committer.commit(offsets), self.options.commit_timeout_s
-                )
+                await within(group.committer.commit(offsets), self.options.commit_timeout_s)
                 done.update({(group.topic, p): o for p, o in offsets.items()})
         self.offsets.mark_committed(done)
         self._check_commits = False
@@ -879,7 +874,7 @@ class OwnedConsumer:
         offsets); raises while that cannot be told yet, so the commit is retried. A
         consumer without control partitions cannot tell and commits (ingest's batch-tier
         consumer: its sibling with the control partitions finds the restart)."""
-        lost = await asyncio.wait_for(self._logs_lost(), self.options.commit_timeout_s)
+        lost = await within(self._logs_lost(), self.options.commit_timeout_s)
         if lost is None:
             raise KafkaConnectionError("not yet known whether the broker kept its logs")
         if lost:

@@ -21,6 +21,7 @@ from aiokafka.errors import (
 from aiokafka.structs import RecordMetadata, TopicPartition
 
 from infra.settings import kafka_settings
+from infra.tasks import within
 from schemas import headers as h
 from schemas.topics import is_made_by_inferbus
 
@@ -271,9 +272,7 @@ class Publisher:
                 f"topic {topic!r} does not exist: create it before naming it in reply_to"
             )
         try:
-            known = await asyncio.wait_for(
-                self.producer.partitions_for(topic), self.metadata_timeout_s
-            )
+            known = await within(self.producer.partitions_for(topic), self.metadata_timeout_s)
             return len(known)
         except (KafkaError, TimeoutError) as exc:
             self._forget(topic)
@@ -294,7 +293,7 @@ class Publisher:
         give_up_at = self._clock() + self.metadata_timeout_s
         while True:
             try:
-                cluster = await asyncio.wait_for(
+                cluster = await within(
                     self.producer.client.fetch_all_metadata(), self.metadata_timeout_s
                 )
             except (KafkaError, TimeoutError) as exc:

@@ -10,7 +10,6 @@ groups, and the version the rollout in force names for it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -25,6 +24,7 @@ from aiokafka.structs import RecordMetadata
 from infra.kafka import make_producer, start_with_retry
 from infra.models.repository import ModelRepository
 from infra.processes import StopDeadline, process_started_at
+from infra.tasks import cancel_and_wait, say_failure
 from schemas.errors import InferbusError
 from schemas.result import STATUSES
 from schemas.telemetry import WorkerLoad
@@ -248,7 +248,7 @@ class Worker:
             )
         )
         for task in self._tasks:
-            task.add_done_callback(_said_if_failed)
+            say_failure(task, log)
         self._telemetry = TelemetryPublisher(
             self._send_telemetry,
             instance_id=self.instance_id,
@@ -302,9 +302,7 @@ class Worker:
         try:
             await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if not starting.done():
-                starting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await starting
+                await cancel_and_wait(starting)
                 log.info("event=start_cancelled instance=%s", self.instance_id)
             else:
                 starting.result()  # a failed start (bad model, broker down) raises here
@@ -350,12 +348,7 @@ class Worker:
         if pipeline is not None:
             await pipeline.drain_all(self.settings.drain_timeout_s)
         deadline.renew(STOP_AFTER_DRAIN_S)
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:
-            # Waited, never re-raised: one that had failed (said when it did) must not cut
-            # the rest of the stop short.
-            await asyncio.wait(self._tasks)
+        await deadline.end_tasks("loops_end", self._tasks, most_s=NOTICE_S)
         if pipeline is not None:
             await deadline.step(
                 "answers_in_flight",
@@ -389,12 +382,6 @@ class Worker:
             deadline.gave_up or "nothing",
         )
         self.stopped.set()
-
-
-def _said_if_failed(task: asyncio.Task[None]) -> None:
-    """A background loop that ended with an error says so when it does, not at the stop."""
-    if not task.cancelled() and (exc := task.exception()) is not None:
-        log.error("event=task_failed task=%s error=%r", task.get_name(), exc, exc_info=exc)
 
 
 async def run_worker(bootstrap: str, settings: WorkerSettings | None = None) -> None:

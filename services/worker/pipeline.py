@@ -12,7 +12,6 @@ still owed `internal_error`; failing even that, those records are let go uncommi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -28,6 +27,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.structs import RecordMetadata
 
 from infra.models.config import ModelConfig
+from infra.tasks import wait_event
 from schemas import headers as h
 from schemas.errors import DeadlineExceeded, EngineError, InferbusError, Unparseable
 from schemas.result import Status
@@ -167,8 +167,7 @@ class Pipeline:
                 # The engine is behind: what waits stays in Kafka (no fetches), and the
                 # consumer still follows its lease and the group's membership.
                 self.answered.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.answered.wait(), 0.1)
+                await wait_event(self.answered, 0.1)
                 await consumer.tend()
                 continue
             try:
@@ -329,11 +328,8 @@ class Pipeline:
                 if len(batcher):  # what waits is swept for expired requests now and then
                     wait = min(wait if wait is not None else EXPIRY_SWEEP_S, EXPIRY_SWEEP_S)
                 self.wakeup.clear()
-                with contextlib.suppress(TimeoutError):
-                    # Idle, it sleeps until woken (a poll, an engine done): no busy ticking.
-                    await asyncio.wait_for(
-                        self.wakeup.wait(), timeout=wait if wait is not None else 1.0
-                    )
+                # Idle, it sleeps until woken (a poll, an engine done): no busy ticking.
+                await wait_event(self.wakeup, wait if wait is not None else 1.0)
                 continue
             if self._lease_lapsed():
                 self._let_go_queued(batch)
@@ -739,8 +735,7 @@ class Pipeline:
         while any(self.offsets.in_flight(topic, p) for p in partitions):
             self.wakeup.set()
             self.answered.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.answered.wait(), 0.1)
+            await wait_event(self.answered, 0.1)
 
     async def drain_all(self, timeout_s: float) -> None:
         """Answer everything in hand (a stop), within `timeout_s`."""
@@ -748,8 +743,7 @@ class Pipeline:
         while self.in_hand > 0 and time.monotonic() < deadline:
             self.wakeup.set()
             self.answered.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.answered.wait(), 0.1)
+            await wait_event(self.answered, 0.1)
         if self.in_hand > 0:
             log.warning("event=drain_timeout left=%d (they will be redelivered)", self.in_hand)
 

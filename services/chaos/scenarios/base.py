@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from infra.tasks import cancel_and_wait
+from infra.tasks import cancel_and_wait, wait_event, within
 from schemas.topics import Tier, ingest_topic
 from services.chaos.events import valid
 from services.chaos.harness import ChaosError, ChaosStack, StackPlan
@@ -76,7 +76,7 @@ class Run:
             probes.add(event.request_id)
             self.traffic.send(event, ingest_topic(tier), phase=PROBE)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._served(probes), 1.0)
+                await within(self._served(probes), 1.0)
                 waited = time.monotonic() - started
                 self.say(f"stack serves {tier} ({waited:.1f}s after start)")
                 return waited
@@ -137,8 +137,7 @@ class Run:
                 last_said = time.monotonic()
                 self.say(f"waiting for {left} outcome(s), at most {until - time.time():.0f}s more")
             self.observer.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.observer.changed.wait(), 0.5)
+            await wait_event(self.observer.changed, 0.5)
 
     def fates(self, sent: Iterable[Sent] | None = None) -> list[Fate]:
         chosen = list(self.scenario_sent() if sent is None else sent)

@@ -66,3 +66,41 @@ async def test_renew_gives_the_rest_a_fresh_share_never_past_the_limit() -> None
     started = loop.time()
     assert not await deadline.step("slow", _never(), "slow")
     assert loop.time() - started < 0.5
+
+
+async def _drops_its_cancel(released: asyncio.Event) -> None:
+    while not released.is_set():
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            continue  # what a loop around 3.11's asyncio.wait_for could do
+
+
+async def test_end_tasks_names_a_loop_that_does_not_end_and_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    released = asyncio.Event()
+    ends = asyncio.create_task(_never(), name="ends")
+    stuck = asyncio.create_task(_drops_its_cancel(released), name="stuck")
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with caplog.at_level(logging.ERROR, logger="infra.processes"):
+        deadline = StopDeadline("probe", 10.0)
+        assert not await deadline.end_tasks("loops_end", [ends, stuck], most_s=0.1)
+    assert loop.time() - started < 1.0
+    assert ends.cancelled() and not stuck.done()
+    assert "event=task_did_not_end service=probe task=stuck waiting_at=" in caplog.text
+    assert "test_stop_deadline.py" in caplog.text, "the line it waits at"
+    assert "task=ends" not in caplog.text
+    released.set()
+    await stuck
+
+
+async def test_end_tasks_of_loops_that_end_is_a_step_that_gives_up_nothing() -> None:
+    deadline = StopDeadline("probe", 10.0)
+    tasks = [asyncio.create_task(_never()) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert await deadline.end_tasks("loops_end", tasks, most_s=1.0)
+    assert all(task.cancelled() for task in tasks) and deadline.gave_up == []
+    assert await deadline.end_tasks("none", [], most_s=1.0)

@@ -14,6 +14,7 @@ import pytest
 from aiokafka.errors import KafkaTimeoutError
 
 from infra.models.repository import ModelRepository
+from infra.tasks import say_failure
 from services.worker import app as app_module
 from services.worker.app import Worker
 from services.worker.engine_host import EngineHost
@@ -88,7 +89,7 @@ async def test_stop_runs_to_its_end_after_a_background_task_failed(
 
     with caplog.at_level(logging.ERROR, logger=app_module.__name__):
         reload = asyncio.create_task(publish_fails(), name="reload")
-        reload.add_done_callback(app_module._said_if_failed)
+        say_failure(reload, app_module.log)
         worker._tasks = [asyncio.create_task(polls(), name="poll-batch"), reload]
         await asyncio.wait({reload})
         assert "event=task_failed task=reload" in caplog.text, "said when it failed"
