@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.conn import collect_hosts
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, ProducerClosed
 
 from infra import lenient_fetch
 from infra.security import KafkaSecurity, KafkaSecuritySettings, broker_security, resolve
@@ -272,6 +272,60 @@ def read_from_start(consumer: AIOKafkaConsumer, *partitions: TopicPartition) -> 
     come back, that is a wait the loop need not take."""
     for tp in partitions:
         consumer.seek(tp, 0)
+
+
+SENDER_SETTLE_S = 0.5
+"""After a producer's connections closed in a stop given up, the time its sender gets to
+put back the batches whose requests failed with them (aiokafka's backoff: 0.1 s)."""
+
+
+async def stop_producer_within(producer: AIOKafkaProducer, timeout_s: float) -> bool:
+    """`producer.stop()` (send what waits, await its acks, close), given up after
+    `timeout_s`: its connections are closed then, and what is still unacknowledged fails
+    with ProducerClosed (not retriable: a `Publisher` does not try it again)
+    `SENDER_SETTLE_S` later. False when it was given up.
+
+    aiokafka's `stop` has no limit of its own: a broker that froze (its sockets open, no
+    answers) held a client's stop for the request timeout, 30 s. Its sender, cancelled,
+    may still wait that long for a metadata request it had in flight: in the background,
+    holding nothing of the caller's."""
+    stopping = asyncio.ensure_future(producer.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=timeout_s)
+    if stopping in done:
+        stopping.result()
+        return True
+    # The sender, cancelled, waits for its requests in flight: they fail as their
+    # connections close and it puts their batches back (after its 0.1 s backoff).
+    sender_task = producer._sender.sender_task
+    if sender_task is not None:
+        sender_task.cancel()
+    await producer.client.close()
+    done, _ = await asyncio.wait({stopping}, timeout=SENDER_SETTLE_S)
+    _fail_unacknowledged(
+        producer, ProducerClosed(f"not acknowledged when the producer stopped ({timeout_s:g} s)")
+    )
+    if stopping in done:
+        stopping.result()
+    else:
+        await cancel_and_wait(stopping)
+    return False
+
+
+def _fail_unacknowledged(producer: AIOKafkaProducer, error: Exception) -> None:
+    """Fail every batch the producer holds (queued, put back, or in flight): whoever awaits
+    one gets `error` now. aiokafka's `fail_all` is not used: a batch sent once has a
+    callback that takes it out of the in-flight set when it fails, and one put back is
+    not in that set (KeyError, in aiokafka 0.14's callback); its batches' drain waiters,
+    which nobody awaits once it stops, were logged as never retrieved."""
+    accumulator = producer._message_accumulator
+    held = set(accumulator._pending_batches)
+    for queue in accumulator._batches.values():
+        held.update(queue)
+    accumulator._pending_batches.update(held)
+    for batch in held:
+        batch.failure(error)
+        if not batch._drain_waiter.cancelled():
+            batch._drain_waiter.exception()
 
 
 async def stop_consume_loop(task: asyncio.Task[None] | None, consumer: Any) -> None:

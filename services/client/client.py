@@ -25,6 +25,7 @@ from infra.kafka import (
     make_producer,
     read_from_start,
     start_with_retry,
+    stop_producer_within,
 )
 from infra.log_end import LogEndProbe, true_ends
 from infra.lograte import limit_logger_rate
@@ -55,6 +56,8 @@ READER_RETRY_S = 0.1
 """The result reader's wait after a second failure in a row; it doubles with each more..."""
 READER_RETRY_MAX_S = 5.0
 """...up to this (after a first failure it tries again at once)."""
+STOP_FLUSH_S = 5.0
+"""How long `stop` waits for the acks of requests sent and not yet acknowledged."""
 
 log = logging.getLogger(__name__)
 
@@ -225,10 +228,14 @@ class InferenceClient:
             "makes inferbus.results"
         )
 
-    async def stop(self) -> None:
+    async def stop(self, *, flush_timeout_s: float = STOP_FLUSH_S) -> None:
         """Disconnect; pending `infer()` calls raise ClientStopped, a `results()` loop ends,
         and later calls raise ClientStopped. The consumer and producer are closed whatever a
-        background task ended with (that is logged). Stopping twice is harmless."""
+        background task ended with (that is logged). Stopping twice is harmless.
+
+        Requests sent and not yet acknowledged get `flush_timeout_s` for their acks; then
+        they are given up (said in the log; their `submit` or `infer` raises ClientStopped:
+        each may or may not have reached the broker)."""
         self._stopped = True
         self._publisher = None
         self._streamed.set()  # a `results()` reader waiting for the next one sees the stop
@@ -237,7 +244,7 @@ class InferenceClient:
         async with contextlib.AsyncExitStack() as closing:
             # Run last to first, each whatever the one before raised.
             if self._producer is not None:
-                closing.push_async_callback(self._producer.stop)
+                closing.push_async_callback(self._stop_producer, self._producer, flush_timeout_s)
             closing.push_async_callback(self._log_ends.close)
             closing.push_async_callback(self._stop_consumer)  # the one the reader ended with
             for task in (reader, watcher, *self._background):
@@ -251,6 +258,15 @@ class InferenceClient:
                             )
                         )
             self._waiters.clear()
+
+    async def _stop_producer(self, producer: AIOKafkaProducer, flush_timeout_s: float) -> None:
+        if not await stop_producer_within(producer, flush_timeout_s):
+            log.warning(
+                "event=client_stop_gave_up client=%s flush_timeout_s=%g (requests the broker "
+                "had not acknowledged were given up: they may or may not have reached it)",
+                self.client_id,
+                flush_timeout_s,
+            )
 
     async def _stop_consumer(self) -> None:
         if self._consumer is not None:
@@ -333,6 +349,11 @@ class InferenceClient:
             [ack] = await publisher.send_all([Outgoing(topic, key, value, headers)])
             if isinstance(ack, BaseException):
                 self._mine.not_sent(envelope.request_id)
+                if self._stopped:
+                    raise ClientStopped(
+                        f"the client stopped before the broker acknowledged request "
+                        f"{envelope.request_id}: it may or may not have reached it"
+                    ) from ack
                 raise ack
             set_delivery(span, partition=ack.partition, offset=ack.offset)
         self._restarts.acked((ack.topic, ack.partition), ack.offset)

@@ -143,6 +143,36 @@ async def test_a_broker_that_never_acks_fails_a_submit_within_its_patience() -> 
     assert 1.5 < took < 8, took
 
 
+async def test_a_stop_as_the_broker_froze_gives_up_unacknowledged_requests_in_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request sent as the broker froze held the client's stop for aiokafka's request
+    timeout (29.5 s); the stop gives it up after its flush timeout now, and the request's
+    submit says the client stopped."""
+    with EmbeddedBroker(port=0) as own:
+        assert own.pid is not None
+        topic = f"inferbus.results.frozen-{uuid.uuid4().hex[:8]}"
+        specs = [TopicSpec(topic, 1), TopicSpec(ingest_topic("interactive"), 1)]
+        await ensure_topics(own.bootstrap, specs)
+        client = InferenceClient(own.bootstrap, reply_to=topic, patience_s=60)
+        await client.start()
+        await client.submit(client.build_request("demo-mlp", {"x": X}))
+        os.kill(own.pid, signal.SIGSTOP)
+        try:
+            sending = asyncio.create_task(client.submit(client.build_request("demo-mlp", {"x": X})))
+            await asyncio.sleep(0.5)
+            assert not sending.done()
+            began = time.monotonic()
+            await client.stop(flush_timeout_s=1.0)
+            took = time.monotonic() - began
+            with pytest.raises(ClientStopped, match="may or may not have reached it"):
+                await sending
+        finally:
+            os.kill(own.pid, signal.SIGCONT)
+    assert took < 5, took
+    assert "event=client_stop_gave_up" in caplog.text
+
+
 def test_infer_on_a_broker_without_the_stacks_topics_says_so_on_one_line(
     demo_models: Path,
 ) -> None:
