@@ -10,6 +10,16 @@ from scaler.policy.plan import Plan
 from schemas.topics import TIERS
 
 
+def _working(plan: Plan) -> int:
+    """One replica for a group with work (a lag, or arrivals measured) that wants one: work
+    waiting now comes before a floor kept for work that may come. Without this, a budget
+    below the groups' count gave the idle higher tiers' floors everything, and a batch
+    group with requests waiting never got a worker (its requests waited for good)."""
+    s = plan.signals
+    has_work = (s.lag or 0) > 0 or (s.arrival_rps or 0.0) > 0.0
+    return min(plan.desired, 1) if has_work else 0
+
+
 def _floor(plan: Plan) -> int:
     s = plan.signals
     return min(plan.desired, max(s.min_replicas, s.warm_replicas))
@@ -37,7 +47,8 @@ def _standby_first(plans: Sequence[Plan], budget: int) -> list[Plan]:
 
 
 def share_budget(plans: Sequence[Plan], budget: int | None) -> list[Plan]:
-    """Grant floors first, then the rest, both in tier priority, so batch yields first."""
+    """Grant one replica to each group with work, then floors, then the rest, each pass in
+    tier priority, so batch yields first."""
     if budget is None or sum(p.desired + p.standby for p in plans) <= budget:
         return list(plans)
     plans = _standby_first(plans, budget)
@@ -46,9 +57,9 @@ def share_budget(plans: Sequence[Plan], budget: int | None) -> list[Plan]:
     order = sorted(range(len(plans)), key=lambda i: TIERS.index(plans[i].signals.tier))
     granted = [0] * len(plans)
     left = budget
-    # Pass 1 keeps every group's floor (min, warm) before any group grows beyond it;
-    # pass 2 hands the remainder out in priority order.
-    for want in (_floor, lambda p: p.desired):
+    # Pass 1 gives each group with work one replica; pass 2 keeps every group's floor
+    # (min, warm) before any group grows beyond it; pass 3 hands the remainder out.
+    for want in (_working, _floor, lambda p: p.desired):
         for i in order:
             extra = min(max(0, want(plans[i]) - granted[i]), left)
             granted[i] += extra

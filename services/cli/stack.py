@@ -157,6 +157,22 @@ def stack_ready(views: Mapping[str, GroupView]) -> bool:
     )
 
 
+def ready_message(views: Mapping[str, GroupView]) -> str:
+    """What `up` says once `stack_ready`: a group scaled to zero (a budget below the groups'
+    count gives idle lower tiers none) is named, not counted as serving."""
+    without = sorted(
+        group
+        for group, view in views.items()
+        if (s := view.collection.signals) is not None and s.replicas == 0
+    )
+    if not without:
+        return "ready: every group has a worker serving"
+    return (
+        f"ready: every group with a worker has it serving; none for {', '.join(without)} "
+        "(the scaler starts one when requests come)"
+    )
+
+
 WIDE_VIEW_COLUMNS = 120
 """Under this terminal width the live view drops the per-replica and engine columns and
 prints each group's last decision under the table: ten columns folded into 80."""
@@ -362,11 +378,17 @@ class Stack:
                 "and /readyz (workers from INFERBUS_WORKER_METRICS_PORT on, one port each)"
             )
         self._say(
-            f"{options.ingest_instances} ingest and "
-            f"{len(self.scaler.collector.groups) * options.workers_per_group} worker(s) "
-            f"starting; scaler {'on' if options.with_scaler else 'off'} (at most {budget} "
-            f"workers: INFERBUS_SCALER_MAX_TOTAL_REPLICAS); logs in {options.log_dir}"
+            f"{options.ingest_instances} ingest and {started} worker(s) starting; scaler "
+            f"{'on' if options.with_scaler else 'off'} (at most {budget} workers: "
+            f"INFERBUS_SCALER_MAX_TOTAL_REPLICAS); logs in {options.log_dir}"
         )
+        groups = len(self.scaler.collector.groups)
+        if options.with_scaler and budget < groups:
+            self._say(
+                f"note: {budget} workers for {groups} groups: idle groups of the lower tiers "
+                "get none (batch first); a group with requests waiting gets one before an "
+                "idle group keeps its own"
+            )
         return bootstrap
 
     def _serve_health(self, scaler: ScalerService) -> None:
@@ -589,7 +611,7 @@ class Stack:
             while not await wait_tick():
                 if not said_ready and stack_ready(scaler.views):
                     said_ready = True
-                    self._say("ready: every group has a worker serving")
+                    self._say(ready_message(scaler.views))
                 at = time.strftime("%H:%M:%S")
                 for group in sorted(scaler.views):
                     line = status_line(scaler.views[group], acting=scaler.act)

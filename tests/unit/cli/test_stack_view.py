@@ -9,7 +9,7 @@ from rich.console import Console
 from scaler.collector.collector import GroupCollection
 from scaler.decision import GroupDecision
 from scaler.service import GroupView
-from services.cli.stack import stack_ready, status_line, status_table
+from services.cli.stack import ready_message, stack_ready, status_line, status_table
 from tests.unit.scaler.conftest import make_signals
 
 
@@ -40,6 +40,24 @@ def test_stack_ready(groups: dict[str, tuple[int, int] | None], ready: bool) -> 
         g: _view(g, None) if v is None else _view(g, v[0], replicas=v[1]) for g, v in groups.items()
     }
     assert stack_ready(views) is ready
+
+
+@pytest.mark.parametrize(
+    ("groups", "said"),
+    [
+        pytest.param({"a": 1, "b": 2}, "ready: every group has a worker serving", id="all"),
+        pytest.param(
+            {"a": 1, "c": 0, "b": 0},
+            "ready: every group with a worker has it serving; none for b, c (the scaler "
+            "starts one when requests come)",
+            id="scaled-to-zero-named",
+        ),
+    ],
+)
+def test_the_ready_message_names_groups_without_a_worker(groups: dict[str, int], said: str) -> None:
+    views = {g: _view(g, n, replicas=n) for g, n in groups.items()}
+    assert stack_ready(views)
+    assert ready_message(views) == said
 
 
 @pytest.mark.parametrize(

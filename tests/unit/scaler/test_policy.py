@@ -308,6 +308,48 @@ def test_budget_keeps_floors_before_growth() -> None:
     assert got == {"batch": 1, "interactive": 11}
 
 
+def _six_groups(working: set[str]) -> list[GroupSignals]:
+    """Two models' three tiers, one replica each; a group in `working` has 1 request in lag."""
+    return [
+        make_signals(
+            group=f"inferbus.workers.{model}.{tier}",
+            model=model,
+            tier=tier,
+            replicas=1,
+            ready_replicas=1,
+            arrival_rps=0.0,
+            lag=1 if f"{model}.{tier}" in working else 0,
+            slo_p99_e2e_ms=60000.0 if tier == "batch" else 500.0,
+        )
+        for model in ("a", "b")
+        for tier in ("critical", "interactive", "batch")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("working", "without"),
+    [
+        pytest.param(set(), {"a.batch", "b.batch"}, id="idle: lower tiers yield first"),
+        pytest.param({"a.batch"}, {"b.interactive", "b.batch"}, id="batch with work gets one"),
+        pytest.param(
+            {"a.batch", "b.batch", "a.interactive", "b.interactive", "a.critical", "b.critical"},
+            {"a.batch", "b.batch"},
+            id="all with work: by priority",
+        ),
+        pytest.param({"b.batch", "a.critical"}, {"b.interactive", "a.batch"}, id="mixed"),
+    ],
+)
+def test_a_budget_below_the_groups_count_serves_groups_with_work_first(
+    working: set[str], without: set[str]
+) -> None:
+    decision, _ = decide(
+        _six_groups(working), ScalerState(), PolicyConfig(max_total_replicas=4), 0.0
+    )
+    got = {g.group.removeprefix("inferbus.workers."): g.desired for g in decision.groups}
+    assert {name for name, n in got.items() if n == 0} == without, got
+    assert sum(got.values()) == 4
+
+
 def test_duplicate_groups_rejected() -> None:
     with pytest.raises(ValueError, match="twice"):
         decide([make_signals(), make_signals()], ScalerState(), PolicyConfig(), 0.0)
