@@ -4,6 +4,7 @@ every decision (an idle group's unchanged hold every 25 s)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,7 @@ from scaler.collector.collector import (
 from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.latency import WindowLatencies
 from scaler.config import PolicyConfig
-from scaler.decision import GroupDecision
+from scaler.decision import GroupDecision, Reason
 from scaler.policy import POLICIES
 from scaler.registry import Registry
 from scaler.rollout.judge import RolloutJudge
@@ -209,6 +210,18 @@ class ScalerService:
                 chosen = settle_canary(
                     chosen, collection.signals, target.lane, share, no_share_for_s=no_share_for_s
                 )
+            if chosen is not None and collection.retiring is not None:
+                chosen = dataclasses.replace(
+                    chosen,
+                    reasons=(
+                        *chosen.reasons,
+                        Reason(
+                            "retiring",
+                            f"{collection.retiring}: no floor; its workers answer what is "
+                            "queued, then stop",
+                        ),
+                    ),
+                )
             applied, error = False, None
             processes = chosen.desired + chosen.standby if chosen is not None else 0
             if (
@@ -228,7 +241,21 @@ class ScalerService:
                 await self._publish(chosen, collection, applied=applied, error=error)
             self.views[collection.group] = GroupView(collection, chosen, applied, error)
             self._export(collection, chosen)
+            if collection.retiring is not None:
+                await self._drop_if_retired(collection)
         await self._add_new_groups()
+
+    async def _drop_if_retired(self, collection: GroupCollection) -> None:
+        """A retiring group with nothing queued and no worker left is no longer collected."""
+        s = collection.signals
+        if s is None or s.stale or s.lag != 0 or s.replicas != 0:
+            return
+        if await self.actuator.current(collection.group) != 0:
+            return
+        await self.collector.drop(collection.group)
+        self.views.pop(collection.group, None)
+        self._written.pop(collection.group, None)
+        log.info("event=group_retired group=%s why=%r", collection.group, collection.retiring)
 
     async def _publish(
         self,

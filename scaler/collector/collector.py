@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+from infra.models.config import ModelConfig
 from infra.models.repository import ModelRepository
 from infra.rollout.state import RolloutBook, effective
 from infra.tasks import wait_event
@@ -28,7 +29,7 @@ from scaler.registry import (
 )
 from scaler.rollout.lanes import lane_bounds
 from scaler.signals import GroupSignals
-from schemas.errors import InferbusError
+from schemas.errors import InferbusError, ModelNotFound
 from schemas.topics import Lane, Tier, request_topic, worker_group
 from tracing.metrics import set_group_rates
 
@@ -117,6 +118,9 @@ class GroupCollection:
     error: str | None = None
     partitions: Mapping[int, PartitionLag] = field(default_factory=dict)
     end_branches: Mapping[int, EndBranch] = field(default_factory=dict)
+    retiring: str | None = None
+    """Why the group's model no longer wants it (removed from the repository, or the tier
+    from its model.yaml): its floor is 0, so its workers answer what is queued and go."""
 
 
 @dataclass
@@ -163,6 +167,7 @@ class Collector:
         self._targets = {t.group: t for t in targets}
         self._readers: dict[str, GroupOffsetReader] = {}
         self._memory: dict[str, _Memory] = {t.group: _Memory() for t in targets}
+        self._retiring_said: set[str] = set()
         self.failed_ticks = 0
         """Ticks whose collection or decision failed (the loop goes on)."""
 
@@ -178,16 +183,27 @@ class Collector:
         return self._targets[group]
 
     async def add_targets(self, targets: Sequence[GroupTarget]) -> list[str]:
-        """Collect these groups too from now on (a canary named in model.yaml while the
-        scaler runs); returns the groups added. Groups are never dropped: one whose model
-        no longer names it is still collected, so its workers can be drained and retired."""
+        """Collect these groups too from now on (a model or a canary named while the scaler
+        runs); returns the groups added. A group its model no longer wants is still
+        collected (`GroupCollection.retiring`) until its workers drained and went; then its
+        owner `drop`s it."""
         added = [t for t in targets if t.group not in self._targets]
         for target in added:
+            self._retiring_said.discard(target.group)
             self._targets[target.group] = target
             self._memory[target.group] = _Memory()
         if added and self._started:
             await self.start()
         return [t.group for t in added]
+
+    async def drop(self, group: str) -> None:
+        """Stop collecting `group` (retired: its model no longer wants it, no worker left)."""
+        self._targets.pop(group, None)
+        self._memory.pop(group, None)
+        self._retiring_said.discard(group)
+        reader = self._readers.pop(group, None)
+        if reader is not None:
+            await reader.close()
 
     async def start(self) -> None:
         """Connect one offset reader per group (idempotent)."""
@@ -218,14 +234,31 @@ class Collector:
     async def collect(self, group: str, current: int | None = None) -> GroupCollection:
         """Collect one group; a failure is counted, logged and answered with stale signals."""
         memory = self._memory[group]
+        target = self._targets[group]
         try:
-            signals, end_branches = await self._collect(self._targets[group], memory, current)
+            config, retiring = self._config(target)
+            signals, end_branches = await self._collect(target, memory, current, config, retiring)
         except Exception as exc:
             # Broker errors (aiokafka's KafkaError tree), timeouts and a bad model.yaml all
             # mean the same to the policy: this tick failed, count it and keep the last values.
             return self._failed(group, memory, exc)
         memory.failures, memory.last = 0, signals
-        return GroupCollection(group, signals, 0, None, dict(memory.lags), end_branches)
+        if retiring is not None and group not in self._retiring_said:
+            self._retiring_said.add(group)
+            log.warning("event=group_retiring group=%s why=%r", group, retiring)
+        return GroupCollection(
+            group, signals, 0, None, dict(memory.lags), end_branches, retiring=retiring
+        )
+
+    def _config(self, target: GroupTarget) -> tuple[ModelConfig | None, str | None]:
+        """The model's config; or None, and why the repository no longer wants the group."""
+        try:
+            config = self._models.config(target.model)
+        except ModelNotFound:
+            return None, f"model {target.model!r} is no longer in the repository"
+        if target.tier not in config.tiers:
+            return None, f"model {target.model!r} no longer serves tier {target.tier!r}"
+        return config, None
 
     def _failed(self, group: str, memory: _Memory, exc: BaseException) -> GroupCollection:
         memory.failures += 1
@@ -236,7 +269,12 @@ class Collector:
         return GroupCollection(group, stale, memory.failures, repr(exc), dict(memory.lags))
 
     async def _collect(
-        self, target: GroupTarget, memory: _Memory, current: int | None
+        self,
+        target: GroupTarget,
+        memory: _Memory,
+        current: int | None,
+        config: ModelConfig | None,
+        retiring: str | None,
     ) -> tuple[GroupSignals, dict[int, EndBranch]]:
         reader = self._readers.get(target.group)
         if reader is None and self._started:
@@ -244,7 +282,10 @@ class Collector:
             reader = self._readers.get(target.group)
         if reader is None:
             raise CollectionError("collector is not started", group=target.group)
-        config = self._models.config(target.model)
+        if config is None and memory.last is None:
+            raise CollectionError(
+                f"{retiring}, and its group was never collected", group=target.group
+            )
         answer = await reader.read()
         if not answer.partitions:
             raise CollectionError(
@@ -291,8 +332,16 @@ class Collector:
             if self._latencies
             else StageP99()
         )
-        share = effective(config.rollout, self._rollouts.get(target.model)).share
-        min_replicas, max_replicas, warm_replicas = lane_bounds(config.replicas, target.lane, share)
+        if config is None:  # retiring: the last bounds, with no floor
+            assert memory.last is not None
+            slo_ms, max_replicas = memory.last.slo_p99_e2e_ms, memory.last.max_replicas
+            min_replicas = warm_replicas = 0
+        else:
+            slo_ms = config.slo_for(target.tier).p99_e2e_ms
+            share = effective(config.rollout, self._rollouts.get(target.model)).share
+            min_replicas, max_replicas, warm_replicas = lane_bounds(
+                config.replicas, target.lane, share
+            )
         signals = GroupSignals(
             group=target.group,
             model=target.model,
@@ -300,7 +349,7 @@ class Collector:
             replicas=live + spawned,
             ready_replicas=states["ready"],
             partitions=len(answer.partitions),
-            slo_p99_e2e_ms=config.slo_for(target.tier).p99_e2e_ms,
+            slo_p99_e2e_ms=slo_ms,
             collected_at=now_wall,
             starting_replicas=states["loading"] + states["warming"] + spawned,
             arrival_rps=measured.arrival_rps,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -203,5 +204,44 @@ async def test_failed_collection_is_counted_and_stale(
         assert second.signals is None
         assert second.error is not None
         assert collector.failures() == {group: 2}
+    finally:
+        await collector.close()
+
+
+async def test_a_removed_model_s_group_retires_after_its_queue_is_answered(
+    broker: str, unique: str, tmp_path: Path, producer: AIOKafkaProducer
+) -> None:
+    """A model removed from the repository failed every collection (ModelNotFound): its
+    group held its last signals and its workers ran for good. Now the group is collected
+    with no floor (its workers answer what is queued, then the policy lets them go) and,
+    once gone, dropped."""
+    model = f"m{unique}"
+    topic, group = request_topic(model, "interactive"), worker_group(model, "interactive")
+    await ensure_topics(broker, [TopicSpec(topic, PARTITIONS)])
+    models = write_model(tmp_path, model)
+    await produce_batch(producer, topic, 0, 3, T0_MS)
+    collector = Collector(
+        broker,
+        [GroupTarget(model, "interactive")],
+        models,
+        registry=Registry(broker, topic=f"t-instances-{unique}"),
+        telemetry=TelemetryFeed(broker, topic=f"t-telemetry-{unique}"),
+        config=CollectorConfig(timeout_s=10.0),
+    )
+    await collector.start()
+    try:
+        wanted = await collector.collect(group)
+        assert wanted.retiring is None and wanted.signals is not None
+        assert wanted.signals.min_replicas == 1
+        shutil.rmtree(tmp_path / model)
+        gone = await collector.collect(group)
+        assert gone.error is None, gone.error
+        assert gone.retiring == f"model {model!r} is no longer in the repository"
+        assert gone.signals is not None
+        assert (gone.signals.min_replicas, gone.signals.warm_replicas) == (0, 0)
+        assert gone.signals.lag == 3, "what is queued is still counted"
+        assert gone.signals.slo_p99_e2e_ms == 450, "the last known SLO"
+        await collector.drop(group)
+        assert collector.groups == []
     finally:
         await collector.close()
