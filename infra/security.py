@@ -8,10 +8,12 @@ them in clear, because aiokafka needs them so, and nothing logs that dict.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import ssl
-from collections.abc import Mapping
+import stat
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -86,13 +88,40 @@ class KafkaSecuritySettings(BaseSettings):
 
 
 def load_settings() -> KafkaSecuritySettings:
-    """The settings from the environment; a bad value raises one error naming each variable."""
+    """The settings from the environment; a bad value, or an `INFERBUS_KAFKA_` variable
+    that is no setting (a misspelled one would leave the client in plain text, unsaid),
+    raises one error naming each variable."""
+    found = unknown_variables(os.environ, known_variables())
     try:
-        return KafkaSecuritySettings()
+        settings = KafkaSecuritySettings()
     except ValidationError as exc:
         # hide_input_in_errors keeps values (secrets included) out of pydantic's messages.
-        found = [f"{env(str(e['loc'][0]))}: {e['msg']}" for e in exc.errors()]
-        raise KafkaSecurityError("invalid Kafka security settings: " + "; ".join(found)) from None
+        found += [f"{env(str(e['loc'][0]))}: {e['msg']}" for e in exc.errors()]
+    if found:
+        raise KafkaSecurityError("invalid Kafka settings: " + "; ".join(found)) from None
+    return settings
+
+
+def known_variables() -> frozenset[str]:
+    """Every `INFERBUS_KAFKA_` variable a setting reads (the clients' and security's)."""
+    from infra.settings import KafkaSettings  # settings of their own, read elsewhere
+
+    return frozenset(
+        env(name) for name in (*KafkaSettings.model_fields, *KafkaSecuritySettings.model_fields)
+    )
+
+
+def unknown_variables(environ: Mapping[str, str], known: Collection[str]) -> list[str]:
+    """Each `INFERBUS_KAFKA_` variable in `environ` that no setting reads, with the nearest
+    known name."""
+    found = []
+    for name in sorted(environ):
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() in known:
+            continue
+        near = difflib.get_close_matches(name.upper(), list(known), n=1, cutoff=0.75)
+        hint = f" (did you mean {near[0]}?)" if near else " (docs/settings.md lists them)"
+        found.append(f"{name} is not a setting{hint}")
+    return found
 
 
 def problems(settings: KafkaSecuritySettings) -> list[str]:
@@ -141,9 +170,13 @@ def _filled(value: str | SecretStr | None) -> bool:
 
 def _file_problem(name: str, path: Path) -> str | None:
     where = f"{env(name)}={path}"
-    if not path.exists():
+    try:
+        found = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
         return f"{where}: no such file"
-    if not path.is_file():
+    except OSError as exc:  # a folder on its path this process may not enter, among others
+        return f"{where}: cannot be read by this process (uid {os.getuid()}): {exc.strerror}"
+    if not stat.S_ISREG(found.st_mode):
         return f"{where}: not a regular file"
     if not os.access(path, os.R_OK):
         return f"{where}: not readable by this process (uid {os.getuid()})"

@@ -133,17 +133,25 @@ def _tls_refusal(failure: BaseException, security: KafkaSecurity, where: str) ->
             broker=where,
         )
     closed = "the broker closed the TLS connection after the handshake"
+    # A listener that wants SASL inside TLS closes the same way: with SSL, say so too.
+    or_sasl = (
+        ""
+        if settings.sasl
+        else f"; or its listener requires SASL over TLS: set {env('security_protocol')}="
+        f"SASL_SSL with {env('sasl_mechanism')}, {env('sasl_username')} and "
+        f"{env('sasl_password')}"
+    )
     if settings.ssl_certfile is None:
         return KafkaSecurityError(
             f"{closed}: it requires a client certificate (mutual TLS) and none is set: "
-            f"set {env('ssl_certfile')} and {env('ssl_keyfile')}",
+            f"set {env('ssl_certfile')} and {env('ssl_keyfile')}{or_sasl}",
             broker=where,
             cause=cause,
         )
     return KafkaSecurityError(
         f"{closed}: it did not accept the client certificate "
         f"{env('ssl_certfile')}={settings.ssl_certfile} (signed by a CA the broker does not "
-        "trust, expired, or not for client auth)",
+        f"trust, expired, or not for client auth){or_sasl}",
         broker=where,
         cause=cause,
     )
@@ -185,12 +193,25 @@ async def _speaks_tls(host: str, port: int) -> bool:
     return True
 
 
+NO_MECHANISMS = "Enabled mechanisms are: []"
+"""How aiokafka's UnsupportedSaslMechanismError ends when the broker enables none."""
+
+
 def _sasl_refusal(
     failure: BaseException, security: KafkaSecurity, where: str
 ) -> KafkaSecurityError:
     settings = security.settings
     mechanism = f"{env('sasl_mechanism')}={settings.sasl_mechanism}"
     if isinstance(failure, UnsupportedSaslMechanismError):
+        if NO_MECHANISMS in str(failure):  # aiokafka lists the broker's: none at all
+            plain = "SSL" if settings.tls else "PLAINTEXT"
+            return KafkaSecurityError(
+                f"the broker offers no SASL mechanism: its listener does not use SASL: set "
+                f"{env('security_protocol')}={plain} and unset {env('sasl_mechanism')}, "
+                f"{env('sasl_username')} and {env('sasl_password')}",
+                broker=where,
+                cause=_describe(failure),
+            )
         return KafkaSecurityError(
             f"the broker does not enable {mechanism}: use a mechanism it offers",
             broker=where,

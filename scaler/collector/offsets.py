@@ -59,7 +59,11 @@ class GroupOffsetReader:
             max_partition_fetch_bytes=256 * 1024,
             request_timeout_ms=int(self._timeout_s * 1000),
         )
-        await consumer.start()
+        try:
+            await consumer.start()
+        except BaseException:  # refused, timed out or cancelled: nothing left open
+            await consumer.stop()
+            raise
         self._consumer = consumer
 
     async def close(self) -> None:

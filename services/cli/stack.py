@@ -45,6 +45,7 @@ from infra.processes import (
     kill_children,
     process_rss_bytes,
 )
+from infra.security import KafkaSecurityError, KafkaSecuritySettings, process_security
 from infra.tasks import cancel_and_wait, wait_ended, wait_event
 from infra.topics import ensure_topics, repository_topics
 from scaler.actuators.base import parse_group
@@ -155,6 +156,18 @@ def stack_ready(views: Mapping[str, GroupView]) -> bool:
     return bool(signals) and all(
         s is not None and s.ready_replicas >= min(s.replicas, 1) for s in signals
     )
+
+
+def refuse_security_for_the_embedded_broker(settings: KafkaSecuritySettings) -> None:
+    """The embedded broker listens in plain text: a process set for TLS or SASL would wait
+    52 s for a TLS answer and then blame the broker."""
+    if settings.security_protocol != "PLAINTEXT":
+        raise KafkaSecurityError(
+            f"the embedded broker listens in plain text, and "
+            f"INFERBUS_KAFKA_SECURITY_PROTOCOL={settings.security_protocol}: unset the "
+            "INFERBUS_KAFKA_SECURITY_PROTOCOL, _SSL_* and _SASL_* variables, or give "
+            "--bootstrap a broker that uses them"
+        )
 
 
 def ready_message(views: Mapping[str, GroupView]) -> str:
@@ -312,6 +325,7 @@ class Stack:
         options = self.options
         bootstrap = options.bootstrap
         if bootstrap is None:
+            refuse_security_for_the_embedded_broker(process_security().settings)
             self.broker = EmbeddedBroker(port=options.broker_port)
             bootstrap = await asyncio.to_thread(self.broker.start)
             self._say(f"embedded broker (Tansu, memory only) on {bootstrap}")

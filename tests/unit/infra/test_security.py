@@ -22,14 +22,9 @@ from infra.security import (
     load_settings,
     process_security,
 )
-from tests.pki import KEY_PASSWORD, Pki, make_pki
+from tests.pki import KEY_PASSWORD, Pki
 
 SECRET = "s3cret-Pa55word"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture
@@ -350,6 +345,27 @@ def test_an_unreadable_file_is_refused(tmp_path: Path, pki: Pki) -> None:
         client_options(KafkaSecuritySettings(security_protocol="SSL", ssl_cafile=unreadable))
 
 
+def test_a_tls_file_behind_a_folder_this_process_may_not_enter_is_named(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Path.exists()` raised PermissionError (3.11) with no variable named."""
+    cafile = pki.ca
+    real_stat = Path.stat
+
+    def stat(self: Path, **kwargs: Any) -> Any:
+        if self == cafile:
+            raise PermissionError(13, "Permission denied")
+        return real_stat(self, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    with pytest.raises(KafkaSecurityError) as refused:
+        client_options(KafkaSecuritySettings(security_protocol="SSL", ssl_cafile=cafile))
+    assert f"INFERBUS_KAFKA_SSL_CAFILE={cafile}: cannot be read by this process" in str(
+        refused.value
+    )
+    assert "Permission denied" in str(refused.value)
+
+
 ENVIRONMENTS = [
     pytest.param(
         {"INFERBUS_KAFKA_SECURITY_PROTOCOL": "TLS"},
@@ -366,6 +382,23 @@ ENVIRONMENTS = [
         {"INFERBUS_KAFKA_SSL_CHECK_HOSTNAME": "perhaps"},
         "INFERBUS_KAFKA_SSL_CHECK_HOSTNAME: Input should be a valid boolean",
         id="not-a-boolean",
+    ),
+    # A misspelled variable was ignored: the client went on in plain text, unsaid.
+    pytest.param(
+        {"INFERBUS_KAFKA_SECURTY_PROTOCOL": "SSL"},
+        "INFERBUS_KAFKA_SECURTY_PROTOCOL is not a setting (did you mean "
+        "INFERBUS_KAFKA_SECURITY_PROTOCOL?)",
+        id="misspelled-protocol",
+    ),
+    pytest.param(
+        {"INFERBUS_KAFKA_SSL_CA_FILE": "perhaps"},
+        "INFERBUS_KAFKA_SSL_CA_FILE is not a setting (did you mean INFERBUS_KAFKA_SSL_CAFILE?)",
+        id="misspelled-file",
+    ),
+    pytest.param(
+        {"INFERBUS_KAFKA_SASL_PASSWORD_FILE": "perhaps"},
+        "INFERBUS_KAFKA_SASL_PASSWORD_FILE is not a setting",
+        id="no-such-setting",
     ),
 ]
 

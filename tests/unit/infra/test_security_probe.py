@@ -10,6 +10,7 @@ from aiokafka.errors import KafkaConnectionError, UnsupportedSaslMechanismError
 from infra.broker import free_port
 from infra.security import KafkaSecurity, KafkaSecuritySettings
 from infra.security_probe import _sasl_refusal, _transport_refusal, explain_refusal
+from tests.pki import Pki
 
 SCRAM = KafkaSecuritySettings(
     security_protocol="SASL_PLAINTEXT",
@@ -72,6 +73,15 @@ def test_a_slow_plain_broker_is_not_blamed_on_security() -> None:
             id="mechanism-not-enabled",
         ),
         pytest.param(
+            UnsupportedSaslMechanismError(
+                "Kafka broker does not support SCRAM-SHA-256 sasl mechanism. "
+                "Enabled mechanisms are: []"
+            ),
+            "the broker offers no SASL mechanism: its listener does not use SASL: set "
+            "INFERBUS_KAFKA_SECURITY_PROTOCOL=PLAINTEXT",
+            id="a-listener-without-sasl",
+        ),
+        pytest.param(
             KeyError("v"),
             "answered the SCRAM exchange with an error instead of its signature",
             id="scram-error-answer",
@@ -87,3 +97,35 @@ def test_sasl_refusals_name_the_settings(failure: BaseException, expected: str) 
     refusal = _sasl_refusal(failure, KafkaSecurity.of(SCRAM), "b:9092")
     assert expected in str(refusal)
     assert "pw-that-must-not-show" not in str(refusal)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "certificate", "says_sasl"),
+    [
+        pytest.param("SSL", False, True, id="tls-no-certificate"),
+        pytest.param("SSL", True, True, id="tls-with-certificate"),
+        pytest.param("SASL_SSL", False, False, id="sasl-already"),
+    ],
+)
+def test_a_tls_connection_closed_after_the_handshake_names_sasl_as_a_suspect(
+    pki: Pki, protocol: str, certificate: bool, says_sasl: bool
+) -> None:
+    """A client set to SSL on a SASL_SSL listener was told only to fix its certificate."""
+    files = {"ssl_certfile": pki.client_cert, "ssl_keyfile": pki.client_key} if certificate else {}
+    sasl = (
+        {"sasl_mechanism": "SCRAM-SHA-256", "sasl_username": "alice", "sasl_password": "pw"}
+        if protocol == "SASL_SSL"
+        else {}
+    )
+    settings = KafkaSecuritySettings(
+        security_protocol=protocol,
+        ssl_cafile=pki.ca,
+        **files,
+        **sasl,  # type: ignore[arg-type]
+    )
+    closed = KafkaConnectionError("Connection at b:9093 closed")
+    refusal = _transport_refusal(closed, KafkaSecurity.of(settings), "b:9093", listener_tls=True)
+    assert refusal is not None
+    assert (
+        "requires SASL over TLS: set INFERBUS_KAFKA_SECURITY_PROTOCOL=SASL_SSL" in str(refusal)
+    ) is says_sasl
