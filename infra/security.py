@@ -234,6 +234,11 @@ def _certificate_hint(settings: KafkaSecuritySettings, reason: str) -> str:
     if "-----BEGIN CERTIFICATE-----" not in certificate:
         return f"{env('ssl_certfile')} holds no PEM certificate"
     if "PRIVATE KEY-----" not in key:
+        if settings.ssl_keyfile is None:  # the certificate's file was read for its key
+            return (
+                f"{env('ssl_certfile')} holds no PEM private key: set {env('ssl_keyfile')} "
+                "to the key's file"
+            )
         return f"{env(key_name)} holds no PEM private key"
     if reason == "KEY_VALUES_MISMATCH":
         return "the key does not belong to the certificate"

@@ -301,7 +301,7 @@ FILES = [
     ),
     pytest.param(
         lambda pki, tmp: {"ssl_certfile": pki.client_cert},
-        "INFERBUS_KAFKA_SSL_CERTFILE holds no PEM private key",
+        "INFERBUS_KAFKA_SSL_CERTFILE holds no PEM private key: set INFERBUS_KAFKA_SSL_KEYFILE",
         id="certificate-without-key",
     ),
     pytest.param(
