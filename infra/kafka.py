@@ -17,7 +17,7 @@ from infra import lenient_fetch
 from infra.security import KafkaSecurity, KafkaSecuritySettings, broker_security, resolve
 from infra.security_probe import explain_refusal
 from infra.settings import kafka_settings
-from infra.tasks import cancel_and_wait
+from infra.tasks import cancel_and_wait, own_cancels
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -107,11 +107,11 @@ class SecureConsumer(_ExplainsRefusal, AIOKafkaConsumer):  # type: ignore[misc]
         bare: one waiting out a retry backoff (a broker gone away) raises CancelledError out
         of `stop()` before the client's connections are closed. Leaving `async with
         InferenceClient(...)` after the stack stopped crashed that way."""
+        before = own_cancels()
         try:
             await super().stop()
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
+            if own_cancels() > before:
                 raise  # the caller's own cancellation
             log.debug("event=consumer_stop_fetch_cancelled (closing the rest)")
             fetcher = self._fetcher
@@ -274,41 +274,62 @@ def read_from_start(consumer: AIOKafkaConsumer, *partitions: TopicPartition) -> 
         consumer.seek(tp, 0)
 
 
-SENDER_SETTLE_S = 0.5
-"""After a producer's connections closed in a stop given up, the time its sender gets to
-put back the batches whose requests failed with them (aiokafka's backoff: 0.1 s)."""
+SENDER_SETTLE_S = 1.0
+"""After a producer's connections closed in a stop given up, the most its sender gets to
+put back the batches whose requests failed with them and end."""
 
 
 async def stop_producer_within(producer: AIOKafkaProducer, timeout_s: float) -> bool:
     """`producer.stop()` (send what waits, await its acks, close), given up after
     `timeout_s`: its connections are closed then, and what is still unacknowledged fails
-    with ProducerClosed (not retriable: a `Publisher` does not try it again)
-    `SENDER_SETTLE_S` later. False when it was given up.
+    with ProducerClosed (not retriable: a `Publisher` does not try it again) once its
+    sender has ended (`SENDER_SETTLE_S` at most). False when it was given up.
 
     aiokafka's `stop` has no limit of its own: a broker that froze (its sockets open, no
-    answers) held a client's stop for the request timeout, 30 s. Its sender, cancelled,
-    may still wait that long for a metadata request it had in flight: in the background,
-    holding nothing of the caller's."""
+    answers) held a client's stop for the request timeout, 30 s."""
     stopping = asyncio.ensure_future(producer.stop())
     done, _ = await asyncio.wait({stopping}, timeout=timeout_s)
     if stopping in done:
         stopping.result()
         return True
     # The sender, cancelled, waits for its requests in flight: they fail as their
-    # connections close and it puts their batches back (after its 0.1 s backoff).
+    # connections close, it puts their batches back (after its retry backoff), and waits
+    # for a metadata update that the closed client will never make: released here, so
+    # that it ends (and takes nothing with it into the background).
     sender_task = producer._sender.sender_task
     if sender_task is not None:
         sender_task.cancel()
     await producer.client.close()
-    done, _ = await asyncio.wait({stopping}, timeout=SENDER_SETTLE_S)
+    loop = asyncio.get_running_loop()
+    settle_by = loop.time() + SENDER_SETTLE_S
+    while sender_task is not None and not sender_task.done() and loop.time() < settle_by:
+        _release_metadata_waiters(producer)
+        await asyncio.sleep(0.05)
+    if sender_task is not None and not sender_task.done():
+        # Still waiting for a request in flight (one connecting again to the frozen
+        # broker waits out the request timeout): cancelled again, it stops waiting.
+        sender_task.cancel()
+        await asyncio.wait({sender_task}, timeout=SENDER_SETTLE_S)
+    # Failed only now: a batch failed before its request's failure put it back made
+    # aiokafka 0.14 raise KeyError in its callback.
     _fail_unacknowledged(
         producer, ProducerClosed(f"not acknowledged when the producer stopped ({timeout_s:g} s)")
     )
-    if stopping in done:
-        stopping.result()
-    else:
+    done, _ = await asyncio.wait({stopping}, timeout=SENDER_SETTLE_S)
+    if stopping not in done:
         await cancel_and_wait(stopping)
+        log.warning("event=producer_stop_abandoned (its sender did not end)")
+    elif not stopping.cancelled():  # the sender's cancellation, ours, ends it that way
+        stopping.result()
     return False
+
+
+def _release_metadata_waiters(producer: AIOKafkaProducer) -> None:
+    """Resolve the metadata update the producer's closed client was to make (its
+    synchroniser is cancelled): whoever waits on it goes on."""
+    update = producer.client._md_update_fut
+    if update is not None and not update.done():
+        update.set_result(None)
 
 
 def _fail_unacknowledged(producer: AIOKafkaProducer, error: Exception) -> None:

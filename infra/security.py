@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import os
+import re
 import ssl
 import stat
 from collections.abc import Collection, Mapping
@@ -111,14 +112,24 @@ def known_variables() -> frozenset[str]:
     )
 
 
+KUBERNETES_SERVICE_LINK = re.compile(
+    r"_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$"
+)
+"""What Kubernetes sets in every pod for each Service (one named `inferbus-kafka` gives
+`INFERBUS_KAFKA_SERVICE_HOST`, `INFERBUS_KAFKA_PORT_9092_TCP`, ...): not a misspelling."""
+
+
 def unknown_variables(environ: Mapping[str, str], known: Collection[str]) -> list[str]:
     """Each `INFERBUS_KAFKA_` variable in `environ` that no setting reads, with the nearest
-    known name."""
+    known name (Kubernetes' service links left out)."""
     found = []
     for name in sorted(environ):
-        if not name.upper().startswith(ENV_PREFIX) or name.upper() in known:
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known:
             continue
-        near = difflib.get_close_matches(name.upper(), list(known), n=1, cutoff=0.75)
+        if KUBERNETES_SERVICE_LINK.search(upper):
+            continue
+        near = difflib.get_close_matches(upper, list(known), n=1, cutoff=0.75)
         hint = f" (did you mean {near[0]}?)" if near else " (docs/settings.md lists them)"
         found.append(f"{name} is not a setting{hint}")
     return found

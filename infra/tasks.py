@@ -36,21 +36,25 @@ async def within(work: Awaitable[T], timeout_s: float | None) -> T:
         return await work
 
 
-def cancelled_itself() -> bool:
-    """True inside a task that is being cancelled: a CancelledError caught there is its own
-    and must go on up, not one of a task it awaited."""
+def own_cancels() -> int:
+    """Cancel requests pending on the calling task: taken before an await and compared
+    after it, a rise is the caller's own cancellation arriving meanwhile. (A bare
+    `cancelling() > 0` is also true in cleanup that runs because the task was cancelled
+    earlier: there it took an awaited task's cancellation for its own, and the cleanup
+    stopped half way.)"""
     task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    return 0 if task is None else task.cancelling()
 
 
 async def wait_ended(task: asyncio.Future[Any]) -> None:
     """Wait until `task` has ended; its cancellation is not raised, its error is (as
     awaiting it would), and so is the caller's own cancellation arriving meanwhile (a
     bare `contextlib.suppress(CancelledError)` would take that for the task's)."""
+    before = own_cancels()
     try:
         await task
     except asyncio.CancelledError:
-        if cancelled_itself():
+        if own_cancels() > before:
             raise
 
 

@@ -32,8 +32,9 @@ from scaler.collector.collector import (
 from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.latency import WindowLatencies
 from scaler.config import PolicyConfig
-from scaler.decision import GroupDecision, Reason
+from scaler.decision import GroupDecision
 from scaler.policy import POLICIES
+from scaler.policy.retire import settle_retiring
 from scaler.registry import Registry
 from scaler.rollout.judge import RolloutJudge
 from scaler.rollout.lanes import settle_canary
@@ -210,18 +211,17 @@ class ScalerService:
                 chosen = settle_canary(
                     chosen, collection.signals, target.lane, share, no_share_for_s=no_share_for_s
                 )
-            if chosen is not None and collection.retiring is not None:
-                chosen = dataclasses.replace(
-                    chosen,
-                    reasons=(
-                        *chosen.reasons,
-                        Reason(
-                            "retiring",
-                            f"{collection.retiring}: no floor; its workers answer what is "
-                            "queued, then stop",
-                        ),
-                    ),
-                )
+            if collection.retiring is not None:
+                if chosen is None:  # never collected: no decision of the policy's to bound
+                    chosen = GroupDecision(
+                        group=collection.group,
+                        model=target.model,
+                        tier=target.tier,
+                        current=await self.actuator.current(collection.group),
+                        desired=0,
+                        diagnosis="idle",
+                    )
+                chosen = settle_retiring(chosen, collection.signals, collection.retiring)
             applied, error = False, None
             processes = chosen.desired + chosen.standby if chosen is not None else 0
             if (
@@ -246,16 +246,30 @@ class ScalerService:
         await self._add_new_groups()
 
     async def _drop_if_retired(self, collection: GroupCollection) -> None:
-        """A retiring group with nothing queued and no worker left is no longer collected."""
+        """A retiring group with no worker left is no longer collected or decided; what it
+        had queued then gets no answer (said)."""
         s = collection.signals
-        if s is None or s.stale or s.lag != 0 or s.replicas != 0:
+        if s is not None and (s.stale or s.replicas != 0):
             return
         if await self.actuator.current(collection.group) != 0:
             return
         await self.collector.drop(collection.group)
         self.views.pop(collection.group, None)
         self._written.pop(collection.group, None)
-        log.info("event=group_retired group=%s why=%r", collection.group, collection.retiring)
+        self.state = dataclasses.replace(
+            self.state, groups=tuple(g for g in self.state.groups if g.group != collection.group)
+        )
+        queued = 0 if s is None or s.lag is None else s.lag
+        if queued:
+            log.warning(
+                "event=group_retired group=%s why=%r unanswered=%d (no worker was left for "
+                "them, and none can start)",
+                collection.group,
+                collection.retiring,
+                queued,
+            )
+        else:
+            log.info("event=group_retired group=%s why=%r", collection.group, collection.retiring)
 
     async def _publish(
         self,

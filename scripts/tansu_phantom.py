@@ -30,6 +30,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import infra.kafka  # noqa: F401 - its patch: metadata requests never auto-create topics
 from infra.broker import EmbeddedBroker
+from infra.tasks import within
 
 TOPIC, PARTITION = "phantom", 10
 
@@ -68,7 +69,7 @@ async def main() -> None:
     for n in range(3):
         values = [b"lost-topic-%d-%d" % (n, j) for j in range(10)]
         try:
-            meta = await asyncio.wait_for(send(producer, values), 3)
+            meta = await within(send(producer, values), 3)
             print(f"  batch {n}: acked at offset {meta.offset}")
         except Exception as exc:
             print(f"  batch {n}: {type(exc).__name__}")

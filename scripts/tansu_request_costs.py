@@ -27,6 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import OffsetAndMetadata
 
 from infra.broker import EmbeddedBroker
+from infra.tasks import within
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAYLOAD = b"x" * 300
@@ -78,7 +79,7 @@ async def _empty_fetches(meter: _Meter, boot: str, topic: str, partitions: int) 
     try:
         cpu0 = _cpu_s(meter.pid)
         with contextlib.suppress(TimeoutError):  # nothing comes: only the waiting counts
-            await asyncio.wait_for(consumer.getone(), 5.0)
+            await within(consumer.getone(), 5.0)
         cpu1 = _cpu_s(meter.pid)
     finally:
         conn.AIOKafkaConnection.send = original

@@ -36,6 +36,10 @@ from tracing.metrics import set_group_rates
 log = logging.getLogger(__name__)
 
 
+RETIRE_AFTER_S = 30.0
+"""How long a group's model (or its tier) must be gone before the group retires."""
+
+
 class CollectionError(InferbusError):
     """One group could not be collected this tick; the policy sees it as stale."""
 
@@ -168,6 +172,8 @@ class Collector:
         self._readers: dict[str, GroupOffsetReader] = {}
         self._memory: dict[str, _Memory] = {t.group: _Memory() for t in targets}
         self._retiring_said: set[str] = set()
+        self._gone_since: dict[str, float] = {}
+        """Per group its model no longer wants: since when (monotonic)."""
         self.failed_ticks = 0
         """Ticks whose collection or decision failed (the loop goes on)."""
 
@@ -201,6 +207,7 @@ class Collector:
         self._targets.pop(group, None)
         self._memory.pop(group, None)
         self._retiring_said.discard(group)
+        self._gone_since.pop(group, None)
         reader = self._readers.pop(group, None)
         if reader is not None:
             await reader.close()
@@ -237,28 +244,51 @@ class Collector:
         target = self._targets[group]
         try:
             config, retiring = self._config(target)
-            signals, end_branches = await self._collect(target, memory, current, config, retiring)
+            if retiring is not None and memory.last is None:
+                # Never collected (no signals to go on): nothing of it to keep.
+                self._say_retiring(group, retiring)
+                return GroupCollection(group, None, 0, None, retiring=retiring)
+            signals, end_branches = await self._collect(target, memory, current, config)
         except Exception as exc:
             # Broker errors (aiokafka's KafkaError tree), timeouts and a bad model.yaml all
             # mean the same to the policy: this tick failed, count it and keep the last values.
             return self._failed(group, memory, exc)
         memory.failures, memory.last = 0, signals
-        if retiring is not None and group not in self._retiring_said:
-            self._retiring_said.add(group)
-            log.warning("event=group_retiring group=%s why=%r", group, retiring)
+        if retiring is not None:
+            self._say_retiring(group, retiring)
         return GroupCollection(
             group, signals, 0, None, dict(memory.lags), end_branches, retiring=retiring
         )
 
+    def _say_retiring(self, group: str, why: str) -> None:
+        if group not in self._retiring_said:
+            self._retiring_said.add(group)
+            log.warning("event=group_retiring group=%s why=%r", group, why)
+
     def _config(self, target: GroupTarget) -> tuple[ModelConfig | None, str | None]:
-        """The model's config; or None, and why the repository no longer wants the group."""
+        """The model's config; or None, and why the repository no longer wants the group.
+
+        Only once that has held for `RETIRE_AFTER_S`: until then the collection fails as
+        before (the group holds), so a model folder being replaced, or a model.yaml being
+        edited, does not stop its workers."""
         try:
             config = self._models.config(target.model)
         except ModelNotFound:
-            return None, f"model {target.model!r} is no longer in the repository"
-        if target.tier not in config.tiers:
-            return None, f"model {target.model!r} no longer serves tier {target.tier!r}"
-        return config, None
+            why = f"model {target.model!r} is no longer in the repository"
+        else:
+            if target.tier in config.tiers:
+                self._gone_since.pop(target.group, None)
+                self._retiring_said.discard(target.group)
+                return config, None
+            why = f"model {target.model!r} no longer serves tier {target.tier!r}"
+        now = self._monotonic()
+        gone_for = now - self._gone_since.setdefault(target.group, now)
+        if gone_for < RETIRE_AFTER_S:
+            raise CollectionError(
+                f"{why} (for {gone_for:.0f} s; its group retires after {RETIRE_AFTER_S:.0f} s)",
+                group=target.group,
+            )
+        return None, why
 
     def _failed(self, group: str, memory: _Memory, exc: BaseException) -> GroupCollection:
         memory.failures += 1
@@ -274,18 +304,14 @@ class Collector:
         memory: _Memory,
         current: int | None,
         config: ModelConfig | None,
-        retiring: str | None,
     ) -> tuple[GroupSignals, dict[int, EndBranch]]:
+        """One collection; `config` None: a retiring group (its last bounds, no floor)."""
         reader = self._readers.get(target.group)
         if reader is None and self._started:
             await self.start()  # a group added while its reader could not connect
             reader = self._readers.get(target.group)
         if reader is None:
             raise CollectionError("collector is not started", group=target.group)
-        if config is None and memory.last is None:
-            raise CollectionError(
-                f"{retiring}, and its group was never collected", group=target.group
-            )
         answer = await reader.read()
         if not answer.partitions:
             raise CollectionError(

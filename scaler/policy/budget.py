@@ -77,7 +77,7 @@ def share_budget(plans: Sequence[Plan], budget: int | None) -> list[Plan]:
                     "budget_capped",
                     f"global budget {reason_number(budget)}: granted {reason_number(grant)} of "
                     f"{reason_number(plan.desired)} "
-                    "(lower tiers yield first)",
+                    "(groups with work first, then floors; lower tiers yield first)",
                     {"budget": budget, "wanted": plan.desired, "granted": grant},
                 ),
             )

@@ -170,7 +170,7 @@ def refuse_security_for_the_embedded_broker(settings: KafkaSecuritySettings) -> 
         )
 
 
-def ready_message(views: Mapping[str, GroupView]) -> str:
+def ready_message(views: Mapping[str, GroupView], *, acting: bool = True) -> str:
     """What `up` says once `stack_ready`: a group scaled to zero (a budget below the groups'
     count gives idle lower tiers none) is named, not counted as serving."""
     without = sorted(
@@ -180,9 +180,9 @@ def ready_message(views: Mapping[str, GroupView]) -> str:
     )
     if not without:
         return "ready: every group has a worker serving"
+    then = "the scaler starts one when requests come" if acting else "the scaler is off"
     return (
-        f"ready: every group with a worker has it serving; none for {', '.join(without)} "
-        "(the scaler starts one when requests come)"
+        f"ready: every group with a worker has it serving; none for {', '.join(without)} ({then})"
     )
 
 
@@ -625,7 +625,7 @@ class Stack:
             while not await wait_tick():
                 if not said_ready and stack_ready(scaler.views):
                     said_ready = True
-                    self._say(ready_message(scaler.views))
+                    self._say(ready_message(scaler.views, acting=self.options.with_scaler))
                 at = time.strftime("%H:%M:%S")
                 for group in sorted(scaler.views):
                     line = status_line(scaler.views[group], acting=scaler.act)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError, ProducerClosed
 from pydantic import ValidationError
 
 from infra.gaps import GapGuard, getmany_in_order
@@ -349,7 +349,7 @@ class InferenceClient:
             [ack] = await publisher.send_all([Outgoing(topic, key, value, headers)])
             if isinstance(ack, BaseException):
                 self._mine.not_sent(envelope.request_id)
-                if self._stopped:
+                if self._stopped and isinstance(ack, ProducerClosed):  # given up by stop()
                     raise ClientStopped(
                         f"the client stopped before the broker acknowledged request "
                         f"{envelope.request_id}: it may or may not have reached it"

@@ -165,6 +165,10 @@ async def test_a_stop_as_the_broker_froze_gives_up_unacknowledged_requests_in_ti
             began = time.monotonic()
             await client.stop(flush_timeout_s=1.0)
             took = time.monotonic() - began
+            producer = client._producer
+            assert producer is not None
+            # Its sender has ended (nothing left running in the background).
+            assert producer._sender.sender_task.done()
             with pytest.raises(ClientStopped, match="may or may not have reached it"):
                 await sending
         finally:

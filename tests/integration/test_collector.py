@@ -15,6 +15,7 @@ from aiokafka.structs import OffsetAndMetadata
 from infra.models.repository import ModelRepository
 from infra.topics import TopicSpec, ensure_topics
 from scaler.collector import Collector, CollectorConfig, GroupTarget, TelemetryFeed
+from scaler.collector.collector import RETIRE_AFTER_S
 from scaler.registry import Registry
 from schemas.telemetry import Heartbeat, InstanceRecord, InstanceState, WorkerLoad
 from schemas.topics import request_topic, worker_group
@@ -212,14 +213,15 @@ async def test_a_removed_model_s_group_retires_after_its_queue_is_answered(
     broker: str, unique: str, tmp_path: Path, producer: AIOKafkaProducer
 ) -> None:
     """A model removed from the repository failed every collection (ModelNotFound): its
-    group held its last signals and its workers ran for good. Now the group is collected
-    with no floor (its workers answer what is queued, then the policy lets them go) and,
-    once gone, dropped."""
+    group held its last signals and its workers ran for good. Now, once it has been gone
+    for `RETIRE_AFTER_S` (a folder being replaced comes back sooner), the group is
+    collected with no floor, what is queued still counted, and dropped when asked."""
     model = f"m{unique}"
     topic, group = request_topic(model, "interactive"), worker_group(model, "interactive")
     await ensure_topics(broker, [TopicSpec(topic, PARTITIONS)])
     models = write_model(tmp_path, model)
     await produce_batch(producer, topic, 0, 3, T0_MS)
+    mono = Clock(1000.0)
     collector = Collector(
         broker,
         [GroupTarget(model, "interactive")],
@@ -227,6 +229,7 @@ async def test_a_removed_model_s_group_retires_after_its_queue_is_answered(
         registry=Registry(broker, topic=f"t-instances-{unique}"),
         telemetry=TelemetryFeed(broker, topic=f"t-telemetry-{unique}"),
         config=CollectorConfig(timeout_s=10.0),
+        monotonic=mono,
     )
     await collector.start()
     try:
@@ -234,6 +237,11 @@ async def test_a_removed_model_s_group_retires_after_its_queue_is_answered(
         assert wanted.retiring is None and wanted.signals is not None
         assert wanted.signals.min_replicas == 1
         shutil.rmtree(tmp_path / model)
+        mono.now += 10.0
+        held = await collector.collect(group)
+        assert held.retiring is None and held.error is not None
+        assert f"retires after {RETIRE_AFTER_S:.0f} s" in held.error
+        mono.now += RETIRE_AFTER_S
         gone = await collector.collect(group)
         assert gone.error is None, gone.error
         assert gone.retiring == f"model {model!r} is no longer in the repository"

@@ -103,3 +103,9 @@ def test_the_live_view_fits_its_terminal(width: int, decisions_below: bool) -> N
     whole_line = "demo-mlp.interactive: interactive hold"
     assert any(line.startswith(whole_line) for line in text.splitlines()) is decisions_below
     assert ("svc/s/rep" in text) is not decisions_below
+
+
+def test_the_ready_message_does_not_promise_a_scaler_that_is_off() -> None:
+    views = {"a": _view("a", 1), "b": _view("b", 0, replicas=0)}
+    said = ready_message(views, acting=False)
+    assert said.endswith("none for b (the scaler is off)"), said

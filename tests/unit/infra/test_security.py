@@ -19,8 +19,10 @@ from infra.security import (
     KafkaSecuritySettings,
     broker_security,
     client_options,
+    known_variables,
     load_settings,
     process_security,
+    unknown_variables,
 )
 from tests.pki import KEY_PASSWORD, Pki
 
@@ -481,3 +483,23 @@ def test_docs_security_lists_every_setting() -> None:
     for name, info in KafkaSecuritySettings.model_fields.items():
         assert info.description, f"{name} has no docstring"
         assert f"`{sec.env(name)}`" in docs, f"{sec.env(name)} is not in docs/security.md"
+
+
+@pytest.mark.parametrize(
+    ("name", "refused"),
+    [
+        pytest.param("INFERBUS_KAFKA_SECURTY_PROTOCOL", True, id="misspelled"),
+        pytest.param("inferbus_kafka_security_protocol", False, id="lower-case-is-read"),
+        pytest.param("INFERBUS_KAFKA_SERVICE_HOST", False, id="k8s-service-host"),
+        pytest.param("INFERBUS_KAFKA_SERVICE_PORT", False, id="k8s-service-port"),
+        pytest.param("INFERBUS_KAFKA_SERVICE_PORT_KAFKA", False, id="k8s-named-port"),
+        pytest.param("INFERBUS_KAFKA_PORT", False, id="k8s-port"),
+        pytest.param("INFERBUS_KAFKA_PORT_9092_TCP_ADDR", False, id="k8s-port-addr"),
+        pytest.param("INFERBUS_KAFKA_0_SERVICE_HOST", False, id="k8s-another-service"),
+        pytest.param("OTHER_KAFKA_SECURTY_PROTOCOL", False, id="not-ours"),
+    ],
+)
+def test_unknown_variables_leave_kubernetes_service_links_alone(name: str, refused: bool) -> None:
+    """A Service named `inferbus-kafka` puts INFERBUS_KAFKA_SERVICE_HOST and the like in
+    every pod of its namespace: refused, no process would start."""
+    assert bool(unknown_variables({name: "x"}, known_variables())) is refused

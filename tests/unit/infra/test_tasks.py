@@ -14,7 +14,7 @@ import pytest
 from infra.tasks import cancel_and_wait, wait_ended, wait_event, within
 
 ROOT = Path(__file__).parents[3]
-PACKAGES = ("services", "scaler", "tracing", "infra", "schemas")
+PACKAGES = ("services", "scaler", "tracing", "infra", "schemas", "scripts")
 
 Wait = Callable[[asyncio.Event], Awaitable[object]]
 
@@ -114,3 +114,24 @@ def test_no_code_waits_with_what_can_drop_a_cancel() -> None:
         "may be the caller's own, not the awaited task's: use infra.tasks' within, "
         "wait_event, wait_ended or cancel_and_wait:\n" + "\n".join(found)
     )
+
+
+async def test_cleanup_after_its_own_cancel_still_ends_the_tasks_it_awaits() -> None:
+    """In a `finally` run because its task was cancelled, ending another task took that
+    task's cancellation for the caller's own and raised: the cleanup stopped half way."""
+    cleaned: list[str] = []
+
+    async def owner() -> None:
+        inner = asyncio.create_task(asyncio.Event().wait())
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await cancel_and_wait(inner)
+            cleaned.append("after the inner task")
+
+    task = asyncio.create_task(owner())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cleaned == ["after the inner task"]
