@@ -48,6 +48,7 @@ class KafkaSecuritySettings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
         extra="ignore",
+        env_ignore_empty=True,  # `VAR=` in compose or a pod spec: unset, not an empty path
         frozen=True,
         hide_input_in_errors=True,
         use_attribute_docstrings=True,

@@ -21,6 +21,7 @@ from infra.security import (
     client_options,
     known_variables,
     load_settings,
+    problems,
     process_security,
     unknown_variables,
 )
@@ -503,3 +504,16 @@ def test_unknown_variables_leave_kubernetes_service_links_alone(name: str, refus
     """A Service named `inferbus-kafka` puts INFERBUS_KAFKA_SERVICE_HOST and the like in
     every pod of its namespace: refused, no process would start."""
     assert bool(unknown_variables({name: "x"}, known_variables())) is refused
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["INFERBUS_KAFKA_SSL_CAFILE", "INFERBUS_KAFKA_SASL_MECHANISM", "INFERBUS_KAFKA_SASL_PASSWORD"],
+)
+def test_an_empty_variable_is_unset(clean_env: pytest.MonkeyPatch, name: str) -> None:
+    """`INFERBUS_KAFKA_SSL_CAFILE=` with PLAINTEXT said "set but ... does not use TLS", and
+    with SSL named the file `.`."""
+    clean_env.setenv(name, "")
+    settings = load_settings()
+    assert getattr(settings, name.removeprefix("INFERBUS_KAFKA_").lower()) is None
+    assert problems(settings) == []
