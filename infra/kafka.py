@@ -14,8 +14,14 @@ from aiokafka.conn import collect_hosts
 from aiokafka.errors import KafkaConnectionError, ProducerClosed
 
 from infra import lenient_fetch
-from infra.security import KafkaSecurity, KafkaSecuritySettings, broker_security, resolve
-from infra.security_probe import explain_refusal
+from infra.security import (
+    KafkaSecurity,
+    KafkaSecurityError,
+    KafkaSecuritySettings,
+    broker_security,
+    resolve,
+)
+from infra.security_probe import explain_refusal, plain_listener, tls_on_a_plain_listener
 from infra.settings import kafka_settings
 from infra.tasks import cancel_and_wait, own_cancels
 
@@ -68,6 +74,11 @@ def _never_create_topics_by_asking() -> None:
 _never_create_topics_by_asking()
 
 
+EARLY_PROBE_S = 5.0
+"""A TLS client's start still waiting after this long asks whether the broker's listener
+is plain text (aiokafka's own start waits out its request timeout, 40 s, first)."""
+
+
 class _ExplainsRefusal:
     """A client whose failed `start()` says which security setting the broker refused."""
 
@@ -75,13 +86,34 @@ class _ExplainsRefusal:
     _security: KafkaSecurity
 
     async def start(self) -> None:
+        starting = asyncio.ensure_future(super().start())  # type: ignore[misc]
         try:
-            await super().start()  # type: ignore[misc]
+            early = await self._early_refusal(starting)
+        except BaseException:  # the caller's cancellation: the start goes with it
+            starting.cancel()
+            raise
+        if early is not None:
+            await cancel_and_wait(starting)
+            raise early
+        try:
+            await starting
         except Exception as exc:
             refusal = await explain_refusal(self._bootstrap, self._security)
             if refusal is None:
                 raise
             raise refusal from exc
+
+    async def _early_refusal(self, starting: asyncio.Future[None]) -> KafkaSecurityError | None:
+        """A TLS client's start still waiting after `EARLY_PROBE_S` on a plain listener."""
+        if not self._security.settings.tls:
+            return None
+        done, _ = await asyncio.wait({starting}, timeout=EARLY_PROBE_S)
+        if done:
+            return None
+        where = await plain_listener(self._bootstrap)
+        if where is None or starting.done():
+            return None
+        return tls_on_a_plain_listener(where, self._security)
 
 
 class SecureProducer(_ExplainsRefusal, AIOKafkaProducer):  # type: ignore[misc]

@@ -41,6 +41,27 @@ async def explain_refusal(bootstrap: str, security: KafkaSecurity) -> KafkaSecur
     return None
 
 
+async def plain_listener(bootstrap: str) -> str | None:
+    """The first bootstrap host whose listener answers plain-text Kafka, or None."""
+    plain = {"security_protocol": "PLAINTEXT", "ssl_context": None}
+    for host, port, _ in collect_hosts(bootstrap, randomize=False):
+        if await _try(host, port, plain, metadata=False) is None:
+            return f"{host}:{port}"
+    return None
+
+
+def tls_on_a_plain_listener(where: str, security: KafkaSecurity) -> KafkaSecurityError:
+    """A client set for TLS whose broker's listener answers plain text."""
+    settings = security.settings
+    plain = "SASL_PLAINTEXT" if settings.sasl else "PLAINTEXT"
+    return KafkaSecurityError(
+        f"the broker's listener answers plain-text Kafka, but "
+        f"{env('security_protocol')}={settings.security_protocol} expects TLS: set it to "
+        f"{plain}, or give the broker's TLS listener",
+        broker=where,
+    )
+
+
 async def _reachable(host: str, port: int) -> bool:
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):

@@ -7,6 +7,7 @@ partition leaders, the group coordinator) goes through TLS.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -249,3 +250,22 @@ async def test_project_clients_use_the_environment_settings(tls_broker: TlsBroke
     async with InferenceClient(bootstrap, reply_to=replies) as client:
         assert client.bootstrap == bootstrap
     assert tls_broker.proxy.refused == refused_before
+
+
+async def test_tls_client_on_a_plain_listener_hears_why_before_the_request_timeout(
+    broker: str, tmp_path: Path
+) -> None:
+    """With the default 40 s request timeout, aiokafka's start waited it out before the
+    probe said why (47 s in all); a start still waiting after 5 s asks now."""
+    client = make_producer(broker, security=tls(make_pki(tmp_path)))
+    began = time.monotonic()
+    try:
+        with pytest.raises(KafkaSecurityError) as refused:
+            await client.start()
+    finally:
+        await client.stop()
+    assert time.monotonic() - began < 20
+    assert "answers plain-text Kafka" in str(refused.value)
+    assert "INFERBUS_KAFKA_SECURITY_PROTOCOL=SSL expects TLS: set it to PLAINTEXT" in str(
+        refused.value
+    )
