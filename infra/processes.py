@@ -343,7 +343,7 @@ class StopDeadline:
         """Cancel `tasks` and wait until they have ended, as a step: their errors are not
         raised here (`infra.tasks.say_failure` says them when they happen). One still
         running when the step is cut (a loop that dropped its cancel) is named, with the
-        line it waits at."""
+        chain of awaits it waits in (`awaits_of`)."""
         for task in tasks:
             task.cancel()
         if not tasks or await self.step(
@@ -352,16 +352,27 @@ class StopDeadline:
             return True
         for task in tasks:
             if not task.done():
-                frames = task.get_stack(limit=1)
-                at = f"{frames[0].f_code.co_filename}:{frames[0].f_lineno}" if frames else "?"
+                at = awaits_of(task)
                 log.error(
-                    "event=task_did_not_end service=%s task=%s waiting_at=%s (a cancel it "
+                    "event=task_did_not_end service=%s task=%s waiting_at=%r (a cancel it "
                     "dropped; left running)",
                     self.service,
                     task.get_name(),
                     at,
                 )
         return False
+
+
+def awaits_of(task: asyncio.Task[Any]) -> str:
+    """Where a suspended task waits, down its chain of awaited coroutines, outermost
+    first: `poll.py:170 > tasks.py:35 > tasks.py:649` (the task's own frame alone is only
+    where it called the first of them)."""
+    chain: list[str] = []
+    coro: Any = task.get_coro()
+    while (frame := getattr(coro, "cr_frame", None)) is not None:
+        chain.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
+        coro = getattr(coro, "cr_await", None)
+    return " > ".join(chain) or "?"
 
 
 def name_this_thread(name: str) -> None:

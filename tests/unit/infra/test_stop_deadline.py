@@ -71,9 +71,13 @@ async def test_renew_gives_the_rest_a_fresh_share_never_past_the_limit() -> None
 async def _drops_its_cancel(released: asyncio.Event) -> None:
     while not released.is_set():
         try:
-            await asyncio.sleep(0.01)
+            await _naps()
         except asyncio.CancelledError:
             continue  # what a loop around 3.11's asyncio.wait_for could do
+
+
+async def _naps() -> None:
+    await asyncio.sleep(0.01)  # the line a stuck loop is named at
 
 
 async def test_end_tasks_names_a_loop_that_does_not_end_and_goes_on(
@@ -85,16 +89,18 @@ async def test_end_tasks_names_a_loop_that_does_not_end_and_goes_on(
     await asyncio.sleep(0)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    with caplog.at_level(logging.ERROR, logger="infra.processes"):
-        deadline = StopDeadline("probe", 10.0)
-        assert not await deadline.end_tasks("loops_end", [ends, stuck], most_s=0.1)
+    try:
+        with caplog.at_level(logging.ERROR, logger="infra.processes"):
+            deadline = StopDeadline("probe", 10.0)
+            assert not await deadline.end_tasks("loops_end", [ends, stuck], most_s=0.1)
+    finally:
+        released.set()  # whatever is asserted below, the loop ends with the test
     assert loop.time() - started < 1.0
     assert ends.cancelled() and not stuck.done()
-    assert "event=task_did_not_end service=probe task=stuck waiting_at=" in caplog.text
-    assert "test_stop_deadline.py" in caplog.text, "the line it waits at"
-    assert "task=ends" not in caplog.text
-    released.set()
     await stuck
+    assert "event=task_did_not_end service=probe task=stuck waiting_at=" in caplog.text
+    line = _naps.__code__.co_firstlineno + 1
+    assert f" > test_stop_deadline.py:{line} > tasks.py:" in caplog.text, caplog.text
 
 
 async def test_end_tasks_of_loops_that_end_is_a_step_that_gives_up_nothing() -> None:
