@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infra.stalls import await_chain
+
 log = logging.getLogger(__name__)
 
 
@@ -364,14 +366,8 @@ class StopDeadline:
 
 
 def awaits_of(task: asyncio.Task[Any]) -> str:
-    """Where a suspended task waits, down its chain of awaited coroutines, outermost
-    first: `poll.py:170 > tasks.py:35 > tasks.py:649` (the task's own frame alone is only
-    where it called the first of them)."""
-    chain: list[str] = []
-    coro: Any = task.get_coro()
-    while (frame := getattr(coro, "cr_frame", None)) is not None:
-        chain.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}")
-        coro = getattr(coro, "cr_await", None)
+    """`infra.stalls.await_chain`, short: `poll.py:170 > tasks.py:35 > tasks.py:649`."""
+    chain = [Path(entry.rsplit(" ", 1)[0]).name for entry in await_chain(task)]
     return " > ".join(chain) or "?"
 
 

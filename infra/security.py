@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infra.settings import KafkaSettings
 from schemas.errors import InferbusError
 
 ENV_PREFIX = "INFERBUS_KAFKA_"
@@ -106,8 +107,6 @@ def load_settings() -> KafkaSecuritySettings:
 
 def known_variables() -> frozenset[str]:
     """Every `INFERBUS_KAFKA_` variable a setting reads (the clients' and security's)."""
-    from infra.settings import KafkaSettings  # settings of their own, read elsewhere
-
     return frozenset(
         env(name) for name in (*KafkaSettings.model_fields, *KafkaSecuritySettings.model_fields)
     )

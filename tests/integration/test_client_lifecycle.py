@@ -117,15 +117,21 @@ async def test_a_reply_topic_of_ones_own_is_created_as_the_client_error_says(
         pass
 
 
+async def frozen_reply_topic(own: EmbeddedBroker) -> str:
+    """A reply topic and the interactive ingest topic on `own` (a broker a test freezes)."""
+    topic = f"inferbus.results.frozen-{uuid.uuid4().hex[:8]}"
+    specs = [TopicSpec(topic, 1), TopicSpec(ingest_topic("interactive"), 1)]
+    await ensure_topics(own.bootstrap, specs)
+    return topic
+
+
 async def test_a_broker_that_never_acks_fails_a_submit_within_its_patience() -> None:
     """A frozen broker (SIGSTOP: connections open, no answers) held a client 8 s patient for
     85 s, aiokafka's request timeout twice; the submit now fails about when its patience
     ends, naming it."""
     with EmbeddedBroker(port=0) as own:
         assert own.pid is not None
-        topic = f"inferbus.results.frozen-{uuid.uuid4().hex[:8]}"
-        specs = [TopicSpec(topic, 1), TopicSpec(ingest_topic("interactive"), 1)]
-        await ensure_topics(own.bootstrap, specs)
+        topic = await frozen_reply_topic(own)
         client = InferenceClient(own.bootstrap, reply_to=topic, patience_s=2)
         await client.start()
         try:
@@ -151,9 +157,7 @@ async def test_a_stop_as_the_broker_froze_gives_up_unacknowledged_requests_in_ti
     submit says the client stopped."""
     with EmbeddedBroker(port=0) as own:
         assert own.pid is not None
-        topic = f"inferbus.results.frozen-{uuid.uuid4().hex[:8]}"
-        specs = [TopicSpec(topic, 1), TopicSpec(ingest_topic("interactive"), 1)]
-        await ensure_topics(own.bootstrap, specs)
+        topic = await frozen_reply_topic(own)
         client = InferenceClient(own.bootstrap, reply_to=topic, patience_s=60)
         await client.start()
         await client.submit(client.build_request("demo-mlp", {"x": X}))
