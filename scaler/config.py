@@ -141,6 +141,12 @@ class PolicyConfig:
     """slo: while too few bursts are remembered for `burst_peak_quantile` to lie below
     their highest, the floor is sized for the highest lead load times 1 + this (the next
     burst exceeds the highest of n with probability 1 / (n + 1))."""
+    burst_schedule_intervals: int = 2
+    """slo: when this many intervals between the last burst onsets agree (`burst_schedule_
+    tolerance`), the next burst is due one interval after the last, and its floor starts a
+    time-to-ready before that (`policy/hold.py`, `burst_due`); 0 turns this off."""
+    burst_schedule_tolerance: float = 0.1
+    """slo: the share of their median by which those intervals may differ."""
     standby_after_gap_s: float | None = None
     """slo: once a gap has lasted this long, held capacity waits as warm standby rather than
     as idle consumers (when the deployment supports standby). None: never."""
@@ -226,6 +232,8 @@ class PolicyConfig:
             problems.append("burst_min_ratio must be >= 1")
         if self.burst_min_count < 1:
             problems.append("burst_min_count must be >= 1")
+        if self.burst_schedule_intervals < 0 or not 0 <= self.burst_schedule_tolerance < 1:
+            problems.append("burst_schedule_intervals >= 0, burst_schedule_tolerance in [0, 1)")
         if self.burst_unknown_margin < 0:
             problems.append("burst_unknown_margin must be >= 0")
         if self.standby_after_gap_s is not None and self.standby_after_gap_s < 0:

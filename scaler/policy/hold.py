@@ -28,6 +28,10 @@ short gap needs its peak at once, and the held peak covers the ones above the fl
 quantile (on the on-off family releasing at once lost up to 1.1 points of attainment for
 0.02-0.03x of cost).
 
+Gaps too long to hold through are let go, but bursts that keep time (a job every five
+minutes) are not a surprise: when the last onsets came at a steady interval, what the next
+burst needs is started a start's time before it is due (`burst_due`).
+
 When the load leaves a gap and keeps rising, and the remembered bursts rose to their peak
 within a known time, the group is sized for their `burst_peak_quantile` peak at once
 rather than step by step behind the rise; a forecast is not trusted beyond that peak
@@ -37,6 +41,7 @@ rather than step by step behind the rise; a forecast is not trusted beyond that 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from scaler.config import PolicyConfig
 from scaler.decision import Reason, reason_number, reason_percent
@@ -79,6 +84,37 @@ def _shares_note(by_mean: int, floor: int, partitions: int) -> str:
     )
 
 
+@dataclass(frozen=True)
+class FloorNeed:
+    """What the remembered bursts need held before one comes (`burst_hold`, `burst_due`)."""
+
+    lead: float
+    """Busy replicas' worth: the bursts' load within a keep cost of their onset."""
+    margin: float
+    """The share added to `lead` while too few bursts are known for the quantile."""
+    by_mean: int
+    floor: int
+    """`by_mean`, raised until no consumer's partitions leave it over capacity."""
+
+
+def _floor_need(memory: BurstMemory, plan: Plan, config: PolicyConfig) -> FloorNeed:
+    """The replicas the next burst needs at once: its lead load with the learned spare."""
+    s = plan.signals
+    known = memory.knows_quantile(config.burst_peak_quantile)
+    lead = memory.lead_peak(config.burst_peak_quantile)
+    # Bursts at their peak within a keep cost, too few for the quantile: the highest of a few
+    # is what the next one exceeds with probability 1 / (n + 1), so it gets a margin. A slow
+    # ramp's lead is part of a ramp, and `burst_rise` sizes the rest at its onset.
+    quick = memory.median_rise_s() <= config.keep_cost_s(s)
+    margin = config.burst_unknown_margin if not known and quick else 0.0
+    lead *= 1 + margin
+    by_mean = replicas_for(lead, plan.state, config)
+    # Each consumer serves its own partitions: a floor that leaves some with more of them
+    # than the rest leaves those over capacity when the burst comes (`shares.py`).
+    floor = shares_count(by_mean, lead, s, config.burst_floor_busiest_max_utilization)
+    return FloorNeed(lead=lead, margin=margin, by_mean=by_mean, floor=floor)
+
+
 def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     """Floor the group at the bursts' need while gaps are short, then briefly as standby.
 
@@ -104,16 +140,8 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         return plan
     known = memory.knows_quantile(config.burst_peak_quantile)
     release = release_to_floor(memory, keep)
-    lead = memory.lead_peak(config.burst_peak_quantile)
-    # Bursts at their peak within a keep cost, too few for the quantile: the highest of a few
-    # is what the next one exceeds with probability 1 / (n + 1), so it gets a margin. A slow
-    # ramp's lead is part of a ramp, and `burst_rise` sizes the rest at its onset.
-    margin = config.burst_unknown_margin if not known and rise <= keep else 0.0
-    lead *= 1 + margin
-    by_mean = replicas_for(lead, plan.state, config)
-    # Each consumer serves its own partitions: a floor that leaves some with more of them
-    # than the rest leaves those over capacity when the burst comes (`shares.py`).
-    floor = shares_count(by_mean, lead, s, config.burst_floor_busiest_max_utilization)
+    need = _floor_need(memory, plan, config)
+    lead, margin, by_mean, floor = need.lead, need.margin, need.by_mean, need.floor
     plan = dataclasses.replace(plan, burst_floor=floor, floor_known=known, release_to_floor=release)
     if floor <= plan.desired:
         return plan
@@ -173,6 +201,61 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         desired=floor,
         diagnosis="steady" if floor <= plan.current else "capacity_bound",
         reason=Reason("burst_hold", f"{text}: keep {reason_number(floor)}{released}", numbers),
+    )
+
+
+def burst_due(plan: Plan, config: PolicyConfig) -> Plan:
+    """Bursts on a schedule: start what the next one needs a start's time before it is due.
+
+    Gaps longer than the keep factor allows are let go (`burst_hold`), and each burst then
+    meets cold capacity for a time-to-ready. When the remembered onsets keep time
+    (`BurstMemory.next_onset`), the floor is started that long, plus a metrics window (a
+    burst shows in the rates that late) and the schedule's spread, before the next is due,
+    and kept until it should have shown; one that does not come ends the schedule.
+    """
+    if config.burst_schedule_intervals < 1:
+        return plan
+    s = plan.signals
+    memory = burst_memory(plan, config)
+    if memory is None or memory.in_gap_s <= 0:
+        return plan
+    if not memory.bursty(config.burst_min_count, config.burst_min_ratio):
+        return plan
+    onset = memory.next_onset(config.burst_schedule_intervals, config.burst_schedule_tolerance)
+    if onset is None:
+        return plan
+    start = config.time_to_ready_s(s) + config.rebalance_pause_s
+    opens = onset.at_s - start - config.metrics_window_s - onset.spread_s
+    closes = onset.at_s + onset.spread_s + config.metrics_window_s
+    if not opens <= s.collected_at <= closes:
+        return plan
+    need = _floor_need(memory, plan, config)
+    if need.floor <= plan.desired:
+        return plan
+    due_in = onset.at_s - s.collected_at
+    return plan.with_(
+        desired=need.floor,
+        diagnosis="capacity_bound",
+        reason=Reason(
+            "burst_due",
+            f"the last {config.burst_schedule_intervals + 1} bursts left their gaps every "
+            f"{reason_number(onset.period_s)} s (each within {reason_number(onset.spread_s)} s):"
+            f" the next is due in {reason_number(due_in)} s, a start takes "
+            f"{reason_number(start)} s; {reason_number(need.lead, 1)} busy replicas (p"
+            f"{config.burst_peak_quantile * 100:.0f}"
+            f"{f', the highest of a few + {reason_percent(need.margin)}' if need.margin else ''})"
+            f" at its onset need {reason_number(need.floor)}"
+            f"{_shares_note(need.by_mean, need.floor, s.partitions)}",
+            {
+                "period_s": onset.period_s,
+                "spread_s": onset.spread_s,
+                "due_in_s": due_in,
+                "start_s": start,
+                "lead_load": need.lead,
+                "floor": need.floor,
+                "needed": need.floor,
+            },
+        ),
     )
 
 

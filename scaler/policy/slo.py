@@ -17,7 +17,7 @@ from scaler.decision import Reason, reason_amount, reason_number, reason_percent
 from scaler.policy.counts import ceil_count
 from scaler.policy.fast import fast_path
 from scaler.policy.headroom import learn, load_spare, replicas_for
-from scaler.policy.hold import burst_hold, burst_rise, forecast_cap_load
+from scaler.policy.hold import burst_due, burst_hold, burst_rise, forecast_cap_load
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction, known_numbers
 from scaler.policy.rate import arrival_estimate
@@ -489,6 +489,7 @@ def size(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -
     plan = settle(plan, by_rate, config, now)
     plan = burst_rise(plan, config)
     plan = burst_hold(plan, config)
+    plan = burst_due(plan, config)
     plan = not_while_rising(plan, config)
     plan = engine_hold(plan, config)
     return even_shares(scale_up_step(plan, config), config)

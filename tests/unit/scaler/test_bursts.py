@@ -494,3 +494,74 @@ def test_a_floor_from_few_bursts_has_a_margin(
         return
     assert {f for _, known, f in floors if not known} == {few}
     assert {f for _, known, f in floors if known} == {many}
+
+
+def _onsets(starts_s: list[float]) -> BurstMemory:
+    bursts = tuple(Burst(peak_load=10.0, rise_s=5.0, lead_load=10.0, start_s=t) for t in starts_s)
+    return dataclasses.replace(_memory([5.0], 30.0), bursts=bursts)
+
+
+@pytest.mark.parametrize(
+    ("starts_s", "intervals", "due_s"),
+    [
+        pytest.param([0.0, 300.0, 600.0, 900.0], 3, 1200.0, id="every-300-s"),
+        pytest.param([0.0, 290.0, 605.0, 900.0], 3, 1195.0, id="within-a-tenth"),
+        pytest.param([0.0, 250.0, 600.0, 900.0], 3, None, id="one-interval-off-by-a-sixth"),
+        # Only the newest intervals count: a schedule that changed is followed once it holds.
+        pytest.param([0.0, 100.0, 700.0, 1000.0, 1300.0], 2, 1600.0, id="newest-intervals"),
+        pytest.param([0.0, 300.0, 600.0], 3, None, id="too-few-onsets"),
+        pytest.param([0.0, 300.0, 600.0, 900.0], 0, None, id="off"),
+    ],
+)
+def test_next_onset_only_for_bursts_that_keep_time(
+    starts_s: list[float], intervals: int, due_s: float | None
+) -> None:
+    onset = _onsets(starts_s).next_onset(intervals, 0.1)
+    if due_s is None:
+        assert onset is None
+        return
+    assert onset is not None and onset.at_s == pytest.approx(due_s)
+
+
+def test_onsets_remember_when_they_left_their_gap() -> None:
+    memory = remember(_samples(_on_off(4, 30, 270, 10.0)), 0.25)
+    assert memory is not None
+    assert [b.start_s for b in memory.onsets()] == pytest.approx([300.0, 600.0, 900.0])
+
+
+SCHEDULED = [3000.0 if i % 60 < 6 else 30.0 for i in range(60 * 7)]
+"""A job every 5 min: 3000/s for 30 s, then 270 s at 30/s (gaps over 4 keep costs)."""
+
+
+def test_bursts_on_a_schedule_are_met_by_capacity_started_before_them(clock: FakeClock) -> None:
+    config = PolicyConfig(initial_spare_replicas=1.0)
+    seen = _drive(clock, SCHEDULED, config)
+    due = [(t, g) for t, g in seen if "burst_due" in {r.code for r in g.reasons}]
+    assert due, "no start ahead of a burst once the schedule is known"
+    # The gaps are too long to hold (the ski rental lets go in each).
+    assert not any("burst_hold" in {r.code for r in g.reasons} for _, g in seen)
+    for _t, g in due:
+        reason = next(r for r in g.reasons if r.code == "burst_due")
+        assert reason.numbers["period_s"] == pytest.approx(300.0)
+        # Started within a start (41 s) + a metrics window (15 s) of the burst, not earlier.
+        assert 0 < reason.numbers["due_in_s"] <= 41 + 15 + 5
+        assert g.desired >= 11  # 3000/s at 300/s each: 10 busy + 1 spare
+    # The first burst has no gap before it; from the one after the schedule's intervals are
+    # seen on, each is met: the tick before it holds 11.
+    before = dict(seen)
+    for k in range(config.burst_schedule_intervals + 2, 7):
+        burst_t = 5.0 + 300.0 * k  # the drive's first tick is at 5 s
+        assert before[burst_t - 5.0].desired >= 11, k
+    # Between the bursts the group goes back down.
+    assert min(g.desired for t, g in seen if t > 1300) <= 2
+
+
+def test_a_burst_that_does_not_come_ends_the_schedule(clock: FakeClock) -> None:
+    rps = SCHEDULED[: 60 * 5] + [30.0] * 60 * 3
+    seen = _drive(clock, rps, PolicyConfig(initial_spare_replicas=1.0))
+    missed_at = 5.0 + 300.0 * 5
+    due = [t for t, g in seen if "burst_due" in {r.code for r in g.reasons}]
+    assert any(missed_at - 60 < t < missed_at for t in due)
+    # One period on, nothing is started for the burst after the one that did not come.
+    assert not [t for t in due if t > missed_at + 60]
+    assert seen[-1][1].desired <= 2

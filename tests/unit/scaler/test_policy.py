@@ -25,6 +25,7 @@ EXAMPLES = Path(__file__).parents[3] / "scaler" / "examples"
         pytest.param("stale.json", "hold", "stale_signals", id="stale"),
         pytest.param("bursty_gap.json", "up", "capacity_bound", id="gap-between-bursts"),
         pytest.param("trickle.json", "hold", "steady", id="a-trickle-holds-one"),
+        pytest.param("scheduled_bursts.json", "up", "capacity_bound", id="a-burst-is-due"),
     ],
 )
 def test_seed_snapshots(example: str, direction: str, diagnosis: str) -> None:
@@ -93,6 +94,17 @@ def test_gap_between_bursts_keeps_the_next_burst() -> None:
     hold = next(r for r in g.reasons if r.code == "burst_hold")
     # Bursts of 1500/s at 300/s per replica: 5 busy + 4 spare, kept through a 40 s gap.
     assert hold.numbers["peak_load"] == pytest.approx(5.0) and g.desired == 9
+
+
+def test_a_burst_on_a_schedule_is_started_for_before_it_is_due() -> None:
+    snap = load_snapshot(EXAMPLES / "scheduled_bursts.json")
+    (g,) = decide(snap.signals, snap.state, PolicyConfig(), snap.now)[0].groups
+    due = next(r for r in g.reasons if r.code == "burst_due")
+    # Every 300 s, due in 40 s; 1500/s at 300/s is 5 busy (+ 25 %: five bursts are too few
+    # for their p75), 11 by the mean, 12 so that no consumer of 12 partitions owns two.
+    assert due.numbers["period_s"] == 300.0 and due.numbers["due_in_s"] == 40.0
+    assert due.numbers["lead_load"] == pytest.approx(6.25) and g.desired == 12
+    assert "due in 40 s" in g.line()
 
 
 def test_capacity_line_reads_well() -> None:

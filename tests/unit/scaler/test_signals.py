@@ -68,6 +68,8 @@ def test_snapshot_now_defaults_to_newest_collection(tmp_path: Path) -> None:
         pytest.param({"headroom_quantile": 0.0}, id="quantile-zero"),
         pytest.param({"failed_collections_before_fallback": 0}, id="fallback-n"),
         pytest.param({"max_total_replicas": -1}, id="budget"),
+        pytest.param({"burst_schedule_intervals": -1}, id="schedule-intervals"),
+        pytest.param({"burst_schedule_tolerance": 1.0}, id="schedule-tolerance"),
     ],
 )
 def test_config_cross_field_validation(raw: dict[str, Any]) -> None:
