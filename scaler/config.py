@@ -142,10 +142,11 @@ class PolicyConfig:
     their highest, the floor is sized for the highest lead load times 1 + this (the next
     burst exceeds the highest of n with probability 1 / (n + 1))."""
     burst_schedule_intervals: int = 2
-    """slo: when this many intervals between the last burst onsets agree (`burst_schedule_
-    tolerance`), the next burst is due one interval after the last, and its floor starts a
-    time-to-ready before that (`policy/hold.py`, `burst_due`); 0 turns this off."""
-    burst_schedule_tolerance: float = 0.1
+    """slo: when this many intervals between the last burst onsets agree
+    (`burst_schedule_tolerance_share`), the next burst is due one interval after the last,
+    and its floor starts a time-to-ready + `rebalance_pause_s` + a metrics window + the
+    intervals' spread before that (`policy/hold.py`, `burst_due`); 0 turns this off."""
+    burst_schedule_tolerance_share: float = 0.1
     """slo: the share of their median by which those intervals may differ."""
     standby_after_gap_s: float | None = None
     """slo: once a gap has lasted this long, held capacity waits as warm standby rather than
@@ -232,8 +233,10 @@ class PolicyConfig:
             problems.append("burst_min_ratio must be >= 1")
         if self.burst_min_count < 1:
             problems.append("burst_min_count must be >= 1")
-        if self.burst_schedule_intervals < 0 or not 0 <= self.burst_schedule_tolerance < 1:
-            problems.append("burst_schedule_intervals >= 0, burst_schedule_tolerance in [0, 1)")
+        if self.burst_schedule_intervals < 0:
+            problems.append("burst_schedule_intervals must be >= 0")
+        if not 0 <= self.burst_schedule_tolerance_share < 1:
+            problems.append("burst_schedule_tolerance_share must be in [0, 1)")
         if self.burst_unknown_margin < 0:
             problems.append("burst_unknown_margin must be >= 0")
         if self.standby_after_gap_s is not None and self.standby_after_gap_s < 0:
@@ -319,8 +322,14 @@ def config_from_dict(raw: Mapping[str, Any]) -> PolicyConfig:
     problems = [p for name, v in raw.items() if (p := _config_value_problem(name, v))]
     if problems:
         raise SignalsError("invalid policy config: " + "; ".join(problems))
+    # JSON's 2.0 is a whole number an int field takes; kept a float, it failed as a count
+    # (a slice) in the middle of a decision.
+    values = {
+        name: int(v) if _CONFIG_TYPES[name].startswith("int") and v is not None else v
+        for name, v in raw.items()
+    }
     try:
-        return PolicyConfig(**raw)
+        return PolicyConfig(**values)
     except TypeError as exc:
         raise SignalsError(f"invalid policy config: {exc}") from exc
 

@@ -35,13 +35,13 @@ class Burst:
     """The highest load within the lead (`remember`'s `lead_s`) of its first sample above
     the gap line: what the burst needed before a replica started when it could first be
     seen would serve. The peak when no gap came before."""
-    start_s: float | None = None
+    left_gap_at_s: float | None = None
     """When its first sample above the gap line was taken; None if no gap came before."""
 
 
 @dataclass(frozen=True)
-class Onset:
-    """When the next burst on a schedule is due (`BurstMemory.next_onset`)."""
+class DueBurst:
+    """When the next burst on a schedule is due (`BurstMemory.next_due`)."""
 
     at_s: float
     period_s: float
@@ -102,24 +102,28 @@ class BurstMemory:
         n = len(self.onsets())
         return n > 0 and math.ceil(quantile * (n + 1) - 1e-9) < n
 
-    def next_onset(self, min_intervals: int, tolerance_share: float) -> Onset | None:
+    def next_due(self, min_intervals: int, tolerance_share: float) -> DueBurst | None:
         """When the next burst should leave its gap, if the last onsets kept time.
 
         Bursts on a schedule (a job every five minutes) leave their gaps at a steady
         interval: when each of the last `min_intervals` intervals between onsets lies within
         `tolerance_share` of their median, the next is due one median after the last. Only
         that one: a burst that does not come ends the schedule, until the intervals after it
-        keep time again.
+        keep time again. The onsets must lie in the memory (`burst_memory_s`): with three
+        onsets and 30 minutes, periods up to about 10 minutes.
         """
-        starts = [b.start_s for b in self.onsets() if b.start_s is not None]
-        intervals = [b - a for a, b in itertools.pairwise(starts)][-min_intervals:]
-        if min_intervals < 1 or len(intervals) < min_intervals:
+        starts = [b.left_gap_at_s for b in self.onsets() if b.left_gap_at_s is not None]
+        count = int(min_intervals)
+        if count < 1:
+            return None
+        intervals = [b - a for a, b in itertools.pairwise(starts)][-count:]
+        if len(intervals) < count:
             return None
         period = statistics.median(intervals)
         spread = max(abs(i - period) for i in intervals)
         if period <= 0 or spread > tolerance_share * period:
             return None
-        return Onset(at_s=starts[-1] + period, period_s=period, spread_s=spread)
+        return DueBurst(at_s=starts[-1] + period, period_s=period, spread_s=spread)
 
     def lead_peak(self, quantile: float) -> float:
         """The `quantile` of what the bursts from a gap needed within the lead of their onset."""
@@ -180,7 +184,7 @@ def remember(
                 peak_load=peak,
                 rise_s=reach - last_gap_t,
                 lead_load=max(early, default=risen[0][1]),
-                start_s=risen[0][0],
+                left_gap_at_s=risen[0][0],
             )
         )
 

@@ -30,7 +30,8 @@ quantile (on the on-off family releasing at once lost up to 1.1 points of attain
 
 Gaps too long to hold through are let go, but bursts that keep time (a job every five
 minutes) are not a surprise: when the last onsets came at a steady interval, what the next
-burst needs is started a start's time before it is due (`burst_due`).
+burst needs is started a start's time, a metrics window and the interval's spread before
+it is due (`burst_due`).
 
 When the load leaves a gap and keeps rising, and the remembered bursts rose to their peak
 within a known time, the group is sized for their `burst_peak_quantile` peak at once
@@ -90,6 +91,8 @@ class FloorNeed:
 
     lead: float
     """Busy replicas' worth: the bursts' load within a keep cost of their onset."""
+    known: bool
+    """Enough bursts are remembered for `burst_peak_quantile` to lie below the highest."""
     margin: float
     """The share added to `lead` while too few bursts are known for the quantile."""
     by_mean: int
@@ -112,7 +115,7 @@ def _floor_need(memory: BurstMemory, plan: Plan, config: PolicyConfig) -> FloorN
     # Each consumer serves its own partitions: a floor that leaves some with more of them
     # than the rest leaves those over capacity when the burst comes (`shares.py`).
     floor = shares_count(by_mean, lead, s, config.burst_floor_busiest_max_utilization)
-    return FloorNeed(lead=lead, margin=margin, by_mean=by_mean, floor=floor)
+    return FloorNeed(lead=lead, known=known, margin=margin, by_mean=by_mean, floor=floor)
 
 
 def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
@@ -138,11 +141,12 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         return plan
     if memory.in_gap_s > limit + (keep if standby else 0.0):
         return plan
-    known = memory.knows_quantile(config.burst_peak_quantile)
     release = release_to_floor(memory, keep)
     need = _floor_need(memory, plan, config)
-    lead, margin, by_mean, floor = need.lead, need.margin, need.by_mean, need.floor
-    plan = dataclasses.replace(plan, burst_floor=floor, floor_known=known, release_to_floor=release)
+    lead, margin, floor = need.lead, need.margin, need.floor
+    plan = dataclasses.replace(
+        plan, burst_floor=floor, floor_known=need.known, release_to_floor=release
+    )
     if floor <= plan.desired:
         return plan
     numbers = {
@@ -154,9 +158,9 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         "keep_cost_s": keep,
         "in_gap_s": memory.in_gap_s,
         "floor": floor,
-        "floor_by_mean": by_mean,
+        "floor_by_mean": need.by_mean,
         "release_to_floor": float(release),
-        "floor_known": float(known),
+        "floor_known": float(need.known),
         "unknown_margin": margin,
     }
     kept_for = (
@@ -172,7 +176,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
         f"{reason_number(lead, 1)} busy replicas (p{config.burst_peak_quantile * 100:.0f}"
         f"{f', the highest of a few + {reason_percent(margin)}' if margin else ''}) within "
         f"{reason_number(keep)} s of their start needs {reason_number(floor)}"
-        f"{_shares_note(by_mean, floor, s.partitions)}; {kept_for}"
+        f"{_shares_note(need.by_mean, floor, s.partitions)}; {kept_for}"
     )
     after = config.standby_after_gap_s
     early = after is not None and memory.in_gap_s >= after
@@ -209,11 +213,17 @@ def burst_due(plan: Plan, config: PolicyConfig) -> Plan:
 
     Gaps longer than the keep factor allows are let go (`burst_hold`), and each burst then
     meets cold capacity for a time-to-ready. When the remembered onsets keep time
-    (`BurstMemory.next_onset`), the floor is started that long, plus a metrics window (a
-    burst shows in the rates that late) and the schedule's spread, before the next is due,
-    and kept until it should have shown; one that does not come ends the schedule.
+    (`BurstMemory.next_due`), the floor is started a time-to-ready + `rebalance_pause_s`,
+    plus a metrics window (a burst shows in the rates that late) and the schedule's
+    spread, before the next is due. It is asked for until the burst shows (its first sample
+    above the gap line; then the burst's own signals and the scale-down hold size the
+    group) or one metrics window + the spread after it was due; one that does not come
+    ends the schedule. Where `burst_hold` keeps the floor through the gap (as consumers
+    or as warm standby) this adds nothing: it is for the gaps the hold lets go.
     """
     if config.burst_schedule_intervals < 1:
+        return plan
+    if any(r.code in {"burst_hold", "burst_standby"} for r in plan.reasons):
         return plan
     s = plan.signals
     memory = burst_memory(plan, config)
@@ -221,39 +231,40 @@ def burst_due(plan: Plan, config: PolicyConfig) -> Plan:
         return plan
     if not memory.bursty(config.burst_min_count, config.burst_min_ratio):
         return plan
-    onset = memory.next_onset(config.burst_schedule_intervals, config.burst_schedule_tolerance)
-    if onset is None:
+    due = memory.next_due(config.burst_schedule_intervals, config.burst_schedule_tolerance_share)
+    if due is None:
         return plan
     start = config.time_to_ready_s(s) + config.rebalance_pause_s
-    opens = onset.at_s - start - config.metrics_window_s - onset.spread_s
-    closes = onset.at_s + onset.spread_s + config.metrics_window_s
-    if not opens <= s.collected_at <= closes:
+    lead = start + config.metrics_window_s + due.spread_s
+    if not due.at_s - lead <= s.collected_at <= due.at_s + due.spread_s + config.metrics_window_s:
         return plan
     need = _floor_need(memory, plan, config)
     if need.floor <= plan.desired:
         return plan
-    due_in = onset.at_s - s.collected_at
+    due_in = due.at_s - s.collected_at
     return plan.with_(
         desired=need.floor,
         diagnosis="capacity_bound",
         reason=Reason(
             "burst_due",
             f"the last {config.burst_schedule_intervals + 1} bursts left their gaps every "
-            f"{reason_number(onset.period_s)} s (each within {reason_number(onset.spread_s)} s):"
-            f" the next is due in {reason_number(due_in)} s, a start takes "
-            f"{reason_number(start)} s; {reason_number(need.lead, 1)} busy replicas (p"
+            f"{reason_number(due.period_s)} s (each within {reason_number(due.spread_s)} s):"
+            f" the next is due in {reason_number(due_in)} s, started {reason_number(lead)} s"
+            f" ahead (a start {reason_number(start)} s + a metrics window "
+            f"{reason_number(config.metrics_window_s)} s + the spread); "
+            f"{reason_number(need.lead, 1)} busy replicas (p"
             f"{config.burst_peak_quantile * 100:.0f}"
             f"{f', the highest of a few + {reason_percent(need.margin)}' if need.margin else ''})"
             f" at its onset need {reason_number(need.floor)}"
             f"{_shares_note(need.by_mean, need.floor, s.partitions)}",
             {
-                "period_s": onset.period_s,
-                "spread_s": onset.spread_s,
+                "period_s": due.period_s,
+                "spread_s": due.spread_s,
                 "due_in_s": due_in,
-                "start_s": start,
+                "lead_s": lead,
+                "start_takes_s": start,
                 "lead_load": need.lead,
                 "floor": need.floor,
-                "needed": need.floor,
             },
         ),
     )

@@ -497,7 +497,9 @@ def test_a_floor_from_few_bursts_has_a_margin(
 
 
 def _onsets(starts_s: list[float]) -> BurstMemory:
-    bursts = tuple(Burst(peak_load=10.0, rise_s=5.0, lead_load=10.0, start_s=t) for t in starts_s)
+    bursts = tuple(
+        Burst(peak_load=10.0, rise_s=5.0, lead_load=10.0, left_gap_at_s=t) for t in starts_s
+    )
     return dataclasses.replace(_memory([5.0], 30.0), bursts=bursts)
 
 
@@ -513,20 +515,20 @@ def _onsets(starts_s: list[float]) -> BurstMemory:
         pytest.param([0.0, 300.0, 600.0, 900.0], 0, None, id="off"),
     ],
 )
-def test_next_onset_only_for_bursts_that_keep_time(
+def test_next_due_only_for_bursts_that_keep_time(
     starts_s: list[float], intervals: int, due_s: float | None
 ) -> None:
-    onset = _onsets(starts_s).next_onset(intervals, 0.1)
+    due = _onsets(starts_s).next_due(intervals, 0.1)
     if due_s is None:
-        assert onset is None
+        assert due is None
         return
-    assert onset is not None and onset.at_s == pytest.approx(due_s)
+    assert due is not None and due.at_s == pytest.approx(due_s)
 
 
 def test_onsets_remember_when_they_left_their_gap() -> None:
     memory = remember(_samples(_on_off(4, 30, 270, 10.0)), 0.25)
     assert memory is not None
-    assert [b.start_s for b in memory.onsets()] == pytest.approx([300.0, 600.0, 900.0])
+    assert [b.left_gap_at_s for b in memory.onsets()] == pytest.approx([300.0, 600.0, 900.0])
 
 
 SCHEDULED = [3000.0 if i % 60 < 6 else 30.0 for i in range(60 * 7)]
@@ -544,8 +546,12 @@ def test_bursts_on_a_schedule_are_met_by_capacity_started_before_them(clock: Fak
         reason = next(r for r in g.reasons if r.code == "burst_due")
         assert reason.numbers["period_s"] == pytest.approx(300.0)
         # Started within a start (41 s) + a metrics window (15 s) of the burst, not earlier.
-        assert 0 < reason.numbers["due_in_s"] <= 41 + 15 + 5
+        assert reason.numbers["lead_s"] == pytest.approx(41 + 15)
+        assert 0 < reason.numbers["due_in_s"] <= reason.numbers["lead_s"]
         assert g.desired >= 11  # 3000/s at 300/s each: 10 busy + 1 spare
+    # The first ask comes a whole lead ahead (less one 5 s tick), not at the last moment.
+    first = [next(r for r in g.reasons if r.code == "burst_due") for _, g in due]
+    assert max(r.numbers["due_in_s"] for r in first) > first[0].numbers["lead_s"] - 5
     # The first burst has no gap before it; from the one after the schedule's intervals are
     # seen on, each is met: the tick before it holds 11.
     before = dict(seen)
@@ -565,3 +571,14 @@ def test_a_burst_that_does_not_come_ends_the_schedule(clock: FakeClock) -> None:
     # One period on, nothing is started for the burst after the one that did not come.
     assert not [t for t in due if t > missed_at + 60]
     assert seen[-1][1].desired <= 2
+
+
+def test_a_floor_the_hold_keeps_as_standby_is_left_to_it(clock: FakeClock) -> None:
+    """Bursts every 150 s keep time, but their gaps (120 s) are short enough for
+    `burst_hold`: with standby from 10 s into a gap (the user's choice) the floor waits as
+    standby, and the schedule does not ask for it as consumers."""
+    config = PolicyConfig(initial_spare_replicas=1.0, standby_after_gap_s=10.0)
+    rps = [3000.0 if i % 30 < 6 else 30.0 for i in range(30 * 10)]
+    seen = _drive(clock, rps, config, standby=True)
+    assert any(g.standby > 0 for _, g in seen)
+    assert not any("burst_due" in {r.code for r in g.reasons} for _, g in seen)

@@ -68,13 +68,35 @@ def test_snapshot_now_defaults_to_newest_collection(tmp_path: Path) -> None:
         pytest.param({"headroom_quantile": 0.0}, id="quantile-zero"),
         pytest.param({"failed_collections_before_fallback": 0}, id="fallback-n"),
         pytest.param({"max_total_replicas": -1}, id="budget"),
-        pytest.param({"burst_schedule_intervals": -1}, id="schedule-intervals"),
-        pytest.param({"burst_schedule_tolerance": 1.0}, id="schedule-tolerance"),
     ],
 )
 def test_config_cross_field_validation(raw: dict[str, Any]) -> None:
     with pytest.raises(SignalsError):
         config_from_dict(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        pytest.param({"burst_schedule_intervals": -1}, "burst_schedule_intervals", id="negative"),
+        pytest.param(
+            {"burst_schedule_tolerance_share": 1.0}, "burst_schedule_tolerance_share", id="whole"
+        ),
+        pytest.param(
+            {"burst_schedule_tolerance_share": -0.1}, "burst_schedule_tolerance_share", id="below"
+        ),
+    ],
+)
+def test_config_names_the_schedule_field_out_of_range(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(SignalsError, match=message):
+        config_from_dict(raw)
+
+
+def test_config_whole_number_of_an_int_field_is_an_int() -> None:
+    """JSON's 2.0 for a count was kept a float, and the decision failed on a slice."""
+    config = config_from_dict({"burst_schedule_intervals": 2.0, "burst_min_count": 3.0})
+    assert isinstance(config.burst_schedule_intervals, int) and config.burst_schedule_intervals == 2
+    assert isinstance(config.burst_min_count, int)
 
 
 @pytest.mark.parametrize(
