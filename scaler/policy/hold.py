@@ -65,7 +65,8 @@ def release_to_floor(memory: BurstMemory, keep_cost_s: float) -> bool:
 
 
 def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
-    """The remembered load plus this tick's sample, split into bursts and gaps."""
+    """The remembered load plus this tick's sample, split into bursts and gaps: made once
+    a tick (`slo.size`) and handed to the steps below."""
     s, state = plan.signals, plan.state
     samples = window(state.load_samples, config.burst_memory_s, s.collected_at)
     mu = s.service_rps_per_replica or state.service_rps_per_replica
@@ -118,7 +119,7 @@ def _floor_need(memory: BurstMemory, plan: Plan, config: PolicyConfig) -> FloorN
     return FloorNeed(lead=lead, known=known, margin=margin, by_mean=by_mean, floor=floor)
 
 
-def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
+def burst_hold(plan: Plan, config: PolicyConfig, memory: BurstMemory | None) -> Plan:
     """Floor the group at the bursts' need while gaps are short, then briefly as standby.
 
     Two stages, like renting skis: through a gap no longer than any remembered one (plus
@@ -128,7 +129,6 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     keeping it has cost what starting it again would.
     """
     s = plan.signals
-    memory = burst_memory(plan, config)
     if memory is None or not memory.bursty(config.burst_min_count, config.burst_min_ratio):
         return plan
     reaction, keep = config.reaction_s(s), config.keep_cost_s(s)
@@ -208,7 +208,7 @@ def burst_hold(plan: Plan, config: PolicyConfig) -> Plan:
     )
 
 
-def burst_due(plan: Plan, config: PolicyConfig) -> Plan:
+def burst_due(plan: Plan, config: PolicyConfig, memory: BurstMemory | None) -> Plan:
     """Bursts on a schedule: start what the next one needs a start's time before it is due.
 
     Gaps longer than the keep factor allows are let go (`burst_hold`), and each burst then
@@ -226,7 +226,6 @@ def burst_due(plan: Plan, config: PolicyConfig) -> Plan:
     if any(r.code in {"burst_hold", "burst_standby"} for r in plan.reasons):
         return plan
     s = plan.signals
-    memory = burst_memory(plan, config)
     if memory is None or memory.in_gap_s <= 0:
         return plan
     if not memory.bursty(config.burst_min_count, config.burst_min_ratio):
@@ -287,9 +286,8 @@ def rise_known(memory: BurstMemory, plan: Plan, config: PolicyConfig) -> bool:
     return slow and memory.bursty(1, config.burst_min_ratio)
 
 
-def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
+def burst_rise(plan: Plan, config: PolicyConfig, memory: BurstMemory | None) -> Plan:
     """A burst like the remembered ones has started: size for their peak now."""
-    memory = burst_memory(plan, config)
     if memory is None or memory.since_gap_s is None or not memory.rising:
         return plan
     onsets = memory.onsets()
@@ -332,14 +330,13 @@ def burst_rise(plan: Plan, config: PolicyConfig) -> Plan:
     )
 
 
-def forecast_cap_load(plan: Plan, config: PolicyConfig) -> float | None:
+def forecast_cap_load(memory: BurstMemory | None, config: PolicyConfig) -> float | None:
     """The highest load a forecast may reach while bursts repeat: what `burst_rise` sizes for.
 
     A burst's onset is a steep line for a few ticks; extrapolated a time-to-ready ahead it
     asked for the highest load ever remembered (on the on-off family 23-32 replicas where
     the bursts' p75 needed 17-21), and the scale-down pacing then kept that for minutes.
     """
-    memory = burst_memory(plan, config)
     if memory is None or not memory.bursty(config.burst_min_count, config.burst_min_ratio):
         return None
     return max(memory.peak(config.burst_peak_quantile), memory.load)

@@ -14,10 +14,11 @@ import math
 
 from scaler.config import PolicyConfig
 from scaler.decision import Reason, reason_amount, reason_number, reason_percent
+from scaler.policy.bursts import BurstMemory
 from scaler.policy.counts import ceil_count
 from scaler.policy.fast import fast_path
 from scaler.policy.headroom import learn, load_spare, replicas_for
-from scaler.policy.hold import burst_due, burst_hold, burst_rise, forecast_cap_load
+from scaler.policy.hold import burst_due, burst_hold, burst_memory, burst_rise, forecast_cap_load
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction, known_numbers
 from scaler.policy.rate import arrival_estimate
@@ -162,7 +163,7 @@ def _from_utilization(plan: Plan, config: PolicyConfig) -> Plan:
     )
 
 
-def forecast(plan: Plan, config: PolicyConfig) -> Plan:
+def forecast(plan: Plan, config: PolicyConfig, memory: BurstMemory | None) -> Plan:
     """Start replicas one time-to-ready early when arrivals are clearly rising."""
     s = plan.signals
     mu, lam = s.service_rps_per_replica, s.arrival_rps
@@ -173,7 +174,7 @@ def forecast(plan: Plan, config: PolicyConfig) -> Plan:
         return plan
     horizon = config.horizon_s(s)
     ahead = rate.ahead
-    cap = forecast_cap_load(plan, config)
+    cap = forecast_cap_load(memory, config)
     if cap is not None and ahead > cap * mu:
         ahead = cap * mu
     needed = _needed(ahead, mu, plan.state, config)
@@ -480,16 +481,17 @@ def size(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -
     """The SLO policy's sizing, composed of the named steps above."""
     plan = Plan(signals=s, state=state, desired=s.replicas, diagnosis="steady")
     plan = learn(plan, config, now)
+    memory = burst_memory(plan, config)
     plan = raw_desired(plan, config)
-    plan = forecast(plan, config)
+    plan = forecast(plan, config, memory)
     by_rate = plan.desired
     plan = fast_path(plan, config)
     plan = backlog(plan, config)
     plan = queue_breach(plan, config)
     plan = settle(plan, by_rate, config, now)
-    plan = burst_rise(plan, config)
-    plan = burst_hold(plan, config)
-    plan = burst_due(plan, config)
+    plan = burst_rise(plan, config, memory)
+    plan = burst_hold(plan, config, memory)
+    plan = burst_due(plan, config, memory)
     plan = not_while_rising(plan, config)
     plan = engine_hold(plan, config)
     return even_shares(scale_up_step(plan, config), config)
