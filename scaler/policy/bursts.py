@@ -112,12 +112,11 @@ class BurstMemory:
         keep time again. The onsets must lie in the memory (`burst_memory_s`): with three
         onsets and 30 minutes, periods up to about 10 minutes.
         """
-        starts = [b.left_gap_at_s for b in self.onsets() if b.left_gap_at_s is not None]
-        count = int(min_intervals)
-        if count < 1:
+        if min_intervals < 1:
             return None
-        intervals = [b - a for a, b in itertools.pairwise(starts)][-count:]
-        if len(intervals) < count:
+        starts = [b.left_gap_at_s for b in self.onsets() if b.left_gap_at_s is not None]
+        intervals = [b - a for a, b in itertools.pairwise(starts)][-min_intervals:]
+        if len(intervals) < min_intervals:
             return None
         period = statistics.median(intervals)
         spread = max(abs(i - period) for i in intervals)

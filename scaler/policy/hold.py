@@ -223,7 +223,7 @@ def burst_due(plan: Plan, config: PolicyConfig, memory: BurstMemory | None) -> P
     """
     if config.burst_schedule_intervals < 1:
         return plan
-    if any(r.code in {"burst_hold", "burst_standby"} for r in plan.reasons):
+    if plan.burst_floor > 0:  # `burst_hold` keeps it through this gap (consumers or standby)
         return plan
     s = plan.signals
     if memory is None or memory.in_gap_s <= 0:
