@@ -69,6 +69,10 @@ class BurstMemory:
     """How long since the load left the last gap, if it is above the gap line now."""
     rising: bool
     """The newest sample is above the one before."""
+    quiet_before_s: float = 0.0
+    """How long the load stayed under the gap line before the first remembered burst, from
+    the oldest sample: the gap before it lasted at least that long (0 when the memory starts
+    in a burst)."""
 
     def onsets(self) -> tuple[Burst, ...]:
         """Bursts that started from a gap (their rise time is known)."""
@@ -87,6 +91,11 @@ class BurstMemory:
     def peak(self, quantile: float) -> float:
         """The `quantile` of the peak loads of the bursts that started from a gap."""
         return _quantile([b.peak_load for b in self.onsets()], quantile)
+
+    def longest_quiet_s(self) -> float:
+        """The longest stretch under the gap line seen: a completed gap, or the one before
+        the first burst (0 without either)."""
+        return max((*self.gaps_s, self.quiet_before_s), default=0.0)
 
     def median_gap_s(self) -> float:
         """Median completed gap (inf without any)."""
@@ -188,6 +197,7 @@ def remember(
         )
 
     last_active_t: float | None = None
+    quiet_before = 0.0
     for t, load in samples:
         if load >= low:
             risen.append((t, load))
@@ -195,6 +205,8 @@ def remember(
         if load >= (low if run else high):
             if not run and last_high_t is not None and last_gap_t is not None:
                 gaps.append(t - last_high_t)
+            elif not run and last_high_t is None and last_gap_t is not None:
+                quiet_before = last_gap_t - samples[0][0]
             run.append((t, load))
             last_high_t = t
             continue
@@ -220,4 +232,5 @@ def remember(
         in_gap_s=in_gap,
         since_gap_s=newest_t - last_gap_t if leaving and last_gap_t is not None else None,
         rising=rising,
+        quiet_before_s=quiet_before,
     )

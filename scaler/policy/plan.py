@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scaler.decision import GroupDecision, Reason
 from scaler.signals import Diagnosis, GroupSignals, GroupState
+
+if TYPE_CHECKING:
+    from scaler.policy.cap_hold import CapHold
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,9 @@ class Plan:
     """The load is in a gap between bursts that rise slower than a keep cost (`hold.py`): the
     burst floor alone keeps what the next one needs before new capacity serves, so the
     scale-down to it waits out no hold window and no stale step up."""
+    cap_hold: CapHold | None = None
+    """The load needed the group's cap lately (`cap_hold.py`): the scale-down waits out that
+    hold's window."""
     fresh: bool = True
     """False when the signals were stale or missing: nothing may scale down then."""
 

@@ -21,7 +21,8 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     keeping a replica idle longer than it takes to start one again costs more than that.
     Bursts are kept by the burst memory (`hold.py`), not by a long window; in a gap between
     bursts that rise slower than a keep cost there is no hold at all, the floor being all
-    the next one needs (`hold.release_to_floor`). No scale-down
+    the next one needs (`hold.release_to_floor`). After a load that needed the group's cap
+    the window is `cap_hold_s` (`cap_hold.py`). No scale-down
     before the hold has been observed, and none smaller than `scale_down_min_step_share`.
     """
     if not plan.fresh:
@@ -44,6 +45,10 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     dropped = step_at is not None and now - step_at < config.gap_hold_s(s) and not floor_holds
     if dropped:
         hold = max(hold, config.gap_hold_s(s))
+    # After a load that needed the cap, a cold start has no spare to catch up with.
+    cap = plan.cap_hold if plan.cap_hold is not None and plan.cap_hold.hold_s > hold else None
+    if cap is not None:
+        hold = cap.hold_s
     kept = (r for r in plan.state.recommendations if now - r[0] < max(hold, config.gap_hold_s(s)))
     window = (*kept, (now, plan.desired))
     state = dataclasses.replace(plan.state, recommendations=window, last_step_down_at=step_at)
@@ -54,12 +59,13 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     history = max(hold, config.forecast_window_s)
     if since is None or now - since < history:
         # A fresh scaler (or a restart) has not seen whether this is a dip or a trend.
+        why = f" (a {reason_number(hold)} s window: {cap.text()})" if cap is not None else ""
         return plan.with_(
             desired=current,
             reason=Reason(
                 "scale_down_waits_for_history",
                 f"scale-down to {reason_number(plan.desired)} waits for "
-                f"{reason_number(history)} s of history",
+                f"{reason_number(history)} s of history{why}",
                 {"wanted": plan.desired, "history_s": history},
             ),
         )
@@ -76,13 +82,17 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
             after += f", {reason_number(plan.state.hold_factor, 2)}x its base hold after regrets"
         if dropped and plan.burst_floor:
             after += f"; the burst floor {plan.burst_floor} is the highest of a few bursts"
+        numbers = {"wanted": plan.desired, "held": target, "hold_s": hold}
+        if cap is not None:
+            after += f": {cap.text()}"
+            numbers |= {"cap": cap.cap, "cap_load": cap.load, "cap_needed_ago_s": cap.ago_s}
         plan = plan.with_(
             desired=target,
             reason=Reason(
                 "scale_down_stabilized",
                 f"scale-down to {reason_number(plan.desired)} held at {reason_number(target)} "
                 f"(highest recommendation in {reason_number(hold)} s{after})",
-                {"wanted": plan.desired, "held": target, "hold_s": hold},
+                numbers,
             ),
         )
     if target >= current:

@@ -15,6 +15,7 @@ import math
 from scaler.config import PolicyConfig
 from scaler.decision import Reason, reason_amount, reason_number, reason_percent
 from scaler.policy.bursts import BurstMemory
+from scaler.policy.cap_hold import cap_hold
 from scaler.policy.counts import ceil_count
 from scaler.policy.fast import fast_path
 from scaler.policy.headroom import learn, load_spare, replicas_for
@@ -492,6 +493,7 @@ def size(s: GroupSignals, state: GroupState, config: PolicyConfig, now: float) -
     plan = burst_rise(plan, config, memory)
     plan = burst_hold(plan, config, memory)
     plan = burst_due(plan, config, memory)
+    plan = cap_hold(plan, config, memory)
     plan = not_while_rising(plan, config)
     plan = engine_hold(plan, config)
     return even_shares(scale_up_step(plan, config), config)

@@ -26,6 +26,7 @@ EXAMPLES = Path(__file__).parents[3] / "scaler" / "examples"
         pytest.param("bursty_gap.json", "up", "capacity_bound", id="gap-between-bursts"),
         pytest.param("trickle.json", "hold", "steady", id="a-trickle-holds-one"),
         pytest.param("scheduled_bursts.json", "up", "capacity_bound", id="a-burst-is-due"),
+        pytest.param("at_the_cap.json", "hold", "over_provisioned", id="after-the-cap-was-needed"),
     ],
 )
 def test_seed_snapshots(example: str, direction: str, diagnosis: str) -> None:
