@@ -14,7 +14,7 @@ and the table to OUT/cells.json; a cell that fails is named in it and the exit s
 Each cell is judged as `inferbus scaler table` judges a report (`scaler.sim.summary`):
 attainment at least the best baseline's, at least 99 % where the oracle of the cell's own
 report reaches 99.5 %, replica-seconds at most 1.2x that oracle's, on the unrounded
-figures. The best baseline's attainment is the recorded one
+figures. The best baseline's attainment is the recorded one, to its 3 decimals of a percent
 (docs/bench/scaler-bursty/stop42/cells.json and stop49/shapes.json: `inferbus sim --policy
 all` on the same cells): a change to `slo` does not move the baselines, but a change to
 the simulator does, and then those tables need running again. `--compare` names the cells
@@ -64,6 +64,10 @@ MOVED_COST = 0.0005
 """`--compare`: a cell moved when its attainment (points) or cost ratio moved beyond these:
 the recorded tables keep 3 and 4 decimals."""
 RECORDED_BASELINE = "recorded best baseline"
+RECORDED_HALF_UNIT = 0.000005
+"""The recorded baselines keep 3 decimals of a percent: `slo` within half the last of them
+(0.0005 points) below one is equal to it (periodic-s2 x30: 96.63195 % for `slo` and
+hpa-util in one run, recorded as 96.632)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,9 @@ def best_baselines() -> dict[str, float]:
 
 def judged(row: Row, best_baseline: float) -> dict[str, Any]:
     """`slo`'s figures in one report and the targets it misses against `best_baseline`."""
-    baseline = Cell(attainment=best_baseline, cost_ratio=math.nan, actions=0)
+    # Compared as recorded, to its rounding (`RECORDED_HALF_UNIT`).
+    at_best = best_baseline - RECORDED_HALF_UNIT
+    baseline = Cell(attainment=at_best, cost_ratio=math.nan, actions=0)
     row = Row(source=row.source, tier=row.tier, cells={**row.cells, RECORDED_BASELINE: baseline})
     slo, oracle = row.cells.get("slo"), row.cells.get("oracle")
     if slo is None or oracle is None:
@@ -146,7 +152,7 @@ def judged(row: Row, best_baseline: float) -> dict[str, Any]:
         "cost_vs_oracle": round(slo.cost_ratio, 4),
         "oracle_attainment_pct": round(100 * oracle.attainment, 3),
         "best_baseline_attainment_pct": round(100 * best_baseline, 3),
-        "at_least_best_baseline": slo.attainment >= best_baseline,
+        "at_least_best_baseline": slo.attainment >= at_best,
         "every_target": not misses,
         "misses": misses,
     }

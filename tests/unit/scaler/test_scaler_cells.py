@@ -66,6 +66,11 @@ def _row(slo: float, cost: float, oracle: float) -> Row:
         pytest.param(0.991, 1.1, 0.996, 0.95, True, [], id="all-met"),
         pytest.param(0.95, 1.1, 0.994, 0.95, True, [], id="equal-to-the-best-baseline"),
         pytest.param(0.949, 1.1, 0.994, 0.95, False, ["below recorded best baseline"], id="below"),
+        # Recorded to 3 decimals of a percent: 96.6318 % may be the 96.632 % it rounds to.
+        pytest.param(0.966318, 1.1, 0.96, 0.96632, True, [], id="equal-to-its-rounding"),
+        pytest.param(
+            0.966314, 1.1, 0.96, 0.96632, False, ["below recorded best baseline"], id="under-it"
+        ),
         pytest.param(0.99, 1.1, 0.995, 0.95, True, [], id="99-exactly-where-the-oracle-is-99.5"),
         pytest.param(0.989, 1.1, 0.995, 0.95, True, ["below 99 %"], id="under-99-oracle-99.5"),
         pytest.param(0.989, 1.1, 0.9949, 0.95, True, [], id="under-99-oracle-under-99.5"),
