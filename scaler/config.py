@@ -82,12 +82,12 @@ class PolicyConfig:
     this long (a gap may end in a burst). None: 2 x (time-to-ready + handover)."""
     cap_hold_s: float = 300.0
     """slo: after the offered load needed the group's cap (its partitions or `max_replicas`
-    run at `target_utilization`), scale down only to the highest recommendation over this
-    long (HPA's default window), unless the burst memory saw the load stay under its gap
-    line longer than this. At the cap there is no headroom to drain the backlog a cold
-    start builds, so a load that comes back meets cold replicas for its whole length, not
-    for a start (`periodic` x30: 86 % attainment against hpa-util's 96 %; docs/benchmarks.md,
-    "Stop 51"). 0 turns it off (`policy/cap_hold.py`)."""
+    run at `target_utilization`), keep the cap this long (HPA's default window), unless the
+    burst memory saw a gap at least this long (at most `burst_memory_s`). At the cap there
+    is no headroom to drain the backlog a cold start builds, so a load that comes back
+    meets cold replicas for its whole length, not for a start (`periodic` x30: 86 %
+    attainment against hpa-util's 96 %; docs/benchmarks.md, "Stop 51"). 0 turns it off
+    (`policy/cap_hold.py`)."""
     regret_window_s: float = 60.0
     """slo: a scale-down followed by a scale-up above its level within this long is a
     regret (`regret.py`); one that stands this long is not."""
@@ -233,6 +233,9 @@ class PolicyConfig:
             problems.append("headroom_min_share must be in [0, 1)")
         if self.panic_growth_share < 0 or self.burst_memory_s < 0:
             problems.append("panic_growth_share and burst_memory_s must be >= 0")
+        if self.cap_hold_s > self.burst_memory_s:
+            # The loads it looks back on are the burst memory's.
+            problems.append("cap_hold_s must be <= burst_memory_s")
         if not 0 < self.burst_low_share < 0.5 or self.burst_keep_factor < 0:
             problems.append("burst_low_share in (0, 0.5), burst_keep_factor >= 0")
         if not 0 < self.burst_peak_quantile <= 1:

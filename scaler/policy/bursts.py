@@ -70,9 +70,10 @@ class BurstMemory:
     rising: bool
     """The newest sample is above the one before."""
     quiet_before_s: float = 0.0
-    """How long the load stayed under the gap line before the first remembered burst, from
-    the oldest sample: the gap before it lasted at least that long (0 when the memory starts
-    in a burst)."""
+    """Before the first burst (remembered, or going on), from the first sample under the
+    gap line to the last one (small bursts in between count, as in `gaps_s`): the gap
+    before that burst lasted at least this long. 0 when no sample before it was under the
+    gap line."""
 
     def onsets(self) -> tuple[Burst, ...]:
         """Bursts that started from a gap (their rise time is known)."""
@@ -93,8 +94,8 @@ class BurstMemory:
         return _quantile([b.peak_load for b in self.onsets()], quantile)
 
     def longest_quiet_s(self) -> float:
-        """The longest stretch under the gap line seen: a completed gap, or the one before
-        the first burst (0 without either)."""
+        """The longest gap seen: a completed one, or the one before the first burst
+        (`quiet_before_s`); 0 without either."""
         return max((*self.gaps_s, self.quiet_before_s), default=0.0)
 
     def median_gap_s(self) -> float:
@@ -197,7 +198,7 @@ def remember(
         )
 
     last_active_t: float | None = None
-    quiet_before = 0.0
+    quiet_before, first_quiet_t = 0.0, None
     for t, load in samples:
         if load >= low:
             risen.append((t, load))
@@ -206,7 +207,7 @@ def remember(
             if not run and last_high_t is not None and last_gap_t is not None:
                 gaps.append(t - last_high_t)
             elif not run and last_high_t is None and last_gap_t is not None:
-                quiet_before = last_gap_t - samples[0][0]
+                quiet_before = last_gap_t - (last_gap_t if first_quiet_t is None else first_quiet_t)
             run.append((t, load))
             last_high_t = t
             continue
@@ -215,6 +216,7 @@ def remember(
             run = []
         if load < low:
             last_gap_t = t
+            first_quiet_t = t if first_quiet_t is None else first_quiet_t
             risen = []
     # A burst still going on has no final peak yet: it is not remembered as one.
     newest_t, newest = samples[-1]

@@ -101,10 +101,14 @@ def apply_caps(plan: Plan, *, partition_cap: bool) -> Plan:
     return plan
 
 
+def group_cap(s: GroupSignals) -> int:
+    """The most consumers a group can use: its partitions, or `max_replicas` if lower."""
+    return min(s.partitions, s.max_replicas if s.max_replicas is not None else s.partitions)
+
+
 def cap_standby(plan: Plan) -> Plan:
     """A standby is only worth its cost if it can consume once promoted: cap at the room left."""
-    s = plan.signals
-    room = max(0, min(s.partitions, s.max_replicas or s.partitions) - plan.desired)
+    room = max(0, group_cap(plan.signals) - plan.desired)
     if plan.standby <= room:
         return plan
     return dataclasses.replace(plan, standby=room)

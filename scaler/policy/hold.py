@@ -67,13 +67,22 @@ def release_to_floor(memory: BurstMemory, keep_cost_s: float) -> bool:
 def burst_memory(plan: Plan, config: PolicyConfig) -> BurstMemory | None:
     """The remembered load plus this tick's sample, split into bursts and gaps: made once
     a tick (`slo.size`) and handed to the steps below."""
+    s = plan.signals
+    samples = window(plan.state.load_samples, config.burst_memory_s, s.collected_at)
+    now = tick_load(plan)
+    if now is not None:
+        samples = (*samples, now)
+    return remember(samples, config.burst_low_share, lead_s=config.keep_cost_s(s))
+
+
+def tick_load(plan: Plan) -> tuple[float, float] | None:
+    """This tick's (time, load in busy replicas), not yet remembered; None without a rate."""
     s, state = plan.signals, plan.state
-    samples = window(state.load_samples, config.burst_memory_s, s.collected_at)
     mu = s.service_rps_per_replica or state.service_rps_per_replica
     arriving = arriving_rps(s, state)
-    if arriving is not None and (mu or arriving == 0):
-        samples = (*samples, (s.collected_at, arriving / mu if mu else 0.0))
-    return remember(samples, config.burst_low_share, lead_s=config.keep_cost_s(s))
+    if arriving is None or not (mu or arriving == 0):
+        return None
+    return s.collected_at, arriving / mu if mu else 0.0
 
 
 def _shares_note(by_mean: int, floor: int, partitions: int) -> str:

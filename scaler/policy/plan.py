@@ -4,13 +4,39 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from scaler.decision import GroupDecision, Reason
+from scaler.decision import GroupDecision, Reason, reason_number
 from scaler.signals import Diagnosis, GroupSignals, GroupState
 
-if TYPE_CHECKING:
-    from scaler.policy.cap_hold import CapHold
+
+@dataclass(frozen=True)
+class CapHold:
+    """Why the scale-down window is `hold_s` (`cap_hold.py`): the load needed the cap lately."""
+
+    hold_s: float
+    """`PolicyConfig.cap_hold_s`: the scale-down window while this holds."""
+    cap: int
+    """The most consumers the group can use (`guards.group_cap`)."""
+    line: float
+    """The load that needs the cap: `cap` x `target_utilization`, in busy replicas."""
+    load: float
+    """The highest load (busy replicas' worth) at or above `line` within the hold."""
+    ago_s: float
+    """How long ago the load was last at or above `line`."""
+    longest_quiet_s: float
+    """The longest stretch under the burst memory's gap line it saw (0: none yet)."""
+
+    def text(self) -> str:
+        """The clause a held scale-down's reason adds."""
+        quiet = (
+            f"the longest quiet stretch remembered is {reason_number(self.longest_quiet_s)} s"
+            if self.longest_quiet_s > 0
+            else "no quiet stretch is remembered yet"
+        )
+        return (
+            f"{reason_number(self.load, 1)} busy replicas' worth, >= "
+            f"{reason_number(self.line, 1)}, {reason_number(self.ago_s)} s ago; {quiet}"
+        )
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     Bursts are kept by the burst memory (`hold.py`), not by a long window; in a gap between
     bursts that rise slower than a keep cost there is no hold at all, the floor being all
     the next one needs (`hold.release_to_floor`). After a load that needed the group's cap
-    the window is `cap_hold_s` (`cap_hold.py`). No scale-down
+    it keeps the cap for `cap_hold_s` (`cap_hold.py`). No scale-down
     before the hold has been observed, and none smaller than `scale_down_min_step_share`.
     """
     if not plan.fresh:
@@ -45,11 +45,14 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     dropped = step_at is not None and now - step_at < config.gap_hold_s(s) and not floor_holds
     if dropped:
         hold = max(hold, config.gap_hold_s(s))
-    # After a load that needed the cap, a cold start has no spare to catch up with.
-    cap = plan.cap_hold if plan.cap_hold is not None and plan.cap_hold.hold_s > hold else None
-    if cap is not None:
-        hold = cap.hold_s
-    kept = (r for r in plan.state.recommendations if now - r[0] < max(hold, config.gap_hold_s(s)))
+    releasing = plan.release_to_floor and plan.desired >= plan.burst_floor
+    # After a load that needed the cap a cold start has no spare to catch up with: the cap
+    # stays for the cap hold (`cap_hold.py`), unless the floor is the whole hold.
+    cap = plan.cap_hold
+    if cap is not None and (releasing or cap.hold_s < hold):
+        cap = None
+    window_s = max(hold, config.gap_hold_s(s), cap.hold_s if cap is not None else 0.0)
+    kept = (r for r in plan.state.recommendations if now - r[0] < window_s)
     window = (*kept, (now, plan.desired))
     state = dataclasses.replace(plan.state, recommendations=window, last_step_down_at=step_at)
     plan = dataclasses.replace(plan, state=state)
@@ -59,40 +62,55 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     history = max(hold, config.forecast_window_s)
     if since is None or now - since < history:
         # A fresh scaler (or a restart) has not seen whether this is a dip or a trend.
-        why = f" (a {reason_number(hold)} s window: {cap.text()})" if cap is not None else ""
         return plan.with_(
             desired=current,
             reason=Reason(
                 "scale_down_waits_for_history",
                 f"scale-down to {reason_number(plan.desired)} waits for "
-                f"{reason_number(history)} s of history{why}",
+                f"{reason_number(history)} s of history",
                 {"wanted": plan.desired, "history_s": history},
             ),
         )
-    if plan.release_to_floor and plan.desired >= plan.burst_floor:
+    if releasing:
         # In a gap between slow-rising bursts the floor is the hold (`hold.release_to_floor`).
         highest = plan.desired
+    elif cap is not None:
+        highest = cap.cap
     else:
         # A hold of 0 s (a time-to-ready of 0) holds nothing, not even this tick.
         highest = max((n for t, n in window if now - t < hold), default=plan.desired)
     target = min(current, max(plan.desired, highest))
-    if target > plan.desired:
+    if target > plan.desired and cap is not None:
+        plan = plan.with_(
+            desired=target,
+            reason=Reason(
+                "scale_down_stabilized",
+                f"scale-down to {reason_number(plan.desired)} held at {reason_number(target)} "
+                f"(the cap {reason_number(cap.cap)}, kept {reason_number(cap.hold_s)} s after "
+                f"the load needed it: {cap.text()})",
+                {
+                    "wanted": plan.desired,
+                    "held": target,
+                    "hold_s": cap.hold_s,
+                    "cap": cap.cap,
+                    "cap_load": cap.load,
+                    "cap_needed_ago_s": cap.ago_s,
+                },
+            ),
+        )
+    elif target > plan.desired:
         after = " after a step down in arrivals" if dropped else ""
         if plan.state.hold_factor > 1 and not dropped:
             after += f", {reason_number(plan.state.hold_factor, 2)}x its base hold after regrets"
         if dropped and plan.burst_floor:
             after += f"; the burst floor {plan.burst_floor} is the highest of a few bursts"
-        numbers = {"wanted": plan.desired, "held": target, "hold_s": hold}
-        if cap is not None:
-            after += f": {cap.text()}"
-            numbers |= {"cap": cap.cap, "cap_load": cap.load, "cap_needed_ago_s": cap.ago_s}
         plan = plan.with_(
             desired=target,
             reason=Reason(
                 "scale_down_stabilized",
                 f"scale-down to {reason_number(plan.desired)} held at {reason_number(target)} "
                 f"(highest recommendation in {reason_number(hold)} s{after})",
-                numbers,
+                {"wanted": plan.desired, "held": target, "hold_s": hold},
             ),
         )
     if target >= current:
