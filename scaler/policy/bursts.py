@@ -207,7 +207,8 @@ def remember(
             if not run and last_high_t is not None and last_gap_t is not None:
                 gaps.append(t - last_high_t)
             elif not run and last_high_t is None and last_gap_t is not None:
-                quiet_before = last_gap_t - (last_gap_t if first_quiet_t is None else first_quiet_t)
+                # Set with `last_gap_t`, so never None here.
+                quiet_before = last_gap_t - (first_quiet_t or 0.0)
             run.append((t, load))
             last_high_t = t
             continue

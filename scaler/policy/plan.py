@@ -11,10 +11,10 @@ from scaler.signals import Diagnosis, GroupSignals, GroupState
 
 @dataclass(frozen=True)
 class CapHold:
-    """Why the scale-down window is `hold_s` (`cap_hold.py`): the load needed the cap lately."""
+    """Why the group keeps its cap (`cap_hold.py`): the load needed it within `hold_s`."""
 
     hold_s: float
-    """`PolicyConfig.cap_hold_s`: the scale-down window while this holds."""
+    """`PolicyConfig.cap_hold_s`: how long after the load needed it the cap is kept."""
     cap: int
     """The most consumers the group can use (`guards.group_cap`)."""
     line: float
@@ -24,7 +24,7 @@ class CapHold:
     ago_s: float
     """How long ago the load was last at or above `line`."""
     longest_quiet_s: float
-    """The longest stretch under the burst memory's gap line it saw (0: none yet)."""
+    """The longest gap the burst memory saw (`BurstMemory.longest_quiet_s`; 0: none yet)."""
 
     def text(self) -> str:
         """The clause a held scale-down's reason adds."""
@@ -63,8 +63,8 @@ class Plan:
     burst floor alone keeps what the next one needs before new capacity serves, so the
     scale-down to it waits out no hold window and no stale step up."""
     cap_hold: CapHold | None = None
-    """The load needed the group's cap lately (`cap_hold.py`): the scale-down waits out that
-    hold's window."""
+    """The load needed the group's cap lately (`cap_hold.py`): the scale-down keeps the cap
+    (`scale_down.py`)."""
     fresh: bool = True
     """False when the signals were stale or missing: nothing may scale down then."""
 
