@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scaler.config import load_config
+from scaler.signals import SignalsError, read_json_file
 from scaler.sim.summary import Cell, Row, rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -330,8 +332,11 @@ def options(argv: list[str] | None = None) -> Options:
     try:
         cells = select(bench_cells(args.set), args.only)
         old = None if args.compare is None else read_table(args.compare)
-        config_value = None if args.config is None else json.loads(args.config.read_text())
-    except (ValueError, OSError) as exc:
+        config_value = None
+        if args.config is not None:
+            load_config(args.config)  # refused here, not once in every cell's `inferbus sim`
+            config_value = read_json_file(args.config)
+    except (ValueError, OSError, SignalsError) as exc:
         parser.error(str(exc))
     if any(c.shape in ("conv", "conv-reversed") for c in cells) and not CONV.exists():
         parser.error(f"the conversation trace is missing: {CONV}")

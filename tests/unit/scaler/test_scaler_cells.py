@@ -133,19 +133,19 @@ def test_select_refuses_a_choice_of_nothing(only: str) -> None:
     [
         pytest.param(["--jobs", "0"], "--jobs must be at least 1", id="jobs"),
         pytest.param(["--only", ","], "names no cell", id="only"),
-        pytest.param(["--compare", "missing.json"], "not a table", id="compare-missing"),
-        pytest.param(["--config", "missing.json"], "missing.json", id="config-missing"),
+        pytest.param(["--compare", "{tmp}/missing.json"], "not a table", id="compare-missing"),
+        pytest.param(["--config", "{tmp}/missing.json"], "missing.json", id="config-missing"),
+        pytest.param(["--config", "{tmp}/bad.json"], "cap_hold_s", id="config-invalid"),
     ],
 )
 def test_wrong_arguments_are_refused_before_any_cell_runs(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "bad.json").write_text('{"cap_hold_s": -1}')
     with pytest.raises(SystemExit) as exit_info:
-        cells_script.options(
-            [str(tmp_path), *[a.replace("missing", str(tmp_path / "m")) for a in argv]]
-        )
+        cells_script.options([str(tmp_path), *[a.format(tmp=tmp_path) for a in argv]])
     assert exit_info.value.code == 2
-    assert message.replace("missing", "m") in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 def test_a_comparison_table_of_another_form_is_refused(tmp_path: Path) -> None:
