@@ -23,7 +23,7 @@ from scaler.policy.hold import burst_due, burst_hold, burst_memory, burst_rise, 
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction, known_numbers
 from scaler.policy.rate import arrival_estimate
-from scaler.policy.rebalance import queue_budget_ms, scale_up_step
+from scaler.policy.rebalance import not_queue_ms, queue_budget_ms, scale_up_step
 from scaler.policy.scale_down import stabilize_slo
 from scaler.policy.shares import even_shares
 from scaler.signals import GroupSignals, GroupState
@@ -337,9 +337,10 @@ def queue_breach(plan: Plan, config: PolicyConfig) -> Plan:
         # The window's p99 remembers a spike (a rebalance pause, a burst already drained) but
         # nothing waits too long now: adding a replica would only cause another rebalance.
         return plan
+    rest = not_queue_ms(s)
     floor = (
-        f" (the 10% floor: the engine's p99 {reason_number(s.engine_p99_ms)} ms leaves less)"
-        if s.engine_p99_ms is not None and s.slo_p99_e2e_ms - s.engine_p99_ms < budget
+        f" (the 10% floor: {reason_number(rest)} ms of the e2e p99 is not queue wait)"
+        if s.slo_p99_e2e_ms - rest < budget
         else ""
     )
     reason = Reason(

@@ -72,10 +72,17 @@ def _ticks(
     return state, decided
 
 
-def _clean_ticks(clock: FakeClock, queue_ms: float, ticks: int, replicas: int = 10) -> float:
+def _clean_ticks(
+    clock: FakeClock,
+    queue_ms: float,
+    ticks: int,
+    replicas: int = 10,
+    e2e_ms: float | None = None,
+) -> float:
     """Steady 1500/s on `replicas` (5 busy) with the given queue p99; returns the spare.
 
-    The group is kept where it is, so that every window is clean."""
+    The e2e p99 is the queue p99 plus the engine's 150 ms unless given. The group is kept
+    where it is, so that every window is clean."""
     state, _ = _ticks(
         clock,
         lambda _, now: make_signals(
@@ -84,6 +91,8 @@ def _clean_ticks(clock: FakeClock, queue_ms: float, ticks: int, replicas: int = 
             arrival_rps=1500.0,
             utilization=0.5,
             queue_p99_ms=queue_ms,
+            engine_p99_ms=150.0,
+            e2e_p99_ms=queue_ms + 150.0 if e2e_ms is None else e2e_ms,
             collected_at=now,
         ),
         ticks,
@@ -92,21 +101,28 @@ def _clean_ticks(clock: FakeClock, queue_ms: float, ticks: int, replicas: int = 
 
 
 @pytest.mark.parametrize(
-    ("queue_ms", "expected"),
+    ("queue_ms", "e2e_ms", "expected"),
     [
         # 5 spare seen; queue p99 at 2x the 350 ms budget -> 10 would have met it.
-        pytest.param(700.0, 10.0, id="breaching-windows-raise-the-spare"),
+        pytest.param(700.0, None, 10.0, id="breaching-windows-raise-the-spare"),
         # At 0.4 of the budget -> 2 would have been enough.
-        pytest.param(140.0, 2.0, id="calm-windows-lower-the-spare"),
+        pytest.param(140.0, None, 2.0, id="calm-windows-lower-the-spare"),
         # Under 20 % of the budget the wait is batch formation: the window counts as if at
         # the floor (70 ms), an upper bound of what it needed -> 1, not the default 4.
-        pytest.param(20.0, 1.0, id="near-empty-queue-teaches-the-floor-bound"),
+        pytest.param(20.0, None, 1.0, id="near-empty-queue-teaches-the-floor-bound"),
+        # p99s do not add: the longest waits met 100 ms of engine, not its p99's 150, so the
+        # queue had 400 ms: 5 x 600 / 400 = 7.5, not the 8.6 that 600 / 350 would teach.
+        pytest.param(600.0, 700.0, 7.5, id="the-budget-is-what-the-e2e-p99-left"),
+        # An e2e p99 over the SLO by more than the queue shows teaches more than the engine
+        # alone would: 500 - (900 - 300) is under the floor of 50 ms -> 5 x 300 / 50 = 30,
+        # capped at 16.
+        pytest.param(300.0, 900.0, 16.0, id="a-slow-rest-leaves-the-floor"),
     ],
 )
 def test_spare_is_learned_from_clean_windows(
-    clock: FakeClock, queue_ms: float, expected: float
+    clock: FakeClock, queue_ms: float, e2e_ms: float | None, expected: float
 ) -> None:
-    assert _clean_ticks(clock, queue_ms, 30) == pytest.approx(expected)
+    assert _clean_ticks(clock, queue_ms, 30, e2e_ms=e2e_ms) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(

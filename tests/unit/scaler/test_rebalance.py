@@ -9,6 +9,7 @@ import pytest
 from scaler.config import PolicyConfig
 from scaler.decision import GroupDecision
 from scaler.policy import decide
+from scaler.policy.rebalance import queue_budget_ms
 from scaler.signals import GroupSignals, ScalerState
 from tests.unit.scaler.conftest import FakeClock, make_signals
 
@@ -73,9 +74,36 @@ def test_scale_up_step(overrides: dict[str, object], share: float, desired: int,
     assert g.desired == desired and code in {r.code for r in g.reasons}, g.line()
 
 
+@pytest.mark.parametrize(
+    ("engine_ms", "queue_ms", "e2e_ms", "budget_ms"),
+    [
+        # flash-crowd-s1 x30 at 110/s: the slowest requests met 135 ms besides their wait,
+        # not the engine's p99 of 213 ms.
+        pytest.param(213.0, 217.0, 352.0, 365.0, id="the-e2e-p99-less-its-queue-wait"),
+        pytest.param(150.0, 700.0, 850.0, 350.0, id="when-the-p99s-add-the-engine-p99"),
+        pytest.param(150.0, 20.0, None, 350.0, id="no-e2e-p99-the-engine-p99"),
+        pytest.param(None, None, None, 500.0, id="nothing-measured-the-whole-slo"),
+        pytest.param(480.0, 10.0, 600.0, 50.0, id="never-under-a-tenth-of-the-slo"),
+        # e2e under queue p99 (the two from different requests): the queue may take it all.
+        pytest.param(150.0, 300.0, 250.0, 500.0, id="an-e2e-under-the-queue-leaves-all"),
+    ],
+)
+def test_queue_budget(
+    engine_ms: float | None, queue_ms: float | None, e2e_ms: float | None, budget_ms: float
+) -> None:
+    s = make_signals(
+        slo_p99_e2e_ms=500.0, engine_p99_ms=engine_ms, queue_p99_ms=queue_ms, e2e_p99_ms=e2e_ms
+    )
+    assert queue_budget_ms(s) == pytest.approx(budget_ms)
+
+
 def test_backlog_projects_growth_until_ready() -> None:
     # 4 ready at 300/s cannot take 1500/s: 300/s more lag for 40 s before anyone helps.
-    s = make_signals(arrival_rps=1500.0, lag=3000, oldest_age_ms=2000.0, partitions=64)
+    # The SLO allows a lag of 1500/s x 0.35 s: the queue budget is the SLO's 500 ms less the
+    # 150 ms of the e2e p99 that is not queue wait.
+    s = make_signals(
+        arrival_rps=1500.0, lag=3000, oldest_age_ms=2000.0, partitions=64, e2e_p99_ms=170.0
+    )
     (g,) = decide([s], ScalerState(), SPARE_1, 0.0)[0].groups
     reason = next(r for r in g.reasons if r.code == "backlog")
     assert reason.numbers["projected_excess"] == pytest.approx(3000 - 1500 * 0.35 + 300 * 40)
