@@ -24,30 +24,41 @@ GROUPS = ("tuning", "held-out", "new-shapes", "stop49")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
+JUDGED = ("group", "attainment_pct", "cost_vs_oracle", "every_target")
+"""The fields of a judged cell; a cell that failed has `group` and `error` instead."""
+
+
 @dataclass(frozen=True)
 class GroupMeans:
-    """One run's cells of one group, summed up."""
+    """One run's cells of one group, summed up; the means are over the judged cells."""
 
     cells: int
+    failed: int
     mean_attainment_pct: float
     mean_cost_vs_oracle: float
     every_target: int
 
 
 def summarize(table: dict[str, dict[str, Any]]) -> dict[str, GroupMeans]:
-    """Per group of a cells.json table's `cells`: the means and the every-target count."""
+    """Per group of a cells.json table's `cells`: the means and the every-target count.
+
+    A group whose cells all failed has no means: it is refused, not plotted as 0 %."""
     by_group: dict[str, list[dict[str, Any]]] = {}
     for cell in table.values():
         by_group.setdefault(cell["group"], []).append(cell)
-    return {
-        group: GroupMeans(
+    out: dict[str, GroupMeans] = {}
+    for group, cells in sorted(by_group.items()):
+        judged = [c for c in cells if "error" not in c]
+        if not judged:
+            raise ValueError(f"every cell of {group!r} failed: nothing to average")
+        out[group] = GroupMeans(
             cells=len(cells),
-            mean_attainment_pct=statistics.fmean(c["attainment_pct"] for c in cells),
-            mean_cost_vs_oracle=statistics.fmean(c["cost_vs_oracle"] for c in cells),
-            every_target=sum(1 for c in cells if c["every_target"]),
+            failed=len(cells) - len(judged),
+            mean_attainment_pct=statistics.fmean(c["attainment_pct"] for c in judged),
+            mean_cost_vs_oracle=statistics.fmean(c["cost_vs_oracle"] for c in judged),
+            every_target=sum(1 for c in judged if c["every_target"]),
         )
-        for group, cells in sorted(by_group.items())
-    }
+    return out
 
 
 def labelled(arg: str) -> tuple[str, Path]:
@@ -63,9 +74,15 @@ def read_cells(path: Path) -> dict[str, dict[str, Any]]:
     try:
         cells = json.loads(path.read_text())["cells"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SystemExit(f"{path}: not a scaler_cells.py table ({exc})") from exc
-    if not isinstance(cells, dict) or not cells:
+        raise SystemExit(f"{path}: not a scaler_cells.py table ({exc!r})") from exc
+    if not isinstance(cells, dict):
+        raise SystemExit(f"{path}: `cells` is not a table of cells by name")
+    if not cells:
         raise SystemExit(f"{path}: no cells")
+    for name, cell in cells.items():
+        wanted = ("group", "error") if isinstance(cell, dict) and "error" in cell else JUDGED
+        if not isinstance(cell, dict) or any(k not in cell for k in wanted):
+            raise SystemExit(f"{path}: cell {name!r} is not a judged or failed cell: {cell!r}")
     return cells
 
 
@@ -113,12 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     labels = [label for label, _ in args.runs]
     if len(set(labels)) != len(labels):
         parser.error(f"labels repeat: {labels}")
-    runs = {label: summarize(read_cells(path)) for label, path in args.runs}
+    runs: dict[str, dict[str, GroupMeans]] = {}
+    for label, path in args.runs:
+        try:
+            runs[label] = summarize(read_cells(path))
+        except ValueError as exc:
+            raise SystemExit(f"{path}: {exc}") from exc
     for label, summary in runs.items():
         for group, m in summary.items():
             print(
                 f"{label:>16} {group:>10}: {m.mean_attainment_pct:.3f} % at "
                 f"{m.mean_cost_vs_oracle:.4f}x, every target {m.every_target}/{m.cells}"
+                + (f" ({m.failed} failed, not in the means)" if m.failed else "")
             )
     plot(runs, args.out_png)
     print(f"wrote {args.out_png}")

@@ -23,7 +23,12 @@ from scaler.policy.hold import burst_due, burst_hold, burst_memory, burst_rise, 
 from scaler.policy.pipeline import Pipeline
 from scaler.policy.plan import Plan, direction, known_numbers
 from scaler.policy.rate import arrival_estimate
-from scaler.policy.rebalance import not_queue_ms, queue_budget_ms, scale_up_step
+from scaler.policy.rebalance import (
+    QUEUE_BUDGET_FLOOR_SHARE,
+    not_queue_ms,
+    queue_budget_ms,
+    scale_up_step,
+)
 from scaler.policy.scale_down import stabilize_slo
 from scaler.policy.shares import even_shares
 from scaler.signals import GroupSignals, GroupState
@@ -337,16 +342,17 @@ def queue_breach(plan: Plan, config: PolicyConfig) -> Plan:
         # The window's p99 remembers a spike (a rebalance pause, a burst already drained) but
         # nothing waits too long now: adding a replica would only cause another rebalance.
         return plan
-    rest = not_queue_ms(s)
+    engine = not_queue_ms(s)
     floor = (
-        f" (the 10% floor: {reason_number(rest)} ms of the e2e p99 is not queue wait)"
-        if s.slo_p99_e2e_ms - rest < budget
+        f" (the {QUEUE_BUDGET_FLOOR_SHARE:.0%} floor: the engine's {reason_number(engine)} ms "
+        "of the e2e p99 leaves less)"
+        if s.slo_p99_e2e_ms - engine < budget
         else ""
     )
     reason = Reason(
         "queue_breach",
         f"queue p99 {reason_number(s.queue_p99_ms)} ms > budget {reason_number(budget)} ms{floor}",
-        {"queue_p99_ms": s.queue_p99_ms, "queue_budget_ms": budget},
+        {"queue_p99_ms": s.queue_p99_ms, "queue_budget_ms": budget, "engine_in_e2e_p99_ms": engine},
     )
     if plan.desired > s.replicas:
         # Put the breach first: it is why a person should care about this decision.

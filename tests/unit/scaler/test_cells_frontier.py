@@ -51,10 +51,22 @@ def test_summarize_averages_each_group() -> None:
     got = frontier.summarize(TABLE)
     assert set(got) == {"tuning", "held-out"}
     tuning = got["tuning"]
-    assert (tuning.cells, tuning.every_target) == (2, 1)
+    assert (tuning.cells, tuning.failed, tuning.every_target) == (2, 0, 1)
     assert tuning.mean_attainment_pct == pytest.approx(97.0)
     assert tuning.mean_cost_vs_oracle == pytest.approx(1.20)
     assert got["held-out"].every_target == 0
+
+
+def test_a_failed_cell_is_counted_not_averaged() -> None:
+    failed = {"group": "tuning", "error": "inferbus sim exited 1"}
+    got = frontier.summarize({**TABLE, "on-off-s3-x20": failed})["tuning"]
+    assert (got.cells, got.failed, got.every_target) == (3, 1, 1)
+    assert got.mean_attainment_pct == pytest.approx(97.0)
+
+
+def test_a_group_with_no_judged_cell_is_refused() -> None:
+    with pytest.raises(ValueError, match="every cell of 'tuning' failed"):
+        frontier.summarize({"on-off-s1-x20": {"group": "tuning", "error": "timed out"}})
 
 
 @pytest.mark.parametrize(
@@ -94,6 +106,12 @@ def test_main_writes_the_plot_and_the_means(tmp_path: Path) -> None:
         pytest.param("not json", "not a scaler_cells.py table", id="not-json"),
         pytest.param('{"rows": {}}', "not a scaler_cells.py table", id="no-cells-key"),
         pytest.param('{"cells": {}}', "no cells", id="empty"),
+        pytest.param('{"cells": [1]}', "not a table of cells by name", id="a-list"),
+        pytest.param('{"cells": {"a": 1}}', "cell 'a' is not a judged", id="not-a-cell"),
+        pytest.param('{"cells": {"a": {"group": "g"}}}', "cell 'a'", id="no-figures"),
+        pytest.param(
+            '{"cells": {"a": {"group": "g", "error": "x"}}}', "every cell of 'g'", id="all-failed"
+        ),
     ],
 )
 def test_a_file_that_is_no_table_is_named(tmp_path: Path, text: str, message: str) -> None:

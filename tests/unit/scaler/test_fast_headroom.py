@@ -78,10 +78,11 @@ def _clean_ticks(
     ticks: int,
     replicas: int = 10,
     e2e_ms: float | None = None,
+    engine_ms: float = 150.0,
 ) -> float:
     """Steady 1500/s on `replicas` (5 busy) with the given queue p99; returns the spare.
 
-    The e2e p99 is the queue p99 plus the engine's 150 ms unless given. The group is kept
+    The e2e p99 is the queue p99 plus the engine's p99 unless given. The group is kept
     where it is, so that every window is clean."""
     state, _ = _ticks(
         clock,
@@ -91,8 +92,8 @@ def _clean_ticks(
             arrival_rps=1500.0,
             utilization=0.5,
             queue_p99_ms=queue_ms,
-            engine_p99_ms=150.0,
-            e2e_p99_ms=queue_ms + 150.0 if e2e_ms is None else e2e_ms,
+            engine_p99_ms=engine_ms,
+            e2e_p99_ms=queue_ms + engine_ms if e2e_ms is None else e2e_ms,
             collected_at=now,
         ),
         ticks,
@@ -101,28 +102,30 @@ def _clean_ticks(
 
 
 @pytest.mark.parametrize(
-    ("queue_ms", "e2e_ms", "expected"),
+    ("queue_ms", "e2e_ms", "engine_ms", "expected"),
     [
         # 5 spare seen; queue p99 at 2x the 350 ms budget -> 10 would have met it.
-        pytest.param(700.0, None, 10.0, id="breaching-windows-raise-the-spare"),
+        pytest.param(700.0, None, 150.0, 10.0, id="breaching-windows-raise-the-spare"),
         # At 0.4 of the budget -> 2 would have been enough.
-        pytest.param(140.0, None, 2.0, id="calm-windows-lower-the-spare"),
+        pytest.param(140.0, None, 150.0, 2.0, id="calm-windows-lower-the-spare"),
         # Under 20 % of the budget the wait is batch formation: the window counts as if at
         # the floor (70 ms), an upper bound of what it needed -> 1, not the default 4.
-        pytest.param(20.0, None, 1.0, id="near-empty-queue-teaches-the-floor-bound"),
+        pytest.param(20.0, None, 150.0, 1.0, id="near-empty-queue-teaches-the-floor-bound"),
         # p99s do not add: the longest waits met 100 ms of engine, not its p99's 150, so the
         # queue had 400 ms: 5 x 600 / 400 = 7.5, not the 8.6 that 600 / 350 would teach.
-        pytest.param(600.0, 700.0, 7.5, id="the-budget-is-what-the-e2e-p99-left"),
-        # An e2e p99 over the SLO by more than the queue shows teaches more than the engine
-        # alone would: 500 - (900 - 300) is under the floor of 50 ms -> 5 x 300 / 50 = 30,
-        # capped at 16.
-        pytest.param(300.0, 900.0, 16.0, id="a-slow-rest-leaves-the-floor"),
+        pytest.param(600.0, 700.0, 150.0, 7.5, id="the-budget-is-what-the-e2e-p99-left"),
+        # 800 ms besides the wait, only the engine's 150 of them count: the rest came before
+        # the queue (a stalled ingest), which no spare shrinks -> 5 x 300 / 350, not 16.
+        pytest.param(300.0, 1100.0, 150.0, 30 / 7, id="time-before-the-queue-teaches-nothing"),
+        # An engine p99 of 480 ms leaves the queue the floor of 50 ms -> 5 x 100 / 50 = 10.
+        pytest.param(100.0, 600.0, 480.0, 10.0, id="a-slow-engine-leaves-the-floor"),
     ],
 )
 def test_spare_is_learned_from_clean_windows(
-    clock: FakeClock, queue_ms: float, e2e_ms: float | None, expected: float
+    clock: FakeClock, queue_ms: float, e2e_ms: float | None, engine_ms: float, expected: float
 ) -> None:
-    assert _clean_ticks(clock, queue_ms, 30, e2e_ms=e2e_ms) == pytest.approx(expected)
+    spare = _clean_ticks(clock, queue_ms, 30, e2e_ms=e2e_ms, engine_ms=engine_ms)
+    assert spare == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
