@@ -1,8 +1,12 @@
-"""Builders for scaler tests: signals with sensible defaults, a fake clock."""
+"""Builders for scaler tests: signals with sensible defaults, a fake clock, scripts/."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -52,3 +56,19 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+SCRIPTS = Path(__file__).parents[3] / "scripts"
+
+
+def load_script(name: str) -> ModuleType:
+    """`scripts/NAME.py` as a module: the scripts are run by path, not imported as a package."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module

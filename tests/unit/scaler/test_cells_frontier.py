@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).parents[3]
+from tests.unit.scaler.conftest import load_script
 
-
-def _script() -> ModuleType:
-    path = ROOT / "scripts" / "cells_frontier.py"
-    spec = importlib.util.spec_from_file_location("cells_frontier", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
-
-
-frontier = _script()
+frontier = load_script("cells_frontier")
 
 
 def _cell(group: str, attainment: float, cost: float, every: bool) -> dict[str, Any]:

@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from scaler.sim.summary import Cell, Row
+from tests.unit.scaler.conftest import load_script
 
 ROOT = Path(__file__).parents[3]
 RECORDED = ROOT / "docs" / "bench" / "scaler-bursty"
 
 
-def _script() -> ModuleType:
-    path = ROOT / "scripts" / "scaler_cells.py"
-    spec = importlib.util.spec_from_file_location("scaler_cells", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
-
-
-cells_script = _script()
+cells_script = load_script("scaler_cells")
 
 
 def test_the_stop42_cells_are_the_recorded_ones_in_their_groups() -> None:
