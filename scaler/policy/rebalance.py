@@ -22,17 +22,17 @@ QUEUE_BUDGET_FLOOR_SHARE = 0.1
 def queue_budget_ms(s: GroupSignals) -> float:
     """The queue p99 that would have put the window's e2e p99 at the SLO (at least 10 % of it).
 
-    That is the SLO less what of the e2e p99 the engine took (`not_queue_ms`). p99s do not
+    That is the SLO less what of the e2e p99 the engine took (`engine_part_ms`). p99s do not
     add: the requests that waited longest are rarely those the engine took longest on, so
     the SLO less the engine's p99 left the queue less than the SLO did. On flash-crowd-s1
     ×30, at 110/s with a queue p99 of 217 ms, the e2e p99 was 352 ms: 135 ms besides the
     wait, against an engine p99 of 213 ms, so a budget of 365 ms, not 287
     (docs/benchmarks.md, "Stop 52").
     """
-    return max(s.slo_p99_e2e_ms - not_queue_ms(s), QUEUE_BUDGET_FLOOR_SHARE * s.slo_p99_e2e_ms)
+    return max(s.slo_p99_e2e_ms - engine_part_ms(s), QUEUE_BUDGET_FLOOR_SHARE * s.slo_p99_e2e_ms)
 
 
-def not_queue_ms(s: GroupSignals) -> float:
+def engine_part_ms(s: GroupSignals) -> float:
     """What of the window's e2e p99 was the engine's: e2e p99 - queue p99, at most the
     engine's p99.
 

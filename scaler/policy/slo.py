@@ -25,7 +25,7 @@ from scaler.policy.plan import Plan, direction, known_numbers
 from scaler.policy.rate import arrival_estimate
 from scaler.policy.rebalance import (
     QUEUE_BUDGET_FLOOR_SHARE,
-    not_queue_ms,
+    engine_part_ms,
     queue_budget_ms,
     scale_up_step,
 )
@@ -342,7 +342,7 @@ def queue_breach(plan: Plan, config: PolicyConfig) -> Plan:
         # The window's p99 remembers a spike (a rebalance pause, a burst already drained) but
         # nothing waits too long now: adding a replica would only cause another rebalance.
         return plan
-    engine = not_queue_ms(s)
+    engine = engine_part_ms(s)
     floor = (
         f" (the {QUEUE_BUDGET_FLOOR_SHARE:.0%} floor: the engine's {reason_number(engine)} ms "
         "of the e2e p99 leaves less)"
