@@ -20,6 +20,7 @@ import math
 
 from scaler.config import PolicyConfig
 from scaler.decision import Reason, reason_number, reason_percent
+from scaler.policy.guards import group_cap
 from scaler.policy.plan import Plan, direction
 from scaler.signals import GroupSignals
 
@@ -61,8 +62,7 @@ def shares_count(count: int, busy: float, signals: GroupSignals, most: float | N
     replicas' worth of work spread over the partitions (None: `count` as it is)."""
     if most is None or count <= 0 or busy <= 0:
         return count
-    cap = min(signals.partitions, signals.max_replicas or signals.partitions)
-    return stable_count(count, busy, signals.partitions, most, cap)
+    return stable_count(count, busy, signals.partitions, most, group_cap(signals))
 
 
 def even_shares(plan: Plan, config: PolicyConfig) -> Plan:
