@@ -20,6 +20,7 @@ from infra.models.repository import ModelRepository
 from infra.rollout.feed import RolloutFeed
 from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
+from infra.tasks import cancel_and_wait
 from scaler.actuators.base import Actuator
 from scaler.actuators.decisions import Written, publish_decision, what_it_says, worth_writing
 from scaler.collector.collector import (
@@ -43,8 +44,11 @@ from scaler.settings import IDLE_HOLD_EVERY_S
 from scaler.signals import GroupSignals, ScalerState
 from scaler.telemetry import TelemetryReader
 from schemas.errors import InferbusError
+from schemas.result import Status
 from schemas.rollout import RolloutRecord
 from schemas.topics import Tier
+from services.runtime.orphans import Orphans, answer_orphans
+from services.runtime.publisher import Publisher
 from tracing.metrics import (
     mark_scale_decision,
     set_desired_replicas,
@@ -127,6 +131,8 @@ class ScalerService:
         self._written: dict[str, Written] = {}
         """Per group: what its last decision record said, and when (`worth_writing`)."""
         self._producer: AIOKafkaProducer | None = None
+        self._orphans: dict[str, asyncio.Task[Orphans]] = {}
+        """Per retiring group with no worker left: the task answering what it left queued."""
 
     async def start(self) -> None:
         """Connect the registry, telemetry, collector and decision producer."""
@@ -138,7 +144,11 @@ class ScalerService:
         await start_with_retry(self._producer.start, what="scaler-producer")
 
     async def close(self) -> None:
-        """Disconnect (the actuator is closed by its owner)."""
+        """Disconnect (the actuator is closed by its owner); a group's unanswered requests
+        still queued are answered by the next scaler that retires it."""
+        for task in self._orphans.values():
+            await cancel_and_wait(task)
+        self._orphans.clear()
         await self.collector.close()
         await self.feed.close()
         await self.rollout_feed.close()
@@ -243,33 +253,108 @@ class ScalerService:
             self._export(collection, chosen)
             if collection.retiring is not None:
                 await self._drop_if_retired(collection)
+            elif collection.group in self._orphans:  # its model or tier is back
+                await self._stop_answering_orphans(collection.group)
         await self._add_new_groups()
 
     async def _drop_if_retired(self, collection: GroupCollection) -> None:
-        """A retiring group with no worker left is no longer collected or decided; what it
-        had queued then gets no answer (said)."""
+        """A retiring group with no worker left is no longer collected or decided, once
+        what it left queued is answered (`_answer_orphans`)."""
         s = collection.signals
-        if s is not None and (s.stale or s.replicas != 0):
+        if s is not None and s.stale:
             return
-        if await self.actuator.current(collection.group) != 0:
+        if (s is not None and s.replicas != 0) or await self.actuator.current(collection.group):
+            # A worker answers what is queued; it and an orphan sweep must not both commit.
+            await self._stop_answering_orphans(collection.group)
             return
+        queued = 0 if s is None or s.lag is None else s.lag
+        if queued:
+            self._answer_orphans(collection, queued)
+            return
+        self._orphans.pop(collection.group, None)
+        if self.act:
+            # Its count may still be wanted where none runs (a worker in a crash loop, its
+            # restart backed off): the actuator would go on starting it for good.
+            await self.actuator.scale(collection.group, 0, f"retired: {collection.retiring}")
         await self.collector.drop(collection.group)
         self.views.pop(collection.group, None)
         self._written.pop(collection.group, None)
         self.state = dataclasses.replace(
             self.state, groups=tuple(g for g in self.state.groups if g.group != collection.group)
         )
-        queued = 0 if s is None or s.lag is None else s.lag
-        if queued:
-            log.warning(
-                "event=group_retired group=%s why=%r unanswered=%d (no worker was left for "
-                "them, and none can start)",
-                collection.group,
-                collection.retiring,
-                queued,
+        log.info("event=group_retired group=%s why=%r", collection.group, collection.retiring)
+
+    def _answer_orphans(self, collection: GroupCollection, queued: int) -> None:
+        """Start answering the `queued` requests a retiring group with no worker left has
+        (each gets an error result; `services.runtime.orphans`), unless that runs already.
+        The group is dropped at a later tick, once its lag reads 0; a sweep that failed is
+        said, and the next tick starts another."""
+        group, why = collection.group, collection.retiring or "the group retires"
+        running = self._orphans.get(group)
+        if running is not None and not running.done():
+            return
+        if running is not None and not running.cancelled() and running.exception() is not None:
+            log.error("event=orphans_failed group=%s error=%r", group, running.exception())
+        if self._producer is None:
+            return
+        target = self.collector.target(group)
+        status = self._orphan_status(target.model)
+        log.info(
+            "event=orphans_answering group=%s queued=%d status=%s why=%r "
+            "(no worker is left for them, and none can start)",
+            group,
+            queued,
+            status,
+            why,
+        )
+
+        def progress(done: Orphans) -> None:
+            log.info(
+                "event=orphans_progress group=%s answered=%d dead_lettered=%d",
+                group,
+                done.answered,
+                done.dead_lettered,
             )
-        else:
-            log.info("event=group_retired group=%s why=%r", collection.group, collection.retiring)
+
+        async def sweep() -> Orphans:
+            assert self._producer is not None
+            done = await answer_orphans(
+                self.bootstrap,
+                Publisher(self._producer),
+                group=group,
+                topic=target.topic,
+                status=status,
+                why=why,
+                progress=progress,
+            )
+            log.log(
+                logging.WARNING if done.total else logging.INFO,
+                "event=orphans_answered group=%s answered=%d dead_lettered=%d status=%s",
+                group,
+                done.answered,
+                done.dead_lettered,
+                status,
+            )
+            return done
+
+        self._orphans[group] = asyncio.create_task(sweep(), name=f"orphans-{group}")
+
+    async def _stop_answering_orphans(self, group: str) -> None:
+        """Stop a group's orphan sweep (a worker is live again, or its model is back)."""
+        task = self._orphans.pop(group, None)
+        if task is not None and not task.done():
+            log.info("event=orphans_stopped group=%s (it is served again)", group)
+        await cancel_and_wait(task)
+
+    def _orphan_status(self, model: str) -> Status:
+        """How a retired group's queued requests are answered: `model_not_found` when the
+        model left the repository, `invalid_input` when only the tier left its model.yaml
+        (what ingest answers a new request for either)."""
+        try:
+            self.models.config(model)
+        except Exception:  # gone, or unreadable: either way not served
+            return "model_not_found"
+        return "invalid_input"
 
     async def _publish(
         self,

@@ -1,5 +1,6 @@
 """A group whose model no longer wants it is dropped from the scaler once nothing is queued
-and no worker is left, not before."""
+and no worker is left, not before (what is queued with no worker left is answered first:
+tests/integration/test_orphans.py)."""
 
 from __future__ import annotations
 
@@ -32,11 +33,33 @@ class Counted(Actuator):
         pass
 
 
+class CrashLooping(Counted):
+    """A group whose one worker keeps failing to start: none runs between tries, yet one
+    is still wanted (the local actuator's restart backoff)."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.wanted = 1
+
+    async def scale(self, group: str, replicas: int, reason: str) -> None:
+        self.wanted = replicas
+
+
+async def test_a_dropped_group_is_scaled_to_zero_so_nothing_restarts_it(tmp_path: Path) -> None:
+    actuator = CrashLooping()
+    service = ScalerService("127.0.0.1:1", tmp_path, actuator)
+    await service.collector.add_targets([GroupTarget("m", "interactive")])
+    signals = make_signals(lag=0, replicas=0, ready_replicas=0)
+    await service._drop_if_retired(GroupCollection(GROUP, signals, 0, retiring="gone"))
+    assert GROUP not in service.collector.groups
+    assert actuator.wanted == 0
+
+
 @pytest.mark.parametrize(
     ("lag", "replicas", "running", "stale", "dropped"),
     [
         pytest.param(0, 0, 0, False, True, id="drained-and-stopped"),
-        pytest.param(2, 0, 0, False, True, id="queued-but-no-worker-can-answer"),
+        pytest.param(2, 0, 0, False, False, id="queued-and-no-worker-answered-first"),
         pytest.param(0, 1, 1, False, False, id="a-worker-still-registered"),
         pytest.param(0, 0, 1, False, False, id="the-actuator-still-runs-one"),
         pytest.param(0, 0, 0, True, False, id="stale-signals"),
@@ -79,7 +102,7 @@ def _decision(desired: int) -> GroupDecision:
         pytest.param(4, 30, 2, 2, "2 worker(s) answer the 30 queued", id="never-grows"),
         pytest.param(0, 30, 2, 1, "answer the 30 queued", id="one-while-requests-wait"),
         pytest.param(1, 0, 2, 0, "nothing queued: its workers stop", id="drained"),
-        pytest.param(1, 5, 0, 0, "its 5 queued request(s) get no answer", id="nobody-left"),
+        pytest.param(1, 5, 0, 0, "the scaler answers its 5 queued request(s)", id="nobody-left"),
     ],
 )
 def test_a_retiring_group_s_workers_answer_what_is_queued_then_go(

@@ -1,0 +1,226 @@
+"""Requests left on a tier topic that no worker will read: each gets an error result.
+
+A group retires when its model leaves the repository (or its tier leaves the model.yaml).
+Its workers answer what is queued before they stop; but when none is left, and none can
+start, what is still queued used to get no answer at all, and its clients waited out their
+own timeouts. `answer_orphans` reads those records under the group's id, answers each one
+with an error result on its reply topic (or dead-letters it when it names no request), and
+commits the group's offsets past them, so the group's lag, and the scaler's count of the
+unanswered, falls to 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+
+from infra.kafka import committed_offsets, make_consumer, start_with_retry
+from infra.lenient_fetch import unreadable_reason
+from infra.log_end import true_ends
+from infra.topics import partition_count
+from schemas import headers as h
+from schemas.errors import Unparseable
+from schemas.parse import salvage_event, split_event
+from schemas.result import Status
+from schemas.topics import DLQ
+from services.runtime.dead_letters import (
+    dead_letter_of,
+    deliver_until_taken,
+    undeliverable_result,
+)
+from services.runtime.publisher import Outgoing, Publisher, error_text
+from services.runtime.result_wire import OutputForm, encode_result, result_headers
+
+log = logging.getLogger(__name__)
+
+CHUNK_RECORDS = 500
+"""Records answered, then committed, at a time: a long queue shows its progress, and a
+sweep cut short (the broker away, the scaler stopped) answers at most this many twice
+when it runs again (at least once, as everywhere in inferbus)."""
+
+POLL_MS = 500
+"""How long one fetch waits for records (the sweep reads up to the end it found at start)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Orphans:
+    """What one sweep did."""
+
+    answered: int
+    """Error results the reply topics took."""
+    dead_lettered: int
+    """Records that named no request to answer, and answers no reply topic would take
+    (each in the DLQ, saying why)."""
+
+    @property
+    def total(self) -> int:
+        return self.answered + self.dead_lettered
+
+    def __add__(self, other: Orphans) -> Orphans:
+        return Orphans(self.answered + other.answered, self.dead_lettered + other.dead_lettered)
+
+
+def orphan_answer(
+    record: ConsumerRecord[bytes, bytes], *, status: Status, why: str, now_ms: float
+) -> Outgoing:
+    """The answer to one record no worker will read: an error result on its reply topic,
+    in the form the request came in, with its trace context; or its DLQ record when it
+    names no request (the DLQ keeps its bytes and says why)."""
+    if record.value is None and (lost := unreadable_reason(record.headers)) is not None:
+        return dead_letter_of(
+            record, f"{why}; and the record was unreadable: {lost}", code="unparseable"
+        )
+    try:
+        envelope, payload = split_event(record.value)
+        where = salvage_event(envelope, payload)
+    except Unparseable as exc:
+        return dead_letter_of(
+            record, f"{why}; and it names no request to answer: {exc}", code="unparseable"
+        )
+    form: OutputForm = "frame" if where.framed else "list"
+    origin_ms = h.header_float(record.headers, h.PRODUCED_AT) or float(record.timestamp)
+    value = encode_result(
+        request_id=where.request_id,
+        model=where.model,
+        status=status,
+        form=form,
+        error=f"{why}: no worker is left to serve {record.topic}, where this request waited",
+        timings={
+            "queue_ms": max(now_ms - record.timestamp, 0.0),
+            "e2e_ms": max(now_ms - origin_ms, 0.0),
+        },
+        tenant=where.tenant,
+        completed_at=datetime.fromtimestamp(now_ms / 1000, UTC).isoformat(),
+    )
+    headers = result_headers(form)
+    headers += [(k, v) for k, v in record.headers or () if k in (h.TRACEPARENT, h.TRACESTATE)]
+    return Outgoing(where.reply_to, where.request_id.encode(), value, headers)
+
+
+async def answer_orphans(
+    bootstrap: str,
+    publisher: Publisher,
+    *,
+    group: str,
+    topic: str,
+    status: Status,
+    why: str,
+    progress: Callable[[Orphans], None] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Orphans:
+    """Answer every record of `topic` past `group`'s committed offsets, up to the end found
+    at the start, chunk by chunk (`orphan_answer`), committing under `group` after each.
+
+    Only for a group that no worker consumes: a live one's commits and these would race.
+    Records produced meanwhile are left to the next call. A partition whose committed
+    offset is past its end (a topic re-created) is left alone; one whose committed records
+    are gone (retention) starts at its first record.
+    """
+    partitions = await partition_count(bootstrap, topic)
+    consumer = make_consumer(bootstrap=bootstrap, group_id=group, client_id="inferbus-orphans")
+    await start_with_retry(consumer.start, what=f"orphans-{group}")
+    try:
+        left = await _remaining(consumer, [TopicPartition(topic, p) for p in range(partitions)])
+        done = Orphans(0, 0)
+        while left:
+            batch = await _chunk(consumer, left)
+            if batch:
+                done = done + await _answer(publisher, batch, status, why, clock() * 1000)
+                await consumer.commit(_next_offsets(batch))
+                if progress is not None:
+                    progress(done)
+        return done
+    finally:
+        await consumer.stop()
+
+
+async def _remaining(
+    consumer: AIOKafkaConsumer, tps: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """Partition -> its end, for each partition with records left to answer; each is
+    assigned to `consumer` and placed at its first record to answer."""
+    if not tps:
+        return {}
+    committed = await committed_offsets(consumer, tps)
+    firsts = await consumer.beginning_offsets(tps)
+    ends = await true_ends(consumer, tps)  # Tansu reports less when the last batch has many
+    starts: dict[TopicPartition, int] = {}
+    for tp in tps:
+        at = committed[tp]
+        start = firsts[tp] if at is None else max(at, firsts[tp])
+        if start < ends[tp]:
+            starts[tp] = start
+    consumer.assign(list(starts))
+    for tp, start in starts.items():
+        consumer.seek(tp, start)
+    return {tp: ends[tp] for tp in starts}
+
+
+async def _chunk(
+    consumer: AIOKafkaConsumer, left: dict[TopicPartition, int]
+) -> list[ConsumerRecord[bytes, bytes]]:
+    """Up to `CHUNK_RECORDS` records before the ends in `left`; a partition read to its end
+    leaves `left` and is paused, so nothing produced after the start is fetched."""
+    got = await consumer.getmany(*left, timeout_ms=POLL_MS, max_records=CHUNK_RECORDS)
+    batch = [r for tp, records in got.items() for r in records if r.offset < left[tp]]
+    for tp in list(left):
+        if await consumer.position(tp) >= left[tp]:
+            del left[tp]
+            consumer.pause(tp)
+    return batch
+
+
+def _next_offsets(
+    batch: Sequence[ConsumerRecord[bytes, bytes]],
+) -> dict[TopicPartition, int]:
+    """Per partition, the offset after the last of its records in `batch`."""
+    out: dict[TopicPartition, int] = {}
+    for record in batch:
+        tp = TopicPartition(record.topic, record.partition)
+        out[tp] = max(out.get(tp, 0), record.offset + 1)
+    return out
+
+
+async def _answer(
+    publisher: Publisher,
+    batch: Sequence[ConsumerRecord[bytes, bytes]],
+    status: Status,
+    why: str,
+    now_ms: float,
+) -> Orphans:
+    """Each record's `orphan_answer` sent; an answer its reply topic would not take goes to
+    the DLQ instead, with the DLQ records, retried until taken."""
+    answers: list[tuple[ConsumerRecord[bytes, bytes], Outgoing]] = []
+    dead: list[Outgoing] = []
+    for record in batch:
+        out = orphan_answer(record, status=status, why=why, now_ms=now_ms)
+        if out.topic == DLQ:
+            dead.append(out)
+        else:
+            answers.append((record, out))
+    acks = await publisher.send_all([answer for _, answer in answers])
+    refused = 0
+    for (record, answer), ack in zip(answers, acks, strict=True):
+        if not isinstance(ack, BaseException):
+            continue
+        refused += 1
+        reason = f"could not deliver the result to {answer.topic}: {error_text(ack)}"
+        log.error("event=orphan_undeliverable key=%r reason=%r", answer.key, reason)
+        dead.append(
+            undeliverable_result(
+                answer.key,
+                answer.value,
+                reason,
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+            )
+        )
+    if dead:
+        await deliver_until_taken(publisher, dead)
+    return Orphans(answered=len(answers) - refused, dead_lettered=len(dead))

@@ -1,0 +1,195 @@
+"""What a retired group left queued with no worker left, against a real broker: every request
+gets an error result on its reply topic, what names no request goes to the DLQ, and the
+group's offsets are committed past them all (its lag reads 0, and the scaler drops it)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+
+from infra.kafka import committed_offsets, make_consumer, make_producer
+from infra.topics import TopicSpec, ensure_topics, standard_topics
+from scaler.collector.collector import GroupCollection, GroupTarget
+from scaler.service import ScalerService
+from schemas import headers as h
+from schemas.frames import join_frame
+from schemas.result import InferenceResult
+from schemas.topics import DLQ, request_topic, worker_group
+from services.runtime.orphans import Orphans, answer_orphans
+from services.runtime.publisher import Publisher
+from tests.unit.scaler.conftest import make_signals
+from tests.unit.scaler.test_retired_groups import Counted
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+WHY = "model 'gone' is no longer in the repository"
+
+
+def request(request_id: str, reply_to: str) -> bytes:
+    return json.dumps(
+        {
+            "request_id": request_id,
+            "model": "gone",
+            "inputs": {"x": {"dtype": "float32", "shape": [1, 4], "data": [[0.0] * 4]}},
+            "reply_to": reply_to,
+        }
+    ).encode()
+
+
+def framed(request_id: str, reply_to: str) -> bytes:
+    envelope = {
+        "request_id": request_id,
+        "model": "gone",
+        "inputs": {"x": {"dtype": "float32", "shape": [1, 4], "raw": {"offset": 0, "nbytes": 16}}},
+        "reply_to": reply_to,
+    }
+    return join_frame(json.dumps(envelope).encode(), [b"\x00" * 16])
+
+
+@pytest.fixture
+async def producer(broker: str) -> AsyncIterator[AIOKafkaProducer]:
+    producer = make_producer(broker)
+    await producer.start()
+    yield producer
+    await producer.stop()
+
+
+async def read_all(
+    broker: str, topic: str, until: int, *, source: str | None = None
+) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]:
+    """(key, value, headers) of `topic`'s records from its start, waiting for `until` of
+    them (only those whose DLQ source is `source`, when named)."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker, auto_offset_reset="earliest")
+    await consumer.start()
+    found: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]] = []
+    try:
+        async with asyncio.timeout(20):
+            while len(found) < until:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    for r in records:
+                        if source is None or h.header(r.headers, h.SOURCE_TOPIC) == source:
+                            found.append((r.key, r.value or b"", list(r.headers)))
+        await asyncio.sleep(0.5)  # nothing more arrives
+        for records in (await consumer.getmany(timeout_ms=500)).values():
+            for r in records:
+                if source is None or h.header(r.headers, h.SOURCE_TOPIC) == source:
+                    found.append((r.key, r.value or b"", list(r.headers)))
+    finally:
+        await consumer.stop()
+    return found
+
+
+async def committed(broker: str, group: str, topic: str) -> dict[int, int | None]:
+    consumer = make_consumer(bootstrap=broker, group_id=group)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        return {tp.partition: at for tp, at in (await committed_offsets(consumer, tps)).items()}
+    finally:
+        await consumer.stop()
+
+
+async def queue(broker: str, producer: AIOKafkaProducer, unique: str) -> tuple[str, str, str]:
+    """A tier topic with 2 requests already answered (committed), 3 waiting and one record
+    that names no request; returns (topic, group, reply topic)."""
+    topic = request_topic(f"gone{unique}", "interactive")
+    group = worker_group(f"gone{unique}", "interactive")
+    replies = f"inferbus.results.t{unique}"
+    await ensure_topics(
+        broker, [TopicSpec(topic, PARTITIONS), TopicSpec(replies, 1), TopicSpec(DLQ, 1)]
+    )
+    # One record batch of 4: Tansu reports its end as the batch's first offset + 1.
+    sent = [
+        await producer.send(topic, request(f"r{i}", replies), key=b"k", partition=0)
+        for i in range(4)
+    ]
+    await asyncio.gather(*sent)
+    await producer.send_and_wait(topic, framed("r4", replies), partition=1)
+    await producer.send_and_wait(topic, b"no request here", partition=1)
+    consumer = make_consumer(bootstrap=broker, group_id=group)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.commit({tp: OffsetAndMetadata(2, "")})
+    finally:
+        await consumer.stop()
+    return topic, group, replies
+
+
+async def test_every_orphan_is_answered_or_dead_lettered_and_committed(
+    broker: str, unique: str, producer: AIOKafkaProducer
+) -> None:
+    topic, group, replies = await queue(broker, producer, unique)
+    seen: list[Orphans] = []
+
+    done = await answer_orphans(
+        broker,
+        Publisher(producer),
+        group=group,
+        topic=topic,
+        status="model_not_found",
+        why=WHY,
+        progress=seen.append,
+    )
+
+    assert done == Orphans(answered=3, dead_lettered=1)
+    assert seen and seen[-1] == done
+    answers = {key: (value, headers) for key, value, headers in await read_all(broker, replies, 3)}
+    assert set(answers) == {b"r2", b"r3", b"r4"}, "the 2 committed were answered before"
+    for value, _ in answers.values():
+        result = InferenceResult.from_wire(value)
+        assert result.status == "model_not_found" and result.error is not None
+        assert result.error.message.startswith(WHY)
+    assert h.header(answers[b"r2"][1], h.CONTENT_TYPE) == "application/json"
+    assert h.header(answers[b"r4"][1], h.CONTENT_TYPE) != "application/json", "a frame's is one"
+    dead = await read_all(broker, DLQ, until=1, source=topic)
+    assert [value for _, value, _ in dead] == [b"no request here"]
+    assert await committed(broker, group, topic) == {0: 4, 1: 2, 2: None}
+
+    again = await answer_orphans(
+        broker, Publisher(producer), group=group, topic=topic, status="model_not_found", why=WHY
+    )
+    assert again == Orphans(0, 0), "nothing is answered twice"
+
+
+async def test_the_scaler_answers_a_retired_group_s_queue_then_drops_it(
+    broker: str, unique: str, producer: AIOKafkaProducer, tmp_path: Path
+) -> None:
+    _, group, replies = await queue(broker, producer, unique)
+    await ensure_topics(broker, standard_topics([]))
+    service = ScalerService(broker, tmp_path, Counted(0))
+    await service.start()
+    try:
+        await service.collector.add_targets([GroupTarget(f"gone{unique}", "interactive")])
+        assert group in service.collector.groups
+
+        def collection(lag: int) -> GroupCollection:
+            signals = make_signals(lag=lag, replicas=0, ready_replicas=0)
+            return GroupCollection(group, signals, 0, retiring=WHY)
+
+        await service._drop_if_retired(collection(lag=4))
+        assert group in service.collector.groups, "kept until its queue is answered"
+        done = await asyncio.wait_for(service._orphans[group], timeout=30)
+        assert done == Orphans(answered=3, dead_lettered=1)
+        statuses = {
+            key: InferenceResult.from_wire(value).status
+            for key, value, _ in await read_all(broker, replies, 3)
+        }
+        assert statuses == {
+            b"r2": "model_not_found",
+            b"r3": "model_not_found",
+            b"r4": "model_not_found",
+        }
+
+        await service._drop_if_retired(collection(lag=0))
+        assert group not in service.collector.groups
+    finally:
+        await service.close()
