@@ -140,6 +140,16 @@ async def ensure_topics(bootstrap: str, specs: Sequence[TopicSpec]) -> list[str]
         await admin.close()
 
 
+async def topic_names(bootstrap: str) -> list[str]:
+    """Every topic the broker has."""
+    admin = make_admin(bootstrap, client_id="inferbus-topics")
+    await admin.start()
+    try:
+        return sorted(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
 async def partition_count(bootstrap: str, topic: str) -> int:
     """Partitions of one topic (0 when it does not exist)."""
     admin = make_admin(bootstrap, client_id="inferbus-topics")

@@ -21,6 +21,7 @@ from infra.rollout.feed import RolloutFeed
 from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
 from infra.tasks import cancel_and_wait
+from infra.topics import topic_names
 from scaler.actuators.base import Actuator
 from scaler.actuators.decisions import Written, publish_decision, what_it_says, worth_writing
 from scaler.collector.collector import (
@@ -28,6 +29,7 @@ from scaler.collector.collector import (
     CollectorConfig,
     GroupCollection,
     GroupTarget,
+    leftover_targets,
     targets_for,
 )
 from scaler.collector.feeds import TelemetryFeed
@@ -47,7 +49,7 @@ from schemas.errors import InferbusError
 from schemas.result import Status
 from schemas.rollout import RolloutRecord
 from schemas.topics import Tier
-from services.runtime.orphans import Orphans, answer_orphans
+from services.runtime.orphans import Orphans, answer_orphans, unanswered
 from services.runtime.publisher import Publisher
 from tracing.metrics import (
     mark_scale_decision,
@@ -60,6 +62,12 @@ from tracing.metrics import (
 )
 
 log = logging.getLogger(__name__)
+
+SWEEPS_AT_ONCE = 4
+"""Retired groups whose queues are read at once (each a consumer of its own): a scaler
+that starts beside the topics of a hundred removed models does not open a hundred."""
+LEFTOVERS_NAMED = 10
+"""Leftover groups a start's log line names (the rest are counted)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ class ScalerService:
         self._producer: AIOKafkaProducer | None = None
         self._orphans: dict[str, asyncio.Task[Orphans]] = {}
         """Per retiring group with no worker left: the task answering what it left queued."""
+        self._sweep_slots = asyncio.Semaphore(SWEEPS_AT_ONCE)
 
     async def start(self) -> None:
         """Connect the registry, telemetry, collector and decision producer."""
@@ -142,10 +151,49 @@ class ScalerService:
         await self.collector.start()
         self._producer = make_producer(self.bootstrap, client_id="inferbus-scaler")
         await start_with_retry(self._producer.start, what="scaler-producer")
+        await self._adopt_leftovers()
+
+    async def _adopt_leftovers(self) -> None:
+        """Collect the groups of tier topics no model wants any more that still hold
+        requests (their model or tier removed while no scaler ran, or a scaler stopped
+        while it answered them): they retire in `RETIRE_AFTER_S`, and what they hold is
+        answered (`_answer_orphans`). A failure is said; the scaler runs on without them."""
+        try:
+            names = await topic_names(self.bootstrap)
+            wanted = self._targets()
+        except (InferbusError, KafkaError, OSError) as exc:
+            log.warning("event=leftovers_unread error=%r", exc)
+            return
+        leftovers = [
+            t for t in leftover_targets(names, wanted) if self.tiers is None or t.tier in self.tiers
+        ]
+        counts = await asyncio.gather(*(self._unanswered(t) for t in leftovers))
+        queued = {t: n for t, n in zip(leftovers, counts, strict=True) if n}
+        if queued:
+            await self.collector.add_targets(list(queued))
+            named = ",".join(t.group for t in list(queued)[:LEFTOVERS_NAMED])
+            more = len(queued) - LEFTOVERS_NAMED
+            log.warning(
+                "event=leftover_groups count=%d queued=%d groups=%s%s (no model wants them: "
+                "they retire and their requests are answered)",
+                len(queued),
+                sum(queued.values()),
+                named,
+                f" and {more} more" if more > 0 else "",
+            )
+
+    async def _unanswered(self, target: GroupTarget) -> int:
+        """`unanswered` for one leftover group, a few at a time; 0 (said) if unreadable."""
+        async with self._sweep_slots:
+            try:
+                return await unanswered(self.bootstrap, group=target.group, topic=target.topic)
+            except (KafkaError, OSError) as exc:
+                log.warning("event=leftover_unread group=%s error=%r", target.group, exc)
+                return 0
 
     async def close(self) -> None:
-        """Disconnect (the actuator is closed by its owner); a group's unanswered requests
-        still queued are answered by the next scaler that retires it."""
+        """Disconnect (the actuator is closed by its owner); what a retired group still
+        holds unanswered is found and answered by the next scaler to start."""
         for task in self._orphans.values():
             await cancel_and_wait(task)
         self._orphans.clear()
@@ -318,15 +366,16 @@ class ScalerService:
 
         async def sweep() -> Orphans:
             assert self._producer is not None
-            done = await answer_orphans(
-                self.bootstrap,
-                Publisher(self._producer),
-                group=group,
-                topic=target.topic,
-                status=status,
-                why=why,
-                progress=progress,
-            )
+            async with self._sweep_slots:
+                done = await answer_orphans(
+                    self.bootstrap,
+                    Publisher(self._producer),
+                    group=group,
+                    topic=target.topic,
+                    status=status,
+                    why=why,
+                    progress=progress,
+                )
             log.log(
                 logging.WARNING if done.total else logging.INFO,
                 "event=orphans_answered group=%s answered=%d dead_lettered=%d status=%s",

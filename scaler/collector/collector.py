@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -30,7 +30,7 @@ from scaler.registry import (
 from scaler.rollout.lanes import lane_bounds
 from scaler.signals import GroupSignals
 from schemas.errors import InferbusError, ModelNotFound
-from schemas.topics import Lane, Tier, request_topic, worker_group
+from schemas.topics import Lane, Tier, parse_request_topic, request_topic, worker_group
 from tracing.metrics import set_group_rates
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,22 @@ class GroupTarget:
     @property
     def topic(self) -> str:
         return request_topic(self.model, self.tier, self.lane)
+
+
+def leftover_targets(topics: Iterable[str], wanted: Iterable[GroupTarget]) -> list[GroupTarget]:
+    """The stable-lane groups of tier topics in `topics` that are not `wanted`: their model
+    or its tier left the repository while no scaler ran. Collected, they retire, and what
+    they left queued is answered. A canary lane's topic is left alone: a model that still
+    exists would keep its group collected for good (its lanes end with its rollout)."""
+    groups = {t.group for t in wanted}
+    out: list[GroupTarget] = []
+    for name in sorted(topics):
+        ref = parse_request_topic(name)
+        if ref is not None and ref.lane == "stable":
+            target = GroupTarget(ref.model, ref.tier)
+            if target.group not in groups:
+                out.append(target)
+    return out
 
 
 def targets_for(models: ModelRepository) -> list[GroupTarget]:

@@ -121,11 +121,13 @@ async def answer_orphans(
     offset is past its end (a topic re-created) is left alone; one whose committed records
     are gone (retention) starts at its first record.
     """
-    partitions = await partition_count(bootstrap, topic)
-    consumer = make_consumer(bootstrap=bootstrap, group_id=group, client_id="inferbus-orphans")
-    await start_with_retry(consumer.start, what=f"orphans-{group}")
+    consumer = await _group_consumer(bootstrap, group)
     try:
-        left = await _remaining(consumer, [TopicPartition(topic, p) for p in range(partitions)])
+        spans = await _unanswered(consumer, bootstrap, topic)
+        consumer.assign(list(spans))
+        for tp, (start, _) in spans.items():
+            consumer.seek(tp, start)
+        left = {tp: end for tp, (_, end) in spans.items()}
         done = Orphans(0, 0)
         while left:
             batch = await _chunk(consumer, left)
@@ -139,26 +141,41 @@ async def answer_orphans(
         await consumer.stop()
 
 
-async def _remaining(
-    consumer: AIOKafkaConsumer, tps: list[TopicPartition]
-) -> dict[TopicPartition, int]:
-    """Partition -> its end, for each partition with records left to answer; each is
-    assigned to `consumer` and placed at its first record to answer."""
+async def unanswered(bootstrap: str, *, group: str, topic: str) -> int:
+    """How many records of `topic` lie past `group`'s committed offsets (what
+    `answer_orphans` would answer now)."""
+    consumer = await _group_consumer(bootstrap, group)
+    try:
+        spans = await _unanswered(consumer, bootstrap, topic)
+        return sum(end - start for start, end in spans.values())
+    finally:
+        await consumer.stop()
+
+
+async def _group_consumer(bootstrap: str, group: str) -> AIOKafkaConsumer:
+    consumer = make_consumer(bootstrap=bootstrap, group_id=group, client_id="inferbus-orphans")
+    await start_with_retry(consumer.start, what=f"orphans-{group}")
+    return consumer
+
+
+async def _unanswered(
+    consumer: AIOKafkaConsumer, bootstrap: str, topic: str
+) -> dict[TopicPartition, tuple[int, int]]:
+    """Partition -> (first offset to answer, end), for each partition with records left."""
+    partitions = await partition_count(bootstrap, topic)
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
     if not tps:
         return {}
     committed = await committed_offsets(consumer, tps)
     firsts = await consumer.beginning_offsets(tps)
     ends = await true_ends(consumer, tps)  # Tansu reports less when the last batch has many
-    starts: dict[TopicPartition, int] = {}
+    spans: dict[TopicPartition, tuple[int, int]] = {}
     for tp in tps:
         at = committed[tp]
         start = firsts[tp] if at is None else max(at, firsts[tp])
         if start < ends[tp]:
-            starts[tp] = start
-    consumer.assign(list(starts))
-    for tp, start in starts.items():
-        consumer.seek(tp, start)
-    return {tp: ends[tp] for tp in starts}
+            spans[tp] = (start, ends[tp])
+    return spans
 
 
 async def _chunk(

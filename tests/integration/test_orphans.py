@@ -193,3 +193,21 @@ async def test_the_scaler_answers_a_retired_group_s_queue_then_drops_it(
         assert group not in service.collector.groups
     finally:
         await service.close()
+
+
+async def test_a_scaler_that_starts_after_the_model_left_collects_its_queued_group(
+    broker: str, unique: str, producer: AIOKafkaProducer, tmp_path: Path
+) -> None:
+    """The model was removed while no scaler ran (or one stopped mid-sweep): its group is
+    no target of the repository's, so nothing would ever answer what it holds."""
+    topic, group, _ = await queue(broker, producer, unique)
+    drained = request_topic(f"drained{unique}", "interactive")
+    await ensure_topics(broker, [*standard_topics([]), TopicSpec(drained, PARTITIONS)])
+    service = ScalerService(broker, tmp_path, Counted(0))
+    await service.start()
+    try:
+        assert group in service.collector.groups
+        assert service.collector.target(group).topic == topic
+        assert worker_group(f"drained{unique}", "interactive") not in service.collector.groups
+    finally:
+        await service.close()
