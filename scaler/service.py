@@ -20,9 +20,8 @@ from infra.models.repository import ModelRepository
 from infra.rollout.feed import RolloutFeed
 from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
-from infra.tasks import cancel_and_wait
 from infra.topics import topic_names
-from scaler.actuators.base import Actuator
+from scaler.actuators.base import Actuator, ActuatorError
 from scaler.actuators.decisions import Written, publish_decision, what_it_says, worth_writing
 from scaler.collector.collector import (
     Collector,
@@ -36,6 +35,7 @@ from scaler.collector.feeds import TelemetryFeed
 from scaler.collector.latency import WindowLatencies
 from scaler.config import PolicyConfig
 from scaler.decision import GroupDecision
+from scaler.orphan_sweeps import OrphanSweeps
 from scaler.policy import POLICIES
 from scaler.policy.retire import settle_retiring
 from scaler.registry import Registry
@@ -46,10 +46,8 @@ from scaler.settings import IDLE_HOLD_EVERY_S
 from scaler.signals import GroupSignals, ScalerState
 from scaler.telemetry import TelemetryReader
 from schemas.errors import InferbusError
-from schemas.result import Status
 from schemas.rollout import RolloutRecord
 from schemas.topics import Tier
-from services.runtime.orphans import Orphans, answer_orphans, unanswered
 from services.runtime.publisher import Publisher
 from tracing.metrics import (
     mark_scale_decision,
@@ -63,9 +61,6 @@ from tracing.metrics import (
 
 log = logging.getLogger(__name__)
 
-SWEEPS_AT_ONCE = 4
-"""Retired groups whose queues are read at once (each a consumer of its own): a scaler
-that starts beside the topics of a hundred removed models does not open a hundred."""
 LEFTOVERS_NAMED = 10
 """Leftover groups a start's log line names (the rest are counted)."""
 
@@ -139,9 +134,8 @@ class ScalerService:
         self._written: dict[str, Written] = {}
         """Per group: what its last decision record said, and when (`worth_writing`)."""
         self._producer: AIOKafkaProducer | None = None
-        self._orphans: dict[str, asyncio.Task[Orphans]] = {}
-        """Per retiring group with no worker left: the task answering what it left queued."""
-        self._sweep_slots = asyncio.Semaphore(SWEEPS_AT_ONCE)
+        self.sweeps = OrphanSweeps(bootstrap)
+        """Answer what retiring groups with no worker left hold (`_drop_if_retired`)."""
 
     async def start(self) -> None:
         """Connect the registry, telemetry, collector and decision producer."""
@@ -151,26 +145,41 @@ class ScalerService:
         await self.collector.start()
         self._producer = make_producer(self.bootstrap, client_id="inferbus-scaler")
         await start_with_retry(self._producer.start, what="scaler-producer")
+        self.sweeps.bind(Publisher(self._producer))
         await self._adopt_leftovers()
 
     async def _adopt_leftovers(self) -> None:
         """Collect the groups of tier topics no model wants any more that still hold
         requests (their model or tier removed while no scaler ran, or a scaler stopped
         while it answered them): they retire in `RETIRE_AFTER_S`, and what they hold is
-        answered (`_answer_orphans`). A failure is said; the scaler runs on without them."""
+        answered (`_drop_if_retired`). A failure is said; the scaler runs on without them.
+        A dry run (not acting) answers nothing, so adopts nothing."""
+        if not self.act:
+            return
         try:
             names = await topic_names(self.bootstrap)
             wanted = self._targets()
+            leftovers = [
+                t
+                for t in leftover_targets(names, wanted)
+                if self.tiers is None or t.tier in self.tiers
+            ]
+            counts = await asyncio.gather(
+                *(self.sweeps.unanswered(t.group, t.topic) for t in leftovers),
+                return_exceptions=True,
+            )
+            queued: dict[GroupTarget, int] = {}
+            for target, count in zip(leftovers, counts, strict=True):
+                if isinstance(count, BaseException):
+                    log.warning("event=leftover_unread group=%s error=%r", target.group, count)
+                elif count:
+                    queued[target] = count
+            if queued:
+                await self.collector.add_targets(list(queued))
         except (InferbusError, KafkaError, OSError) as exc:
             log.warning("event=leftovers_unread error=%r", exc)
             return
-        leftovers = [
-            t for t in leftover_targets(names, wanted) if self.tiers is None or t.tier in self.tiers
-        ]
-        counts = await asyncio.gather(*(self._unanswered(t) for t in leftovers))
-        queued = {t: n for t, n in zip(leftovers, counts, strict=True) if n}
         if queued:
-            await self.collector.add_targets(list(queued))
             named = ",".join(t.group for t in list(queued)[:LEFTOVERS_NAMED])
             more = len(queued) - LEFTOVERS_NAMED
             log.warning(
@@ -182,21 +191,10 @@ class ScalerService:
                 f" and {more} more" if more > 0 else "",
             )
 
-    async def _unanswered(self, target: GroupTarget) -> int:
-        """`unanswered` for one leftover group, a few at a time; 0 (said) if unreadable."""
-        async with self._sweep_slots:
-            try:
-                return await unanswered(self.bootstrap, group=target.group, topic=target.topic)
-            except (KafkaError, OSError) as exc:
-                log.warning("event=leftover_unread group=%s error=%r", target.group, exc)
-                return 0
-
     async def close(self) -> None:
         """Disconnect (the actuator is closed by its owner); what a retired group still
         holds unanswered is found and answered by the next scaler to start."""
-        for task in self._orphans.values():
-            await cancel_and_wait(task)
-        self._orphans.clear()
+        await self.sweeps.close()
         await self.collector.close()
         await self.feed.close()
         await self.rollout_feed.close()
@@ -264,6 +262,8 @@ class ScalerService:
         for collection in collections:
             chosen = decisions.get(collection.group)
             target = self.collector.target(collection.group)
+            if collection.retiring is None:  # its model or tier is back: before any worker
+                await self.sweeps.stop(collection.group, "its model wants it again")
             if chosen is not None and target.lane == "canary":
                 share, no_share_for_s = self._canary_share(target.model, time.time())
                 chosen = settle_canary(
@@ -301,109 +301,58 @@ class ScalerService:
             self._export(collection, chosen)
             if collection.retiring is not None:
                 await self._drop_if_retired(collection)
-            elif collection.group in self._orphans:  # its model or tier is back
-                await self._stop_answering_orphans(collection.group)
         await self._add_new_groups()
 
     async def _drop_if_retired(self, collection: GroupCollection) -> None:
         """A retiring group with no worker left is no longer collected or decided, once
-        what it left queued is answered (`_answer_orphans`)."""
-        s = collection.signals
+        what it holds is answered: a sweep answers each request with an error result
+        (`OrphanSweeps`) until its lag reads 0, or, never collected (its lag unknown),
+        until a sweep found nothing. A dry run answers nothing and drops it at once."""
+        s, group = collection.signals, collection.group
         if s is not None and s.stale:
             return
-        if (s is not None and s.replicas != 0) or await self.actuator.current(collection.group):
-            # A worker answers what is queued; it and an orphan sweep must not both commit.
-            await self._stop_answering_orphans(collection.group)
+        if (s is not None and s.replicas != 0) or await self.actuator.current(group):
+            # A worker answers what is queued; it and a sweep must not both commit.
+            await self.sweeps.stop(group, "a worker is live")
             return
-        queued = 0 if s is None or s.lag is None else s.lag
-        if queued:
-            self._answer_orphans(collection, queued)
+        queued = None if s is None or s.lag is None else s.lag
+        if self.act and queued != 0 and not (queued is None and self.sweeps.found_nothing(group)):
+            if not self.sweeps.running(group):
+                # Its count may still be wanted where none runs (a worker in a crash loop,
+                # its restart backed off): the actuator would start it under the sweep.
+                await self._scale_to_zero(group, collection.retiring)
+            self.sweeps.ensure(
+                group,
+                topic=self.collector.target(group).topic,
+                status=collection.retired_answer or "model_not_found",
+                why=collection.retiring or "its group retires",
+                queued=queued,
+            )
             return
-        self._orphans.pop(collection.group, None)
+        await self.sweeps.stop(group, "the group is dropped")
         if self.act:
-            # Its count may still be wanted where none runs (a worker in a crash loop, its
-            # restart backed off): the actuator would go on starting it for good.
-            await self.actuator.scale(collection.group, 0, f"retired: {collection.retiring}")
-        await self.collector.drop(collection.group)
-        self.views.pop(collection.group, None)
-        self._written.pop(collection.group, None)
+            await self._scale_to_zero(group, collection.retiring)
+        elif queued:
+            log.warning(
+                "event=group_retired_unanswered group=%s queued=%d (a dry run answers nothing)",
+                group,
+                queued,
+            )
+        await self.collector.drop(group)
+        self.views.pop(group, None)
+        self._written.pop(group, None)
         self.state = dataclasses.replace(
-            self.state, groups=tuple(g for g in self.state.groups if g.group != collection.group)
+            self.state, groups=tuple(g for g in self.state.groups if g.group != group)
         )
-        log.info("event=group_retired group=%s why=%r", collection.group, collection.retiring)
+        log.info("event=group_retired group=%s why=%r", group, collection.retiring)
 
-    def _answer_orphans(self, collection: GroupCollection, queued: int) -> None:
-        """Start answering the `queued` requests a retiring group with no worker left has
-        (each gets an error result; `services.runtime.orphans`), unless that runs already.
-        The group is dropped at a later tick, once its lag reads 0; a sweep that failed is
-        said, and the next tick starts another."""
-        group, why = collection.group, collection.retiring or "the group retires"
-        running = self._orphans.get(group)
-        if running is not None and not running.done():
-            return
-        if running is not None and not running.cancelled() and running.exception() is not None:
-            log.error("event=orphans_failed group=%s error=%r", group, running.exception())
-        if self._producer is None:
-            return
-        target = self.collector.target(group)
-        status = self._orphan_status(target.model)
-        log.info(
-            "event=orphans_answering group=%s queued=%d status=%s why=%r "
-            "(no worker is left for them, and none can start)",
-            group,
-            queued,
-            status,
-            why,
-        )
-
-        def progress(done: Orphans) -> None:
-            log.info(
-                "event=orphans_progress group=%s answered=%d dead_lettered=%d",
-                group,
-                done.answered,
-                done.dead_lettered,
-            )
-
-        async def sweep() -> Orphans:
-            assert self._producer is not None
-            async with self._sweep_slots:
-                done = await answer_orphans(
-                    self.bootstrap,
-                    Publisher(self._producer),
-                    group=group,
-                    topic=target.topic,
-                    status=status,
-                    why=why,
-                    progress=progress,
-                )
-            log.log(
-                logging.WARNING if done.total else logging.INFO,
-                "event=orphans_answered group=%s answered=%d dead_lettered=%d status=%s",
-                group,
-                done.answered,
-                done.dead_lettered,
-                status,
-            )
-            return done
-
-        self._orphans[group] = asyncio.create_task(sweep(), name=f"orphans-{group}")
-
-    async def _stop_answering_orphans(self, group: str) -> None:
-        """Stop a group's orphan sweep (a worker is live again, or its model is back)."""
-        task = self._orphans.pop(group, None)
-        if task is not None and not task.done():
-            log.info("event=orphans_stopped group=%s (it is served again)", group)
-        await cancel_and_wait(task)
-
-    def _orphan_status(self, model: str) -> Status:
-        """How a retired group's queued requests are answered: `model_not_found` when the
-        model left the repository, `invalid_input` when only the tier left its model.yaml
-        (what ingest answers a new request for either)."""
+    async def _scale_to_zero(self, group: str, why: str | None) -> None:
+        """Tell the actuator no worker of a retired group is wanted; a refusal (its
+        Deployment or service already gone) is said, and the retirement goes on."""
         try:
-            self.models.config(model)
-        except Exception:  # gone, or unreadable: either way not served
-            return "model_not_found"
-        return "invalid_input"
+            await self.actuator.scale(group, 0, f"retired: {why}")
+        except ActuatorError as exc:  # said; a missing deployment wants no worker either
+            log.warning("event=retired_scale_failed group=%s error=%s", group, exc)
 
     async def _publish(
         self,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from infra.models.config import ModelConfig
 from infra.models.repository import ModelRepository
@@ -30,6 +30,7 @@ from scaler.registry import (
 from scaler.rollout.lanes import lane_bounds
 from scaler.signals import GroupSignals
 from schemas.errors import InferbusError, ModelNotFound
+from schemas.result import Status
 from schemas.topics import Lane, Tier, parse_request_topic, request_topic, worker_group
 from tracing.metrics import set_group_rates
 
@@ -141,6 +142,17 @@ class GroupCollection:
     retiring: str | None = None
     """Why the group's model no longer wants it (removed from the repository, or the tier
     from its model.yaml): its floor is 0, so its workers answer what is queued and go."""
+    retired_answer: Status | None = None
+    """How a retiring group's queue is answered once no worker is left for it:
+    `model_not_found` (its model left the repository) or `invalid_input` (its tier left
+    the model.yaml), what ingest answers a new request for either."""
+
+
+class Retiring(NamedTuple):
+    """Why a group retires, and the status its orphaned requests are answered with."""
+
+    why: str
+    answer: Status
 
 
 @dataclass
@@ -261,19 +273,30 @@ class Collector:
         try:
             config, retiring = self._config(target)
             if retiring is not None and memory.last is None:
-                # Never collected (no signals to go on): nothing of it to keep.
-                self._say_retiring(group, retiring)
-                return GroupCollection(group, None, 0, None, retiring=retiring)
+                # Never collected (no signals to go on): nothing of it to keep; what it
+                # holds is not known (its owner sweeps it, `GroupCollection.retired_answer`).
+                self._say_retiring(group, retiring.why)
+                return GroupCollection(
+                    group, None, 0, None, retiring=retiring.why, retired_answer=retiring.answer
+                )
             signals, end_branches = await self._collect(target, memory, current, config)
         except Exception as exc:
             # Broker errors (aiokafka's KafkaError tree), timeouts and a bad model.yaml all
             # mean the same to the policy: this tick failed, count it and keep the last values.
             return self._failed(group, memory, exc)
         memory.failures, memory.last = 0, signals
-        if retiring is not None:
-            self._say_retiring(group, retiring)
+        if retiring is None:
+            return GroupCollection(group, signals, 0, None, dict(memory.lags), end_branches)
+        self._say_retiring(group, retiring.why)
         return GroupCollection(
-            group, signals, 0, None, dict(memory.lags), end_branches, retiring=retiring
+            group,
+            signals,
+            0,
+            None,
+            dict(memory.lags),
+            end_branches,
+            retiring=retiring.why,
+            retired_answer=retiring.answer,
         )
 
     def _say_retiring(self, group: str, why: str) -> None:
@@ -281,7 +304,7 @@ class Collector:
             self._retiring_said.add(group)
             log.warning("event=group_retiring group=%s why=%r", group, why)
 
-    def _config(self, target: GroupTarget) -> tuple[ModelConfig | None, str | None]:
+    def _config(self, target: GroupTarget) -> tuple[ModelConfig | None, Retiring | None]:
         """The model's config; or None, and why the repository no longer wants the group.
 
         Only once that has held for `RETIRE_AFTER_S`: until then the collection fails as
@@ -290,21 +313,26 @@ class Collector:
         try:
             config = self._models.config(target.model)
         except ModelNotFound:
-            why = f"model {target.model!r} is no longer in the repository"
+            gone = Retiring(
+                f"model {target.model!r} is no longer in the repository", "model_not_found"
+            )
         else:
             if target.tier in config.tiers:
                 self._gone_since.pop(target.group, None)
                 self._retiring_said.discard(target.group)
                 return config, None
-            why = f"model {target.model!r} no longer serves tier {target.tier!r}"
+            gone = Retiring(
+                f"model {target.model!r} no longer serves tier {target.tier!r}", "invalid_input"
+            )
         now = self._monotonic()
         gone_for = now - self._gone_since.setdefault(target.group, now)
         if gone_for < RETIRE_AFTER_S:
             raise CollectionError(
-                f"{why} (for {gone_for:.0f} s; its group retires after {RETIRE_AFTER_S:.0f} s)",
+                f"{gone.why} (for {gone_for:.0f} s; its group retires after "
+                f"{RETIRE_AFTER_S:.0f} s)",
                 group=target.group,
             )
-        return None, why
+        return None, gone
 
     def _failed(self, group: str, memory: _Memory, exc: BaseException) -> GroupCollection:
         memory.failures += 1

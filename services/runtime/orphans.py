@@ -24,7 +24,7 @@ from infra.lenient_fetch import unreadable_reason
 from infra.log_end import true_ends
 from infra.topics import partition_count
 from schemas import headers as h
-from schemas.errors import Unparseable
+from schemas.errors import InferbusError, Unparseable
 from schemas.parse import salvage_event, split_event
 from schemas.result import Status
 from schemas.topics import DLQ
@@ -46,10 +46,18 @@ when it runs again (at least once, as everywhere in inferbus)."""
 POLL_MS = 500
 """How long one fetch waits for records (the sweep reads up to the end it found at start)."""
 
+STALL_S = 30.0
+"""A sweep that reads nothing for this long before the ends it found fails (`SweepStalled`)
+instead of waiting for ever: the topic was deleted, or the broker lost its log."""
+
+
+class SweepStalled(InferbusError):
+    """No record came for `STALL_S` while records were still due (said, retried later)."""
+
 
 @dataclass(frozen=True, slots=True)
-class Orphans:
-    """What one sweep did."""
+class SweepCounts:
+    """How many records one sweep answered and dead-lettered."""
 
     answered: int
     """Error results the reply topics took."""
@@ -61,8 +69,8 @@ class Orphans:
     def total(self) -> int:
         return self.answered + self.dead_lettered
 
-    def __add__(self, other: Orphans) -> Orphans:
-        return Orphans(self.answered + other.answered, self.dead_lettered + other.dead_lettered)
+    def __add__(self, other: SweepCounts) -> SweepCounts:
+        return SweepCounts(self.answered + other.answered, self.dead_lettered + other.dead_lettered)
 
 
 def orphan_answer(
@@ -110,32 +118,43 @@ async def answer_orphans(
     topic: str,
     status: Status,
     why: str,
-    progress: Callable[[Orphans], None] | None = None,
+    progress: Callable[[SweepCounts], None] | None = None,
     clock: Callable[[], float] = time.time,
-) -> Orphans:
+) -> SweepCounts:
     """Answer every record of `topic` past `group`'s committed offsets, up to the end found
     at the start, chunk by chunk (`orphan_answer`), committing under `group` after each.
 
     Only for a group that no worker consumes: a live one's commits and these would race.
     Records produced meanwhile are left to the next call. A partition whose committed
     offset is past its end (a topic re-created) is left alone; one whose committed records
-    are gone (retention) starts at its first record.
+    are gone (retention) starts at its first record. A sweep cancelled between a chunk's
+    answers and its commit answers that chunk again when it runs again (at least once).
+    Raises `SweepStalled` when nothing comes for `STALL_S` before the ends.
     """
     consumer = await _group_consumer(bootstrap, group)
     try:
-        spans = await _unanswered(consumer, bootstrap, topic)
+        spans = await _spans_to_answer(consumer, bootstrap, topic)
         consumer.assign(list(spans))
         for tp, (start, _) in spans.items():
             consumer.seek(tp, start)
         left = {tp: end for tp, (_, end) in spans.items()}
-        done = Orphans(0, 0)
+        done = SweepCounts(0, 0)
+        last_read = time.monotonic()
         while left:
             batch = await _chunk(consumer, left)
             if batch:
+                last_read = time.monotonic()
                 done = done + await _answer(publisher, batch, status, why, clock() * 1000)
                 await consumer.commit(_next_offsets(batch))
                 if progress is not None:
                     progress(done)
+            elif left and time.monotonic() - last_read > STALL_S:
+                raise SweepStalled(
+                    f"nothing read from {topic} for {STALL_S:.0f} s before the end of "
+                    f"partitions {sorted(tp.partition for tp in left)}: was it deleted, or "
+                    "its log lost?",
+                    group=group,
+                )
         return done
     finally:
         await consumer.stop()
@@ -146,7 +165,7 @@ async def unanswered(bootstrap: str, *, group: str, topic: str) -> int:
     `answer_orphans` would answer now)."""
     consumer = await _group_consumer(bootstrap, group)
     try:
-        spans = await _unanswered(consumer, bootstrap, topic)
+        spans = await _spans_to_answer(consumer, bootstrap, topic)
         return sum(end - start for start, end in spans.values())
     finally:
         await consumer.stop()
@@ -158,7 +177,7 @@ async def _group_consumer(bootstrap: str, group: str) -> AIOKafkaConsumer:
     return consumer
 
 
-async def _unanswered(
+async def _spans_to_answer(
     consumer: AIOKafkaConsumer, bootstrap: str, topic: str
 ) -> dict[TopicPartition, tuple[int, int]]:
     """Partition -> (first offset to answer, end), for each partition with records left."""
@@ -209,7 +228,7 @@ async def _answer(
     status: Status,
     why: str,
     now_ms: float,
-) -> Orphans:
+) -> SweepCounts:
     """Each record's `orphan_answer` sent; an answer its reply topic would not take goes to
     the DLQ instead, with the DLQ records, retried until taken."""
     answers: list[tuple[ConsumerRecord[bytes, bytes], Outgoing]] = []
@@ -227,7 +246,8 @@ async def _answer(
             continue
         refused += 1
         reason = f"could not deliver the result to {answer.topic}: {error_text(ack)}"
-        log.error("event=orphan_undeliverable key=%r reason=%r", answer.key, reason)
+        if refused == 1:  # one line a chunk: a deleted reply topic refuses them all
+            log.error("event=orphans_undeliverable key=%r reason=%r", answer.key, reason)
         dead.append(
             undeliverable_result(
                 answer.key,
@@ -238,6 +258,8 @@ async def _answer(
                 offset=record.offset,
             )
         )
+    if refused > 1:
+        log.error("event=orphans_undeliverable count=%d (each in the DLQ)", refused)
     if dead:
         await deliver_until_taken(publisher, dead)
-    return Orphans(answered=len(answers) - refused, dead_lettered=len(dead))
+    return SweepCounts(answered=len(answers) - refused, dead_lettered=len(dead))

@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -15,15 +16,14 @@ from aiokafka.structs import OffsetAndMetadata
 
 from infra.kafka import committed_offsets, make_consumer, make_producer
 from infra.topics import TopicSpec, ensure_topics, standard_topics
-from scaler.collector.collector import GroupCollection, GroupTarget
+from scaler.collector import collector as collector_module
 from scaler.service import ScalerService
 from schemas import headers as h
 from schemas.frames import join_frame
 from schemas.result import InferenceResult
 from schemas.topics import DLQ, request_topic, worker_group
-from services.runtime.orphans import Orphans, answer_orphans
+from services.runtime.orphans import SweepCounts, answer_orphans
 from services.runtime.publisher import Publisher
-from tests.unit.scaler.conftest import make_signals
 from tests.unit.scaler.test_retired_groups import Counted
 
 pytestmark = pytest.mark.integration
@@ -128,7 +128,7 @@ async def test_every_orphan_is_answered_or_dead_lettered_and_committed(
     broker: str, unique: str, producer: AIOKafkaProducer
 ) -> None:
     topic, group, replies = await queue(broker, producer, unique)
-    seen: list[Orphans] = []
+    seen: list[SweepCounts] = []
 
     done = await answer_orphans(
         broker,
@@ -140,7 +140,7 @@ async def test_every_orphan_is_answered_or_dead_lettered_and_committed(
         progress=seen.append,
     )
 
-    assert done == Orphans(answered=3, dead_lettered=1)
+    assert done == SweepCounts(answered=3, dead_lettered=1)
     assert seen and seen[-1] == done
     answers = {key: (value, headers) for key, value, headers in await read_all(broker, replies, 3)}
     assert set(answers) == {b"r2", b"r3", b"r4"}, "the 2 committed were answered before"
@@ -157,57 +157,40 @@ async def test_every_orphan_is_answered_or_dead_lettered_and_committed(
     again = await answer_orphans(
         broker, Publisher(producer), group=group, topic=topic, status="model_not_found", why=WHY
     )
-    assert again == Orphans(0, 0), "nothing is answered twice"
+    assert again == SweepCounts(0, 0), "nothing is answered twice"
 
 
-async def test_the_scaler_answers_a_retired_group_s_queue_then_drops_it(
-    broker: str, unique: str, producer: AIOKafkaProducer, tmp_path: Path
-) -> None:
-    _, group, replies = await queue(broker, producer, unique)
-    await ensure_topics(broker, standard_topics([]))
-    service = ScalerService(broker, tmp_path, Counted(0))
-    await service.start()
-    try:
-        await service.collector.add_targets([GroupTarget(f"gone{unique}", "interactive")])
-        assert group in service.collector.groups
-
-        def collection(lag: int) -> GroupCollection:
-            signals = make_signals(lag=lag, replicas=0, ready_replicas=0)
-            return GroupCollection(group, signals, 0, retiring=WHY)
-
-        await service._drop_if_retired(collection(lag=4))
-        assert group in service.collector.groups, "kept until its queue is answered"
-        done = await asyncio.wait_for(service._orphans[group], timeout=30)
-        assert done == Orphans(answered=3, dead_lettered=1)
-        statuses = {
-            key: InferenceResult.from_wire(value).status
-            for key, value, _ in await read_all(broker, replies, 3)
-        }
-        assert statuses == {
-            b"r2": "model_not_found",
-            b"r3": "model_not_found",
-            b"r4": "model_not_found",
-        }
-
-        await service._drop_if_retired(collection(lag=0))
-        assert group not in service.collector.groups
-    finally:
-        await service.close()
-
-
-async def test_a_scaler_that_starts_after_the_model_left_collects_its_queued_group(
-    broker: str, unique: str, producer: AIOKafkaProducer, tmp_path: Path
+async def test_a_scaler_started_after_the_model_left_answers_its_queue_then_drops_it(
+    broker: str, unique: str, producer: AIOKafkaProducer, tmp_path: Path, monkeypatch: Any
 ) -> None:
     """The model was removed while no scaler ran (or one stopped mid-sweep): its group is
-    no target of the repository's, so nothing would ever answer what it holds."""
-    topic, group, _ = await queue(broker, producer, unique)
+    no target of the repository's. The scaler adopts it at start; it retires before its
+    first collection, so its lag is not known: sweeps answer it until one finds nothing,
+    then it is dropped. Through `on_tick`, as the scaler's loop runs it."""
+    monkeypatch.setattr(collector_module, "RETIRE_AFTER_S", 0.0)
+    topic, group, replies = await queue(broker, producer, unique)
     drained = request_topic(f"drained{unique}", "interactive")
     await ensure_topics(broker, [*standard_topics([]), TopicSpec(drained, PARTITIONS)])
     service = ScalerService(broker, tmp_path, Counted(0))
     await service.start()
     try:
-        assert group in service.collector.groups
-        assert service.collector.target(group).topic == topic
+        assert group in service.collector.groups, "adopted: it holds requests"
         assert worker_group(f"drained{unique}", "interactive") not in service.collector.groups
+        async with asyncio.timeout(30):
+            while group in service.collector.groups:
+                await service.on_tick(await service.collector.collect_all())
+                await asyncio.sleep(0.2)
     finally:
         await service.close()
+    answers = {
+        key: InferenceResult.from_wire(value)
+        for key, value, _ in await read_all(broker, replies, 3)
+    }
+    assert {k: r.status for k, r in answers.items()} == {
+        b"r2": "model_not_found",
+        b"r3": "model_not_found",
+        b"r4": "model_not_found",
+    }
+    dead = await read_all(broker, DLQ, until=1, source=topic)
+    assert [value for _, value, _ in dead] == [b"no request here"]
+    assert await committed(broker, group, topic) == {0: 4, 1: 2, 2: None}

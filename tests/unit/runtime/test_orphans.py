@@ -16,7 +16,7 @@ from schemas import headers as h
 from schemas.frames import join_frame
 from schemas.result import InferenceResult
 from schemas.topics import DLQ, RESULTS
-from services.runtime.orphans import Orphans, orphan_answer
+from services.runtime.orphans import SweepCounts, orphan_answer
 
 TOPIC = "inferbus.req.gone.interactive"
 TS_MS = 1_735_732_800_000
@@ -151,5 +151,5 @@ def test_the_tier_s_status_is_what_the_caller_names() -> None:
 
 
 def test_counts_add() -> None:
-    total = Orphans(3, 1) + Orphans(2, 0)
+    total = SweepCounts(3, 1) + SweepCounts(2, 0)
     assert (total.answered, total.dead_lettered, total.total) == (5, 1, 6)
