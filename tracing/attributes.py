@@ -22,6 +22,16 @@ STAGES: tuple[Stage, ...] = (
 )
 """Stages in the order a request meets them; `e2e` is the whole request."""
 
+SummedStage = Literal["wait", "engine"]
+SUMMED_STAGES: dict[SummedStage, tuple[Stage, ...]] = {
+    "wait": ("queue", "batch_wait"),
+    "engine": ("preprocess", "infer", "postprocess"),
+}
+"""Per-request sums of stages, recorded beside them in the stage histograms (no span of
+their own): `wait` is what scaling can shrink, `engine` what it cannot. The p99 of a sum
+is what the scaler reads; the sum of the stages' p99s only bounds it from above (the
+requests that wait longest are rarely the ones the engine takes longest on)."""
+
 MODEL = "inferbus.model"
 MODEL_VERSION = "inferbus.model_version"
 TIER = "inferbus.tier"

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from tracing.attributes import STAGES
+from tracing.attributes import STAGES, SUMMED_STAGES
 from tracing.histogram import DEFAULT_RELATIVE_ACCURACY, LatencyHistogram
 
 StageKey = tuple[str, str, str]
@@ -21,7 +21,8 @@ StageKey = tuple[str, str, str]
 StageObserver = Callable[[str, str, str, np.ndarray[Any, Any]], None]
 """Called with (model, tier, stage, values in ms) for every recording, e.g. Prometheus."""
 
-_STAGES = frozenset(STAGES)
+_STAGES = (*STAGES, *SUMMED_STAGES)
+_KNOWN = frozenset(_STAGES)
 
 
 class StageBreakdown:
@@ -49,8 +50,8 @@ class StageBreakdown:
 
     def record_many(self, model: str, tier: str, stage: str, values: Any) -> None:
         """Many requests' durations of one stage (ms; NaN means the stage did not apply)."""
-        if stage not in _STAGES:
-            raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+        if stage not in _KNOWN:
+            raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(_STAGES)}")
         array = np.asarray(values, dtype=np.float64)
         if array.size == 0:
             return
@@ -104,3 +105,17 @@ def record_stages(model: str, tier: str, stages: Mapping[str, Any]) -> None:
     """Record several stages' per-request durations (arrays in ms) at once."""
     for stage, values in stages.items():
         _default.record_many(model, tier, stage, values)
+
+
+def with_sums(stages: Mapping[str, Any]) -> dict[str, np.ndarray[Any, Any]]:
+    """`stages` (per-request arrays in ms, NaN where a stage did not apply) and each of
+    `SUMMED_STAGES` whose parts are all among them: per request, the sum of the parts that
+    applied (NaN where none did)."""
+    out = {stage: np.asarray(values, dtype=np.float64) for stage, values in stages.items()}
+    for summed, parts in SUMMED_STAGES.items():
+        if all(part in out for part in parts):
+            stacked = np.vstack([out[part] for part in parts])
+            total = np.nansum(stacked, axis=0)
+            total[np.isnan(stacked).all(axis=0)] = np.nan
+            out[summed] = total
+    return out

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 from aiokafka import ConsumerRecord
 from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.structs import RecordMetadata
@@ -46,7 +45,7 @@ from services.worker.inhand import InHand, Tokenize, check_indices, decode_recor
 from services.worker.settings import WorkerSettings
 from services.worker.spans import RequestSpans, batch_spans
 from tracing.attributes import RequestAttrs
-from tracing.breakdown import record_stages
+from tracing.breakdown import record_stages, with_sums
 from tracing.metrics import count_request, observe_batch
 from tracing.setup import tracing_enabled
 
@@ -602,7 +601,7 @@ class Pipeline:
             self.counts[status] += n
             count_request("inferbus-worker", self.settings.model, tier, status, n)
         for tier, values in stages.items():
-            record_stages(self.settings.model, tier, {k: np.asarray(v) for k, v in values.items()})
+            record_stages(self.settings.model, tier, with_sums(values))
 
     async def _dead_letter(self, records: list[_Dead]) -> None:
         outgoing = [

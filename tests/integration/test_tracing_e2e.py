@@ -508,7 +508,7 @@ async def test_histograms_agree_with_result_timings(stack: Stack, unique: str) -
             for record in (r for rs in batches.values() for r in rs):
                 if record.key in instances and record.value:
                     reader.apply_bytes(record.value)
-            if min(map(counted, AGREEING + COUNTED)) >= n:
+            if min(map(counted, (*AGREEING, *COUNTED, "wait"))) >= n:
                 complete.set()
 
     instances = {stack.encoder_instance.encode(), stack.ingest_instance.encode()}
@@ -545,6 +545,13 @@ async def test_histograms_agree_with_result_timings(stack: Stack, unique: str) -
             low = float(np.percentile(values, q, method="lower"))
             high = float(np.percentile(values, q, method="higher"))
             assert low * 0.95 - 0.05 <= got <= high * 1.05 + 0.05, f"{stage} p{q}: {got}"
+    # What the scaler reads as the queue p99: the p99 of each request's queue + batch wait
+    # (a summed stage), not the sum of the two p99s.
+    waits = np.array([(r.timings.queue_ms or 0) + (r.timings.batch_wait_ms or 0) for r in results])
+    joint = reader.windows.stats(ENCODER, ENCODER_TIER, "wait")
+    assert joint is not None and joint.count == n, f"wait: {joint}"
+    low, high = (float(np.percentile(waits, 99, method=m)) for m in ("lower", "higher"))
+    assert low * 0.95 - 0.05 <= joint.p99_ms <= high * 1.05 + 0.05, f"wait p99: {joint}"
     # Defined differently in the result (docs/tracing.md, "Verified"): one sample each.
     for stage in COUNTED:
         stats = reader.windows.stats(ENCODER, ENCODER_TIER, stage)

@@ -1,4 +1,5 @@
-"""Queue, engine and e2e p99 from per-stage windows."""
+"""Queue, engine and e2e p99 from per-stage windows: the joint p99s of each request's wait
+and engine time where workers record them, else sums of the stages' p99s."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ def stats(p99: float) -> StageStats:
             305, 42, 360, id="sums-of-stage-p99s",
         ),
         pytest.param({"infer": 800, "e2e": 810}, None, 800, 810, id="engine-only"),
+        pytest.param(
+            {"queue": 300, "batch_wait": 5, "wait": 240, "infer": 40, "preprocess": 2,
+             "engine": 41, "e2e": 360},
+            240, 41, 360, id="the-joint-p99s-where-the-workers-record-them",
+        ),
+        pytest.param(
+            {"queue": 300, "batch_wait": 5, "wait": 240, "infer": 40, "e2e": 360},
+            240, 40, 360, id="one-joint-the-other-summed",
+        ),
     ],
 )  # fmt: skip
 def test_stage_p99s(

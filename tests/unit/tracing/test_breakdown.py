@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from tracing.breakdown import StageBreakdown, default_breakdown, record_stage
+from tracing.breakdown import StageBreakdown, default_breakdown, record_stage, with_sums
 from tracing.histogram import LatencyHistogram
 
 
@@ -77,3 +77,40 @@ def test_concurrent_recording_loses_nothing() -> None:
         t.join()
     (entry,) = breakdown.snapshot_and_reset()
     assert entry["count"] == 16000
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("stages", "wait", "engine"),
+    [
+        pytest.param(
+            {"queue": [300, 2], "batch_wait": [5, 250], "preprocess": [1, 1],
+             "infer": [40, 400], "postprocess": [2, 2]},
+            [305, 252], [43, 403], id="per-request-sums",
+        ),
+        pytest.param(
+            {"queue": [10, NAN], "batch_wait": [NAN, NAN]}, [10, NAN], None,
+            id="a-part-that-did-not-apply-counts-0-none-applied-is-nan",
+        ),
+        pytest.param({"queue": [10], "infer": [3]}, None, None, id="parts-missing-no-sum"),
+    ],
+)  # fmt: skip
+def test_with_sums_adds_each_request_s_wait_and_engine(
+    stages: dict[str, list[float]], wait: list[float] | None, engine: list[float] | None
+) -> None:
+    out = with_sums(stages)
+    for name, expected in (("wait", wait), ("engine", engine)):
+        if expected is None:
+            assert name not in out
+        else:
+            np.testing.assert_array_equal(out[name], expected)
+    assert set(stages) <= set(out)
+
+
+def test_a_summed_stage_is_recorded_like_a_stage() -> None:
+    breakdown = StageBreakdown()
+    breakdown.record_many("m", "interactive", "wait", np.array([1.0]))
+    with pytest.raises(ValueError, match="unknown stage 'waiting'"):
+        breakdown.record_many("m", "interactive", "waiting", np.array([1.0]))

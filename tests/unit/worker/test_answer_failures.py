@@ -22,6 +22,8 @@ from services.worker.inhand import InHand
 from services.worker.pipeline import Pipeline
 from services.worker.settings import WorkerSettings
 from tests.unit.worker.test_expiry import TOPIC, Capture, PollingHost, polled
+from tracing.breakdown import default_breakdown
+from tracing.histogram import LatencyHistogram
 
 FAR_MS = 30_000.0
 
@@ -175,3 +177,25 @@ async def test_a_metrics_error_after_the_acks_answers_each_request_once(
     assert all(h.header(r.headers, h.ERROR_CODE) is None for r in publisher.sent)
     assert pipeline.in_hand == 0 and offsets.total_in_flight() == 0
     assert offsets.committable() == {(TOPIC, 0): 2}
+
+
+async def test_an_answered_batch_records_each_request_s_wait_and_engine_time() -> None:
+    # What the scaler reads as queue and engine p99: the p99 of each request's sum, not a
+    # sum of the stages' p99s.
+    default_breakdown().snapshot_and_reset()
+    publisher = Capture()
+    pipeline, _ = pipeline_of(publisher)
+    await run_batch(pipeline)
+    recorded = {
+        e["stage"]: LatencyHistogram.from_dict(e)
+        for e in default_breakdown().snapshot_and_reset()
+        if (e["model"], e["tier"]) == ("demo-mlp", "batch")
+    }
+    timings = [orjson.loads(record.value)["timings"] for record in publisher.sent]
+    waits = [t["queue_ms"] + t["batch_wait_ms"] for t in timings]
+    engines = [t["preprocess_ms"] + t["infer_ms"] + t["postprocess_ms"] for t in timings]
+    assert recorded["wait"].count == recorded["engine"].count == 2
+    assert recorded["wait"].sum == pytest.approx(sum(waits))
+    # The recorded postprocess time also holds encoding the result, after it was encoded.
+    assert recorded["engine"].sum == pytest.approx(sum(engines), abs=1.0)
+    assert recorded["engine"].sum >= sum(engines)
