@@ -141,3 +141,26 @@ def test_native_tensorrt_fp16(demo_models: Path, tmp_path: Path) -> None:
     got = engine.infer(feed)["embedding"]
     np.testing.assert_allclose(got, _reference(model, feed), atol=5e-2, rtol=5e-2)
     engine.unload()
+
+
+@needs_tensorrt
+@pytest.mark.parametrize("name", ["fixed-batch-1", "fixed-batch-4"])
+def test_native_tensorrt_runs_a_fixed_batch_graph_in_chunks(tmp_path: Path, name: str) -> None:
+    """A graph whose batch is fixed ([1, 4], [4, 4]) runs a batch of 5 that many samples at
+    a time, each sample's rows as the graph gives them alone."""
+    from services.worker.engines.tensorrt_native import TensorRTEngine
+    from tests.unit.engines.test_own_graphs import CASES, alone_answer, write_version
+
+    version = write_version(tmp_path / "models", name, CASES[name])
+    raw = yaml.safe_load((tmp_path / "models" / name / "model.yaml").read_text())
+    raw["engine"].update({"kind": "tensorrt", "engine_cache_dir": str(tmp_path / "cache")})
+    (tmp_path / "models" / name / "model.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    model = ModelRepository(tmp_path / "models").resolve(name)
+    engine = TensorRTEngine(model)
+    engine.load()
+    requests = [sample_batch(model.config, 1, seed=seed) for seed in range(5)]
+    got = engine.infer({k: np.concatenate([r[k] for r in requests]) for k in requests[0]})
+    for i, request in enumerate(requests):
+        for output, value in alone_answer(version, request).items():
+            np.testing.assert_allclose(got[output][i : i + 1], value, rtol=1e-3, atol=1e-3)
+    engine.unload()

@@ -3,7 +3,7 @@ and, at warm-up, that outputs come back with the batch first."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,3 +69,39 @@ def check_outputs(config: ModelConfig, samples: int, outputs: Mapping[str, Any])
             "or re-export the model with the batch first)",
             model=config.name,
         )
+
+
+def fixed_batch(shapes: Mapping[str, Sequence[int | str | None]]) -> int | None:
+    """The batch a graph's inputs fix (`[1, 16]`, not `[N, 16]`), or None when the batch
+    axis is dynamic (-1, a name or None in a shape); EngineError when inputs fix
+    different batches."""
+    fixed = {
+        name: shape[0]
+        for name, shape in shapes.items()
+        if shape and isinstance(shape[0], int) and shape[0] > 0
+    }
+    if len(set(fixed.values())) > 1:
+        raise EngineError(f"graph inputs fix different batch sizes {fixed}")
+    return next(iter(fixed.values()), None)
+
+
+def in_fixed_batches(
+    feed: Arrays, size: int, run_once: Callable[[Arrays], Arrays], outputs: Sequence[str]
+) -> Arrays:
+    """`feed` run `size` samples at a time by a graph whose batch is fixed to `size`: a last
+    short chunk is filled with copies of its last sample, whose rows are dropped again."""
+    samples = len(next(iter(feed.values())))
+    if samples == size:
+        return run_once(feed)
+    pieces: list[Arrays] = []
+    for start in range(0, samples, size):
+        chunk = {name: array[start : start + size] for name, array in feed.items()}
+        short = size - min(size, samples - start)
+        if short:
+            chunk = {
+                name: np.concatenate([array, np.repeat(array[-1:], short, axis=0)])
+                for name, array in chunk.items()
+            }
+        out = run_once(chunk)
+        pieces.append({name: value[: size - short] for name, value in out.items()})
+    return {name: np.concatenate([piece[name] for piece in pieces]) for name in outputs}

@@ -14,7 +14,7 @@ from infra.models.repository import ModelVersion
 from schemas.errors import EngineError
 from schemas.tensors import Arrays
 from services.worker.engines.base import Engine, EngineInfo
-from services.worker.engines.inputs import check_inputs
+from services.worker.engines.inputs import check_inputs, fixed_batch, in_fixed_batches
 from services.worker.engines.shapes import profiles
 
 log = logging.getLogger(__name__)
@@ -187,13 +187,11 @@ class OnnxRuntimeEngine(Engine):
         graph_outputs = {arg.name: arg for arg in session.get_outputs()}
         declared = {spec.name for spec in config.inputs}
         problems: list[str] = []
-        fixed = {
-            name: arg.shape[0]
-            for name, arg in graph_inputs.items()
-            if arg.shape and isinstance(arg.shape[0], int) and arg.shape[0] > 0
-        }
-        if len(set(fixed.values())) > 1:
-            problems.append(f"graph inputs fix different batch sizes {fixed}")
+        fixed: int | None = None
+        try:
+            fixed = fixed_batch({name: arg.shape for name, arg in graph_inputs.items()})
+        except EngineError as exc:
+            problems.append(exc.message)
         for name in sorted(set(graph_inputs) - declared):
             problems.append(f"graph input {name!r} is not declared in model.yaml")
         for spec in config.inputs:
@@ -233,7 +231,7 @@ class OnnxRuntimeEngine(Engine):
                 f"{self.model.model_file} does not match model.yaml: " + "; ".join(problems),
                 model=self.model.name,
             )
-        return next(iter(fixed.values()), None)
+        return fixed
 
     def warmup(self, batches: list[Arrays]) -> None:
         """Run each sample batch once, then give the CPU arena back to the system.
@@ -262,26 +260,14 @@ class OnnxRuntimeEngine(Engine):
         if self._session is None:
             raise EngineError("engine is not loaded", model=self.model.name)
         feed = check_inputs(self.model.config, inputs)
-        size = self._fixed_batch
-        samples = len(next(iter(feed.values())))
-        if size is None or samples == size:
+        if self._fixed_batch is None:
             return self._run_once(feed, options)
-        # A graph with a fixed batch runs `size` samples at a time; a last short chunk is
-        # filled with copies of its last sample, whose rows are dropped again.
-        pieces: list[Arrays] = []
-        for start in range(0, samples, size):
-            chunk = {name: array[start : start + size] for name, array in feed.items()}
-            short = size - min(size, samples - start)
-            if short:
-                chunk = {
-                    name: np.concatenate([array, np.repeat(array[-1:], short, axis=0)])
-                    for name, array in chunk.items()
-                }
-            out = self._run_once(chunk, options)
-            pieces.append({name: value[: size - short] for name, value in out.items()})
-        return {
-            name: np.concatenate([piece[name] for piece in pieces]) for name in self._output_names
-        }
+        return in_fixed_batches(
+            feed,
+            self._fixed_batch,
+            lambda chunk: self._run_once(chunk, options),
+            self._output_names,
+        )
 
     def _run_once(self, feed: Arrays, options: Any = None) -> Arrays:
         try:

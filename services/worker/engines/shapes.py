@@ -118,3 +118,13 @@ def warmup_batches(
         for size in sizes
         for seq in lengths
     ]
+
+
+def with_batch(shapes: Mapping[str, Profile], batch: int) -> dict[str, Profile]:
+    """`shapes` with the batch axis of min, opt and max set to `batch`: the profile of a
+    graph whose batch is fixed (`[1, 16]`), which takes no other."""
+
+    def fixed(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (batch, *shape[1:])
+
+    return {name: Profile(fixed(p.min), fixed(p.opt), fixed(p.max)) for name, p in shapes.items()}

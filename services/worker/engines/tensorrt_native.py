@@ -23,8 +23,8 @@ from infra.models.repository import ModelVersion
 from schemas.errors import EngineError, InvalidInput
 from schemas.tensors import DTYPES, Arrays
 from services.worker.engines.base import Engine, EngineInfo
-from services.worker.engines.inputs import check_inputs
-from services.worker.engines.shapes import Profile, profiles
+from services.worker.engines.inputs import check_inputs, fixed_batch, in_fixed_batches
+from services.worker.engines.shapes import Profile, profiles, with_batch
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,9 @@ class TensorRTEngine(Engine):
         self._inputs: dict[str, _Binding] = {}
         self._outputs: dict[str, _Binding] = {}
         self._shapes: dict[str, Profile] = {}
+        self._fixed_batch: int | None = None
+        """The batch the graph fixes ([1, 16], not [N, 16]), if any: a batch is run that
+        many samples at a time, as onnxruntime runs it."""
         self._lock = threading.Lock()
         self._info: EngineInfo | None = None
         self.cache_file: Path | None = None
@@ -183,6 +186,16 @@ class TensorRTEngine(Engine):
                     "TensorRT could not deserialize the engine it just built", model=self.model.name
                 )
         self._engine = engine
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        self._fixed_batch = fixed_batch(
+            {
+                name: tuple(engine.get_tensor_shape(name))
+                for name in names
+                if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+            }
+        )
+        if self._fixed_batch is not None:
+            self._shapes = with_batch(self._shapes, self._fixed_batch)
         self._context = engine.create_execution_context()
         self._stream = _check(cudart, cudart.cudaStreamCreate(), "cudaStreamCreate")
         self._allocate(trt)
@@ -210,10 +223,19 @@ class TensorRTEngine(Engine):
                     model=self.model.name,
                 )
             config.set_flag(fp16)
-        profile = builder.create_optimization_profile()
-        for name, shape in self._shapes.items():
-            profile.set_shape(name, shape.min, shape.opt, shape.max)
-        config.add_optimization_profile(profile)
+        graph = {
+            network.get_input(i).name: tuple(network.get_input(i).shape)
+            for i in range(network.num_inputs)
+        }
+        if any(dim < 0 for shape in graph.values() for dim in shape):
+            # A profile covers the dynamic axes; a graph with none (a fixed batch and
+            # sizes) takes no profile and runs `fixed_batch` samples at a time.
+            batch = fixed_batch(graph)
+            shapes = self._shapes if batch is None else with_batch(self._shapes, batch)
+            profile = builder.create_optimization_profile()
+            for name, shape in shapes.items():
+                profile.set_shape(name, shape.min, shape.opt, shape.max)
+            config.add_optimization_profile(profile)
         plan = builder.build_serialized_network(network, config)
         if plan is None:
             raise EngineError(
@@ -249,6 +271,12 @@ class TensorRTEngine(Engine):
         if self._context is None:
             raise EngineError("engine is not loaded", model=self.model.name)
         feed = check_inputs(self.model.config, inputs)
+        if self._fixed_batch is None:
+            return self._infer_once(feed)
+        return in_fixed_batches(feed, self._fixed_batch, self._infer_once, list(self._outputs))
+
+    def _infer_once(self, feed: Arrays) -> Arrays:
+        """One batch through the execution context (the engine's lock held)."""
         cudart, context = self._cudart, self._context
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
         d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost

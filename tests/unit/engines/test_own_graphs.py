@@ -213,7 +213,7 @@ def write_version(root: Path, name: str, case: Case, *, external: bool = False) 
     return ModelVersion(name, "1", folder, config)
 
 
-def _alone(version: ModelVersion, request: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def alone_answer(version: ModelVersion, request: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A plain session's answer for one sample (a fixed batch filled with copies of it)."""
     session = ort.InferenceSession(str(version.model_file), providers=["CPUExecutionProvider"])
     batch = session.get_inputs()[0].shape[0]
@@ -243,7 +243,7 @@ def test_served_batched_equals_each_sample_alone(tmp_path: Path, name: str, requ
     for request, outcome in zip(batch, outcomes, strict=True):
         assert outcome.error is None
         assert outcome.batch_size == requests  # ran as one batch, no retry
-        alone = _alone(version, request)
+        alone = alone_answer(version, request)
         assert outcome.outputs is not None and set(outcome.outputs) == set(alone)
         for output, value in alone.items():
             assert outcome.outputs[output].dtype == value.dtype
