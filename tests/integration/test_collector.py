@@ -245,11 +245,44 @@ async def test_a_removed_model_s_group_retires_after_its_queue_is_answered(
         gone = await collector.collect(group)
         assert gone.error is None, gone.error
         assert gone.retiring == f"model {model!r} is no longer in the repository"
+        assert gone.retired_answer == "model_not_found", "what ingest answers a new one"
         assert gone.signals is not None
         assert (gone.signals.min_replicas, gone.signals.warm_replicas) == (0, 0)
         assert gone.signals.lag == 3, "what is queued is still counted"
         assert gone.signals.slo_p99_e2e_ms == 450, "the last known SLO"
         await collector.drop(group)
         assert collector.groups == []
+    finally:
+        await collector.close()
+
+
+async def test_a_tier_taken_out_of_model_yaml_retires_its_group_answered_invalid_input(
+    broker: str, unique: str, tmp_path: Path
+) -> None:
+    model = f"m{unique}"
+    topic, group = request_topic(model, "interactive"), worker_group(model, "interactive")
+    await ensure_topics(broker, [TopicSpec(topic, PARTITIONS)])
+    models = write_model(tmp_path, model)
+    mono = Clock(1000.0)
+    collector = Collector(
+        broker,
+        [GroupTarget(model, "interactive")],
+        models,
+        registry=Registry(broker, topic=f"t-instances-{unique}"),
+        telemetry=TelemetryFeed(broker, topic=f"t-telemetry-{unique}"),
+        config=CollectorConfig(timeout_s=10.0),
+        monotonic=mono,
+    )
+    await collector.start()
+    try:
+        assert (await collector.collect(group)).retiring is None
+        yaml_file = tmp_path / model / "model.yaml"
+        yaml_file.write_text(yaml_file.read_text() + "tiers: [batch]\n")
+        mono.now += RETIRE_AFTER_S
+        await collector.collect(group)  # the grace starts here
+        mono.now += RETIRE_AFTER_S
+        gone = await collector.collect(group)
+        assert gone.retiring == f"model {model!r} no longer serves tier 'interactive'"
+        assert gone.retired_answer == "invalid_input", "what ingest answers a new one"
     finally:
         await collector.close()
