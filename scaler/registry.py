@@ -42,6 +42,7 @@ __all__ = [
     "decode",
     "fold",
     "fold_all",
+    "groups_with_live_members",
     "is_live",
     "live_instances",
     "ready_time",
@@ -86,6 +87,16 @@ def newest_ready_at(table: RegistryTable, group: str, now: datetime | None = Non
         if record.ready_at is not None and not record.standby
     ]
     return max(times, default=None)
+
+
+def groups_with_live_members(table: RegistryTable, now: datetime) -> frozenset[str]:
+    """Every consumer group a live instance serves."""
+    out: set[str] = set()
+    for record in table.instances.values():
+        if is_live(record, now):
+            out.add(record.group)
+            out.update(record.groups)
+    return frozenset(out)
 
 
 def _live_members(table: RegistryTable, group: str, now: datetime) -> list[InstanceRecord]:

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
@@ -20,6 +21,7 @@ from infra.models.repository import ModelRepository
 from infra.rollout.feed import RolloutFeed
 from infra.rollout.publish import publish_rollout
 from infra.rollout.state import RolloutBook, effective
+from infra.tasks import wait_event
 from infra.topics import topic_names
 from scaler.actuators.base import Actuator, ActuatorError
 from scaler.actuators.decisions import Written, publish_decision, what_it_says, worth_writing
@@ -38,7 +40,7 @@ from scaler.decision import GroupDecision
 from scaler.orphan_sweeps import OrphanSweeps
 from scaler.policy import POLICIES
 from scaler.policy.retire import settle_retiring
-from scaler.registry import Registry
+from scaler.registry import Registry, groups_with_live_members
 from scaler.rollout.judge import RolloutJudge
 from scaler.rollout.lanes import settle_canary
 from scaler.rollout.windows import VersionWindows
@@ -61,6 +63,9 @@ from tracing.metrics import (
 
 log = logging.getLogger(__name__)
 
+REGISTRY_WAIT_S = 5.0
+"""How long a starting scaler waits for the instance registry before it looks for leftover
+groups with live workers (a registry behind finds fewer; they are said)."""
 LEFTOVERS_NAMED = 10
 """Leftover groups a start's log line names (the rest are counted)."""
 
@@ -90,6 +95,7 @@ class ScalerService:
         act: bool = True,
         tiers: Sequence[Tier] | None = None,
         idle_hold_every_s: float = IDLE_HOLD_EVERY_S,
+        sweeps: OrphanSweeps | None = None,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
@@ -134,8 +140,10 @@ class ScalerService:
         self._written: dict[str, Written] = {}
         """Per group: what its last decision record said, and when (`worth_writing`)."""
         self._producer: AIOKafkaProducer | None = None
-        self.sweeps = OrphanSweeps(bootstrap)
+        self.sweeps = sweeps or OrphanSweeps(bootstrap)
         """Answer what retiring groups with no worker left hold (`_drop_if_retired`)."""
+        self._zeroed: set[str] = set()
+        """Retiring groups scaled to 0 before their first sweep (once a retirement)."""
 
     async def start(self) -> None:
         """Connect the registry, telemetry, collector and decision producer."""
@@ -150,12 +158,16 @@ class ScalerService:
 
     async def _adopt_leftovers(self) -> None:
         """Collect the groups of tier topics no model wants any more that still hold
-        requests (their model or tier removed while no scaler ran, or a scaler stopped
-        while it answered them): they retire in `RETIRE_AFTER_S`, and what they hold is
-        answered (`_drop_if_retired`). A failure is said; the scaler runs on without them.
-        A dry run (not acting) answers nothing, so adopts nothing."""
+        requests or have live workers (their model or tier removed while no scaler ran, or
+        a scaler stopped while it retired them): they retire in `RETIRE_AFTER_S`, their
+        workers stop once what is queued is answered, and what no worker answers is
+        (`_drop_if_retired`). A failure is said; the scaler runs on without them. A dry
+        run (not acting) retires nothing, so adopts nothing."""
         if not self.act:
             return
+        if not await wait_event(self.registry.caught_up, REGISTRY_WAIT_S):
+            log.warning("event=leftovers_registry_behind waited_s=%.0f", REGISTRY_WAIT_S)
+        live = groups_with_live_members(self.registry.table, datetime.now(UTC))
         try:
             names = await topic_names(self.bootstrap)
             wanted = self._targets()
@@ -168,25 +180,27 @@ class ScalerService:
                 *(self.sweeps.unanswered(t.group, t.topic) for t in leftovers),
                 return_exceptions=True,
             )
-            queued: dict[GroupTarget, int] = {}
-            for target, count in zip(leftovers, counts, strict=True):
-                if isinstance(count, BaseException):
-                    log.warning("event=leftover_unread group=%s error=%r", target.group, count)
-                elif count:
-                    queued[target] = count
-            if queued:
-                await self.collector.add_targets(list(queued))
+            adopted: dict[GroupTarget, int] = {}
+            for target, counted in zip(leftovers, counts, strict=True):
+                if isinstance(counted, BaseException):
+                    log.warning("event=leftover_unread group=%s error=%r", target.group, counted)
+                count = counted if isinstance(counted, int) else 0
+                if count or target.group in live:
+                    adopted[target] = count
+            if adopted:
+                await self.collector.add_targets(list(adopted))
         except (InferbusError, KafkaError, OSError) as exc:
             log.warning("event=leftovers_unread error=%r", exc)
             return
-        if queued:
-            named = ",".join(t.group for t in list(queued)[:LEFTOVERS_NAMED])
-            more = len(queued) - LEFTOVERS_NAMED
+        if adopted:
+            named = ",".join(t.group for t in list(adopted)[:LEFTOVERS_NAMED])
+            more = len(adopted) - LEFTOVERS_NAMED
             log.warning(
-                "event=leftover_groups count=%d queued=%d groups=%s%s (no model wants them: "
-                "they retire and their requests are answered)",
-                len(queued),
-                sum(queued.values()),
+                "event=leftover_groups count=%d queued=%d with_workers=%d groups=%s%s (no "
+                "model wants them: they retire, and their requests are answered)",
+                len(adopted),
+                sum(adopted.values()),
+                sum(1 for t in adopted if t.group in live),
                 named,
                 f" and {more} more" if more > 0 else "",
             )
@@ -262,8 +276,11 @@ class ScalerService:
         for collection in collections:
             chosen = decisions.get(collection.group)
             target = self.collector.target(collection.group)
-            if collection.retiring is None:  # its model or tier is back: before any worker
+            if collection.retiring is None and collection.error is None:
+                # Its model or tier is back (a failed collection says nothing of that):
+                # the sweep stops before any worker starts.
                 await self.sweeps.stop(collection.group, "its model wants it again")
+                self._zeroed.discard(collection.group)
             if chosen is not None and target.lane == "canary":
                 share, no_share_for_s = self._canary_share(target.model, time.time())
                 chosen = settle_canary(
@@ -311,16 +328,20 @@ class ScalerService:
         s, group = collection.signals, collection.group
         if s is not None and s.stale:
             return
-        if (s is not None and s.replicas != 0) or await self.actuator.current(group):
-            # A worker answers what is queued; it and a sweep must not both commit.
+        registered = group in groups_with_live_members(self.registry.table, datetime.now(UTC))
+        if (s is not None and s.replicas != 0) or registered or await self.actuator.current(group):
+            # A worker answers what is queued (a draining one too: the registry knows it
+            # where the signals of a never-collected group do not); it and a sweep must not
+            # both commit.
             await self.sweeps.stop(group, "a worker is live")
             return
         queued = None if s is None or s.lag is None else s.lag
         if self.act and queued != 0 and not (queued is None and self.sweeps.found_nothing(group)):
-            if not self.sweeps.running(group):
+            if group not in self._zeroed:
                 # Its count may still be wanted where none runs (a worker in a crash loop,
                 # its restart backed off): the actuator would start it under the sweep.
                 await self._scale_to_zero(group, collection.retiring)
+                self._zeroed.add(group)
             self.sweeps.ensure(
                 group,
                 topic=self.collector.target(group).topic,
@@ -338,6 +359,7 @@ class ScalerService:
                 group,
                 queued,
             )
+        self._zeroed.discard(group)
         await self.collector.drop(group)
         self.views.pop(group, None)
         self._written.pop(group, None)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from infra.models.config import ModelConfig
 from infra.models.repository import ModelRepository
@@ -148,7 +148,8 @@ class GroupCollection:
     the model.yaml), what ingest answers a new request for either."""
 
 
-class Retiring(NamedTuple):
+@dataclass(frozen=True)
+class Retiring:
     """Why a group retires, and the status its orphaned requests are answered with."""
 
     why: str

@@ -23,8 +23,8 @@ def settle_retiring(
     elif queued > 0:
         desired = 0
         said = (
-            f"{why}: no worker is left and none can start for it: the scaler answers its "
-            f"{queued} queued request(s) with an error result"
+            f"{why}: no worker is left and none can start for it: its {queued} queued "
+            "request(s) get an error result from the scaler (unless it only advises)"
         )
     else:
         desired = 0

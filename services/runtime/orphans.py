@@ -141,14 +141,18 @@ async def answer_orphans(
         done = SweepCounts(0, 0)
         last_read = time.monotonic()
         while left:
-            batch = await _chunk(consumer, left)
+            batch, finished = await _chunk(consumer, left)
             if batch:
                 last_read = time.monotonic()
                 done = done + await _answer(publisher, batch, status, why, clock() * 1000)
-                await consumer.commit(_next_offsets(batch))
-                if progress is not None:
-                    progress(done)
-            elif left and time.monotonic() - last_read > STALL_S:
+            # A finished partition is committed to its end, past any offsets its log
+            # skips (a gap, a batch no reader can read): its lag then reads 0.
+            offsets = {**_next_offsets(batch), **finished}
+            if offsets:
+                await consumer.commit(offsets)
+            if batch and progress is not None:
+                progress(done)
+            elif not batch and left and time.monotonic() - last_read > STALL_S:
                 raise SweepStalled(
                     f"nothing read from {topic} for {STALL_S:.0f} s before the end of "
                     f"partitions {sorted(tp.partition for tp in left)}: was it deleted, or "
@@ -199,16 +203,18 @@ async def _spans_to_answer(
 
 async def _chunk(
     consumer: AIOKafkaConsumer, left: dict[TopicPartition, int]
-) -> list[ConsumerRecord[bytes, bytes]]:
-    """Up to `CHUNK_RECORDS` records before the ends in `left`; a partition read to its end
-    leaves `left` and is paused, so nothing produced after the start is fetched."""
+) -> tuple[list[ConsumerRecord[bytes, bytes]], dict[TopicPartition, int]]:
+    """Up to `CHUNK_RECORDS` records before the ends in `left`, and the partitions read to
+    their ends now, with those ends: they leave `left` and are paused, so nothing produced
+    after the start is fetched."""
     got = await consumer.getmany(*left, timeout_ms=POLL_MS, max_records=CHUNK_RECORDS)
     batch = [r for tp, records in got.items() for r in records if r.offset < left[tp]]
+    finished: dict[TopicPartition, int] = {}
     for tp in list(left):
         if await consumer.position(tp) >= left[tp]:
-            del left[tp]
+            finished[tp] = left.pop(tp)
             consumer.pause(tp)
-    return batch
+    return batch, finished
 
 
 def _next_offsets(

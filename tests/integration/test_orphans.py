@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from scaler.service import ScalerService
 from schemas import headers as h
 from schemas.frames import join_frame
 from schemas.result import InferenceResult
-from schemas.topics import DLQ, request_topic, worker_group
+from schemas.telemetry import InstanceRecord
+from schemas.topics import DLQ, INSTANCES, request_topic, worker_group
 from services.runtime.orphans import SweepCounts, answer_orphans
 from services.runtime.publisher import Publisher
 from tests.unit.scaler.test_retired_groups import Counted
@@ -194,3 +196,33 @@ async def test_a_scaler_started_after_the_model_left_answers_its_queue_then_drop
     dead = await read_all(broker, DLQ, until=1, source=topic)
     assert [value for _, value, _ in dead] == [b"no request here"]
     assert await committed(broker, group, topic) == {0: 4, 1: 2, 2: None}
+
+
+async def test_a_leftover_group_with_live_workers_and_nothing_queued_is_adopted(
+    broker: str, unique: str, producer: AIOKafkaProducer, tmp_path: Path
+) -> None:
+    """Its workers would otherwise run for good: no scaler that starts after its model
+    left would know the group, so none would retire them."""
+    topic = request_topic(f"idle{unique}", "interactive")
+    group = worker_group(f"idle{unique}", "interactive")
+    await ensure_topics(broker, [*standard_topics([]), TopicSpec(topic, PARTITIONS)])
+    now = datetime.now(UTC)
+    record = InstanceRecord(
+        instance_id=f"w{unique}",
+        model=f"idle{unique}",
+        tiers=["interactive"],
+        group=group,
+        state="ready",
+        started_at=now,
+        updated_at=now,
+        lease_s=30.0,
+    )
+    await producer.send_and_wait(
+        INSTANCES, record.model_dump_json().encode(), key=record.instance_id.encode()
+    )
+    service = ScalerService(broker, tmp_path, Counted(1))
+    await service.start()
+    try:
+        assert group in service.collector.groups
+    finally:
+        await service.close()

@@ -14,6 +14,7 @@ from scaler.registry import (
     fold,
     fold_all,
     fold_value,
+    groups_with_live_members,
     ready_time,
     replicas_by_state,
     tombstone,
@@ -179,3 +180,16 @@ def test_fold_value_folds_a_record_forgets_on_a_tombstone_and_refuses_garbage() 
     assert fold_value(table, None, None) is table
     with pytest.raises(ValidationError):
         fold_value(table, b"x", b'{"not": "an instance"}')
+
+
+def test_groups_with_live_members_names_every_group_a_live_instance_serves() -> None:
+    other = "inferbus.workers.m.batch"
+    expired = rec("w3", "ready", 0.0, group="inferbus.workers.old.interactive")
+    table = fold_all(
+        [
+            rec("w1", "ready", 100.0).model_copy(update={"groups": [GROUP, other]}),
+            rec("w2", "gone", 100.0, group="inferbus.workers.gone.interactive"),
+            expired.model_copy(update={"lease_s": 6.0}),
+        ]
+    )
+    assert groups_with_live_members(table, T0 + timedelta(seconds=101)) == {GROUP, other}

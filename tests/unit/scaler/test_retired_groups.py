@@ -5,6 +5,7 @@ and no worker is left, not before: what it holds with no worker left is answered
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,10 @@ from scaler.collector.collector import GroupCollection, GroupTarget
 from scaler.decision import GroupDecision
 from scaler.orphan_sweeps import OrphanSweeps
 from scaler.policy.retire import settle_retiring
+from scaler.registry import fold_all
 from scaler.service import ScalerService
 from scaler.signals import GroupState, ScalerState
+from schemas.telemetry import InstanceRecord
 from services.runtime.orphans import SweepCounts
 from tests.unit.scaler.conftest import make_signals
 
@@ -66,10 +69,9 @@ class FakeSweep:
 
 
 def service_with(actuator: Actuator, sweep: FakeSweep, tmp_path: Path, **kw: Any) -> ScalerService:
-    service = ScalerService("127.0.0.1:1", tmp_path, actuator, **kw)
-    service.sweeps = OrphanSweeps("127.0.0.1:1", sweep=sweep)
-    service.sweeps.bind(object())  # type: ignore[arg-type]
-    return service
+    sweeps = OrphanSweeps("127.0.0.1:1", sweep=sweep)
+    sweeps.bind(object())  # type: ignore[arg-type]
+    return ScalerService("127.0.0.1:1", tmp_path, actuator, sweeps=sweeps, **kw)
 
 
 async def started() -> None:
@@ -136,6 +138,44 @@ async def test_a_worker_that_comes_back_stops_the_sweep(tmp_path: Path) -> None:
     assert service.sweeps.running(GROUP)
     await service._drop_if_retired(retiring(make_signals(lag=3, replicas=1, ready_replicas=1)))
     assert not service.sweeps.running(GROUP) and GROUP in service.collector.groups
+
+
+async def test_a_draining_worker_the_registry_knows_keeps_the_sweep_off(tmp_path: Path) -> None:
+    # Never collected (no signals) and the actuator counts none, yet a worker is still
+    # draining what it holds: a sweep beside it would answer those requests twice.
+    sweep = FakeSweep(found=3)
+    service = service_with(Counted(0), sweep, tmp_path)
+    await service.collector.add_targets([GroupTarget("m", "interactive")])
+    now = datetime.now(UTC)
+    draining = InstanceRecord(
+        instance_id="w1",
+        model="m",
+        tiers=["interactive"],
+        group=GROUP,
+        state="draining",
+        started_at=now,
+        updated_at=now,
+        lease_s=6.0,
+    )
+    service.registry.table = fold_all([draining])
+    await service._drop_if_retired(retiring(None))
+    await started()
+    assert sweep.calls == [] and GROUP in service.collector.groups
+
+
+async def test_a_failed_collection_does_not_stop_a_sweep(tmp_path: Path) -> None:
+    # It carries no retirement (the collection failed, the model may still be gone): only
+    # a collection that succeeds without one says the model wants the group again.
+    sweep = FakeSweep(found=3)
+    sweep.release.clear()
+    service = service_with(Counted(0), sweep, tmp_path)
+    await service.collector.add_targets([GroupTarget("m", "interactive")])
+    await service._drop_if_retired(retiring(make_signals(lag=3, replicas=0, ready_replicas=0)))
+    await started()
+    await service.on_tick([GroupCollection(GROUP, None, 1, error="TimeoutError()")])
+    assert service.sweeps.running(GROUP)
+    await service.on_tick([GroupCollection(GROUP, make_signals(lag=3), 0)])
+    assert not service.sweeps.running(GROUP), "the model is back: the sweep stops"
 
 
 async def test_a_dry_run_answers_nothing(tmp_path: Path) -> None:
@@ -209,7 +249,14 @@ def _decision(desired: int) -> GroupDecision:
         pytest.param(4, 30, 2, 2, "2 worker(s) answer the 30 queued", id="never-grows"),
         pytest.param(0, 30, 2, 1, "answer the 30 queued", id="one-while-requests-wait"),
         pytest.param(1, 0, 2, 0, "nothing queued: its workers stop", id="drained"),
-        pytest.param(1, 5, 0, 0, "the scaler answers its 5 queued request(s)", id="nobody-left"),
+        pytest.param(
+            1,
+            5,
+            0,
+            0,
+            "its 5 queued request(s) get an error result from the scaler",
+            id="nobody-left",
+        ),
     ],
 )
 def test_a_retiring_group_s_workers_answer_what_is_queued_then_go(
