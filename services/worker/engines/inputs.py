@@ -71,17 +71,20 @@ def check_outputs(config: ModelConfig, samples: int, outputs: Mapping[str, Any])
         )
 
 
-def fixed_batch(shapes: Mapping[str, Sequence[int | str | None]]) -> int | None:
+def fixed_batch(
+    shapes: Mapping[str, Sequence[int | str | None]], *, model: str | None = None
+) -> int | None:
     """The batch a graph's inputs fix (`[1, 16]`, not `[N, 16]`), or None when the batch
-    axis is dynamic (-1, a name or None in a shape); EngineError when inputs fix
-    different batches."""
+    axis is dynamic (-1, a name or None in a shape); EngineError (naming `model`) when
+    inputs fix different batches."""
     fixed = {
         name: shape[0]
         for name, shape in shapes.items()
         if shape and isinstance(shape[0], int) and shape[0] > 0
     }
     if len(set(fixed.values())) > 1:
-        raise EngineError(f"graph inputs fix different batch sizes {fixed}")
+        context = {} if model is None else {"model": model}
+        raise EngineError(f"graph inputs fix different batch sizes {fixed}", **context)
     return next(iter(fixed.values()), None)
 
 

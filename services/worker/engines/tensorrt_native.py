@@ -192,7 +192,8 @@ class TensorRTEngine(Engine):
                 name: tuple(engine.get_tensor_shape(name))
                 for name in names
                 if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-            }
+            },
+            model=self.model.name,
         )
         if self._fixed_batch is not None:
             self._shapes = with_batch(self._shapes, self._fixed_batch)
@@ -230,7 +231,7 @@ class TensorRTEngine(Engine):
         if any(dim < 0 for shape in graph.values() for dim in shape):
             # A profile covers the dynamic axes; a graph with none (a fixed batch and
             # sizes) takes no profile and runs `fixed_batch` samples at a time.
-            batch = fixed_batch(graph)
+            batch = fixed_batch(graph, model=self.model.name)
             shapes = self._shapes if batch is None else with_batch(self._shapes, batch)
             profile = builder.create_optimization_profile()
             for name, shape in shapes.items():
@@ -253,7 +254,12 @@ class TensorRTEngine(Engine):
                 raise EngineError(
                     f"engine input {name!r} is not declared in model.yaml", model=self.model.name
                 )
-            context.set_input_shape(name, self._shapes[name].max)
+            if not context.set_input_shape(name, self._shapes[name].max):
+                raise EngineError(
+                    f"TensorRT refused input {name!r} at {list(self._shapes[name].max)}, the "
+                    "largest shape model.yaml allows: model.yaml and the graph disagree",
+                    model=self.model.name,
+                )
         for name in names:
             dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
             shape = tuple(context.get_tensor_shape(name))
