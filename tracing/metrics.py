@@ -43,7 +43,10 @@ class _StageSeconds(Collector):
     """
 
     name = "inferbus_stage_seconds"
-    documentation = "Per-request stage latency (stages as in tracing.attributes.STAGES)."
+    documentation = (
+        "Per-request stage latency (stages as in tracing.attributes.STAGES, and the "
+        "per-request sums of SUMMED_STAGES: wait, engine)."
+    )
     labels = ("model", "tier", "stage")
 
     def __init__(self, buckets_s: tuple[float, ...]) -> None:

@@ -8,11 +8,13 @@ from typing import Any
 import numpy as np
 
 from services.load.ledger import Ledger, Sent
+from tracing.attributes import SUMMED_STAGES
 
 STAGES = ("ingest", "queue", "batch_wait", "preprocess", "infer", "postprocess", "e2e")
 """Timing fields of a result (`<stage>_ms`), in the order a request meets them."""
-PARTS = {"wait": ("queue", "batch_wait"), "engine": ("preprocess", "infer", "postprocess")}
-"""Sums per request: waiting is what more replicas shrink, engine time is what they cannot."""
+PARTS = SUMMED_STAGES
+"""Sums per request: waiting is what more replicas shrink, engine time is what they cannot
+(the worker's summed stages, `tracing.attributes.SUMMED_STAGES`)."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
