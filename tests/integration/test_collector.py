@@ -209,6 +209,22 @@ async def test_failed_collection_is_counted_and_stale(
         await collector.close()
 
 
+def one_group_collector(
+    broker: str, unique: str, model: str, models: ModelRepository, mono: Clock
+) -> Collector:
+    """A collector of `model`'s interactive group on this test's own registry and
+    telemetry topics, on the clock the test moves."""
+    return Collector(
+        broker,
+        [GroupTarget(model, "interactive")],
+        models,
+        registry=Registry(broker, topic=f"t-instances-{unique}"),
+        telemetry=TelemetryFeed(broker, topic=f"t-telemetry-{unique}"),
+        config=CollectorConfig(timeout_s=10.0),
+        monotonic=mono,
+    )
+
+
 async def test_a_removed_model_s_group_retires_after_its_queue_is_answered(
     broker: str, unique: str, tmp_path: Path, producer: AIOKafkaProducer
 ) -> None:
@@ -222,15 +238,7 @@ async def test_a_removed_model_s_group_retires_after_its_queue_is_answered(
     models = write_model(tmp_path, model)
     await produce_batch(producer, topic, 0, 3, T0_MS)
     mono = Clock(1000.0)
-    collector = Collector(
-        broker,
-        [GroupTarget(model, "interactive")],
-        models,
-        registry=Registry(broker, topic=f"t-instances-{unique}"),
-        telemetry=TelemetryFeed(broker, topic=f"t-telemetry-{unique}"),
-        config=CollectorConfig(timeout_s=10.0),
-        monotonic=mono,
-    )
+    collector = one_group_collector(broker, unique, model, models, mono)
     await collector.start()
     try:
         wanted = await collector.collect(group)
@@ -264,15 +272,7 @@ async def test_a_tier_taken_out_of_model_yaml_retires_its_group_answered_invalid
     await ensure_topics(broker, [TopicSpec(topic, PARTITIONS)])
     models = write_model(tmp_path, model)
     mono = Clock(1000.0)
-    collector = Collector(
-        broker,
-        [GroupTarget(model, "interactive")],
-        models,
-        registry=Registry(broker, topic=f"t-instances-{unique}"),
-        telemetry=TelemetryFeed(broker, topic=f"t-telemetry-{unique}"),
-        config=CollectorConfig(timeout_s=10.0),
-        monotonic=mono,
-    )
+    collector = one_group_collector(broker, unique, model, models, mono)
     await collector.start()
     try:
         assert (await collector.collect(group)).retiring is None

@@ -9,7 +9,6 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka.structs import ConsumerRecord
 
 from infra.lenient_fetch import UNREADABLE_HEADER
 from schemas import headers as h
@@ -17,29 +16,10 @@ from schemas.frames import join_frame
 from schemas.result import InferenceResult
 from schemas.topics import DLQ, RESULTS
 from services.runtime.orphans import SweepCounts, orphan_answer
+from tests.unit.worker.test_inhand import TOPIC, TS_MS, record
 
-TOPIC = "inferbus.req.gone.interactive"
-TS_MS = 1_735_732_800_000
 WHY = "model 'gone' is no longer in the repository"
 TRACE = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-def record(
-    value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()
-) -> ConsumerRecord[bytes, bytes]:
-    return ConsumerRecord(
-        topic=TOPIC,
-        partition=5,
-        offset=77,
-        timestamp=TS_MS,
-        timestamp_type=0,
-        key=b"r-1",
-        value=value,
-        checksum=None,
-        serialized_key_size=3,
-        serialized_value_size=len(value or b""),
-        headers=list(headers),
-    )
 
 
 def event(**changes: Any) -> dict[str, Any]:
@@ -89,7 +69,7 @@ def test_a_request_gets_an_error_result_on_its_reply_topic(
         (h.INGEST_MS, b"0.5"),
     ]
     out = orphan_answer(
-        record(value, headers), status="model_not_found", why=WHY, now_ms=TS_MS + 1000
+        record(value, headers=headers), status="model_not_found", why=WHY, now_ms=TS_MS + 1000
     )
 
     assert (out.topic, out.key) == (reply_to, b"r-1")
@@ -127,7 +107,9 @@ def test_a_request_gets_an_error_result_on_its_reply_topic(
 def test_a_record_that_names_no_request_goes_to_the_dlq_saying_why(
     value: bytes | None, headers: Sequence[tuple[str, bytes]], says: str
 ) -> None:
-    out = orphan_answer(record(value, headers), status="model_not_found", why=WHY, now_ms=TS_MS)
+    out = orphan_answer(
+        record(value, headers=headers), status="model_not_found", why=WHY, now_ms=TS_MS
+    )
 
     assert out.topic == DLQ
     assert out.key == b"r-1" and out.value == (value or b"")
@@ -136,7 +118,7 @@ def test_a_record_that_names_no_request_goes_to_the_dlq_saying_why(
     assert message.startswith(WHY + "; ") and says in message
     assert (h.header(out.headers, h.SOURCE_TOPIC), h.header(out.headers, h.SOURCE_OFFSET)) == (
         TOPIC,
-        "77",
+        "42",
     )
 
 
