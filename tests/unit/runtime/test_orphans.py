@@ -3,19 +3,22 @@ its own form and trace; one that names no request goes to the DLQ, saying why.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import pytest
+from aiokafka.structs import TopicPartition
 
 from infra.lenient_fetch import UNREADABLE_HEADER
 from schemas import headers as h
 from schemas.frames import join_frame
 from schemas.result import InferenceResult
 from schemas.topics import DLQ, RESULTS
-from services.runtime.orphans import SweepCounts, orphan_answer
+from services.runtime import orphans
+from services.runtime.orphans import SweepCounts, SweepStalled, orphan_answer
 from tests.unit.worker.test_inhand import TOPIC, TS_MS, record
 
 WHY = "model 'gone' is no longer in the repository"
@@ -135,3 +138,57 @@ def test_the_tier_s_status_is_what_the_caller_names() -> None:
 def test_counts_add() -> None:
     total = SweepCounts(3, 1) + SweepCounts(2, 0)
     assert (total.answered, total.dead_lettered, total.total) == (5, 1, 6)
+
+
+class Silent:
+    """A consumer whose fetches never bring anything (the topic was deleted under it)."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.commits: list[Any] = []
+
+    def assign(self, tps: Any) -> None:
+        pass
+
+    def seek(self, tp: Any, offset: int) -> None:
+        pass
+
+    async def getmany(self, *tps: Any, **kw: Any) -> dict[Any, Any]:
+        await asyncio.sleep(0.01)
+        return {}
+
+    async def position(self, tp: Any) -> int:
+        return 0
+
+    async def commit(self, offsets: Any) -> None:
+        self.commits.append(offsets)
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+async def test_a_sweep_that_reads_nothing_before_the_end_fails_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    consumer = Silent()
+    tp = TopicPartition(TOPIC, 3)
+
+    async def group_consumer(*args: Any) -> Silent:
+        return consumer
+
+    async def spans(*args: Any) -> dict[Any, tuple[int, int]]:
+        return {tp: (0, 5)}
+
+    monkeypatch.setattr(orphans, "_group_consumer", group_consumer)
+    monkeypatch.setattr(orphans, "_spans_to_answer", spans)
+    monkeypatch.setattr(orphans, "STALL_S", 0.05)
+    with pytest.raises(SweepStalled, match=r"nothing read from .* partitions \[3\]"):
+        await orphans.answer_orphans(
+            "127.0.0.1:1",
+            object(),  # type: ignore[arg-type]
+            group="g",
+            topic=TOPIC,
+            status="model_not_found",
+            why=WHY,
+        )
+    assert consumer.stopped and consumer.commits == [], "nothing answered, nothing committed"
