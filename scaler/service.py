@@ -173,7 +173,7 @@ class ScalerService:
             wanted = self._targets()
             leftovers = [
                 t
-                for t in leftover_targets(names, wanted)
+                for t in leftover_targets(names, wanted, self.models.names())
                 if self.tiers is None or t.tier in self.tiers
             ]
             counts = await asyncio.gather(

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -99,19 +99,23 @@ class GroupTarget:
         return request_topic(self.model, self.tier, self.lane)
 
 
-def leftover_targets(topics: Iterable[str], wanted: Iterable[GroupTarget]) -> list[GroupTarget]:
-    """The stable-lane groups of tier topics in `topics` that are not `wanted`: their model
-    or its tier left the repository while no scaler ran. Collected, they retire, and what
-    they left queued is answered. A canary lane's topic is left alone: a model that still
-    exists would keep its group collected for good (its lanes end with its rollout)."""
+def leftover_targets(
+    topics: Iterable[str], wanted: Iterable[GroupTarget], models: Collection[str]
+) -> list[GroupTarget]:
+    """The groups of tier topics in `topics` that are not `wanted`: their model or its tier
+    left the repository (`models`: the names in it) while no scaler ran. Collected, they
+    retire, and what they left queued is answered. A canary lane's group only when its
+    model is gone: one of a model still there would stay collected for good (a canary
+    lane ends with its rollout, and retires only with its model or tier)."""
     groups = {t.group for t in wanted}
     out: list[GroupTarget] = []
     for name in sorted(topics):
         ref = parse_request_topic(name)
-        if ref is not None and ref.lane == "stable":
-            target = GroupTarget(ref.model, ref.tier)
-            if target.group not in groups:
-                out.append(target)
+        if ref is None or (ref.lane == "canary" and ref.model in models):
+            continue
+        target = GroupTarget(ref.model, ref.tier, ref.lane)
+        if target.group not in groups:
+            out.append(target)
     return out
 
 

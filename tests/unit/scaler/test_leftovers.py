@@ -1,4 +1,5 @@
-"""leftover_targets: the stable-lane groups of tier topics no model in the repository wants."""
+"""leftover_targets: the groups of tier topics no model in the repository wants (a canary
+lane's only when its model is gone)."""
 
 from __future__ import annotations
 
@@ -17,15 +18,20 @@ WANTED = [GroupTarget("kept", "interactive"), GroupTarget("kept", "batch")]
         ),
         pytest.param("inferbus.req.kept.critical", GroupTarget("kept", "critical"), id="tier-gone"),
         pytest.param("inferbus.req.kept.interactive", None, id="wanted"),
-        pytest.param("inferbus.req.gone.canary.interactive", None, id="a-canary-lane"),
+        pytest.param(
+            "inferbus.req.gone.canary.interactive",
+            GroupTarget("gone", "interactive", "canary"),
+            id="a-canary-lane-of-a-model-gone",
+        ),
+        pytest.param(
+            "inferbus.req.kept.canary.interactive", None, id="a-canary-lane-of-a-model-there"
+        ),
         pytest.param("inferbus.req.gone.nosuchtier", None, id="not-a-tier"),
         pytest.param("inferbus.results", None, id="results"),
         pytest.param("inferbus.ingest", None, id="ingest"),
         pytest.param("team-a.results", None, id="somebody-else-s"),
     ],
 )
-def test_only_unwanted_stable_tier_topics_are_adopted(
-    topic: str, adopted: GroupTarget | None
-) -> None:
-    found = leftover_targets([topic, "inferbus.req.kept.batch"], WANTED)
+def test_only_unwanted_tier_topics_are_adopted(topic: str, adopted: GroupTarget | None) -> None:
+    found = leftover_targets([topic, "inferbus.req.kept.batch"], WANTED, ["kept"])
     assert found == ([] if adopted is None else [adopted])
