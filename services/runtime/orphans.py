@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from opentelemetry import trace
 
 from infra.kafka import committed_offsets, make_consumer, start_with_retry
 from infra.lenient_fetch import unreadable_reason
@@ -35,6 +36,8 @@ from services.runtime.dead_letters import (
 )
 from services.runtime.publisher import Outgoing, Publisher, error_text
 from services.runtime.result_wire import OutputForm, encode_result, result_headers
+from tracing.kafka import extract, inject, process_span, record_error
+from tracing.sampling import parse_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,31 @@ def orphan_answer(
     return Outgoing(where.reply_to, where.request_id.encode(), value, headers)
 
 
+def traced(
+    record: ConsumerRecord[bytes, bytes], answer: Outgoing, *, group: str, status: Status, why: str
+) -> Outgoing:
+    """`answer`, sent from a failed `process <topic>` span in the request's own trace when
+    that trace is sampled: Jaeger shows who answered it, and why, where a worker's spans
+    would be."""
+    parent = next(
+        (parse_traceparent(v) for k, v in record.headers or () if k == h.TRACEPARENT), None
+    )
+    if parent is None or not parent.sampled:
+        return answer
+    with process_span(
+        record.topic,
+        group=group,
+        partition=record.partition,
+        offset=record.offset,
+        key=record.key,
+        context=extract(record.headers),
+    ) as span:
+        record_error(span, status, message=f"answered by the scaler: {why}")
+        headers = [(k, v) for k, v in answer.headers if k not in (h.TRACEPARENT, h.TRACESTATE)]
+        inject(headers, trace.set_span_in_context(span))
+    return Outgoing(answer.topic, answer.key, answer.value, headers)
+
+
 async def answer_orphans(
     bootstrap: str,
     publisher: Publisher,
@@ -144,7 +172,9 @@ async def answer_orphans(
             batch, finished = await _chunk(consumer, left)
             if batch:
                 last_read = time.monotonic()
-                done = done + await _answer(publisher, batch, status, why, clock() * 1000)
+                done = done + await _answer(
+                    publisher, batch, group=group, status=status, why=why, now_ms=clock() * 1000
+                )
             # A finished partition is committed to its end, past any offsets its log
             # skips (a gap, a batch no reader can read): its lag then reads 0.
             offsets = {**_next_offsets(batch), **finished}
@@ -231,6 +261,8 @@ def _next_offsets(
 async def _answer(
     publisher: Publisher,
     batch: Sequence[ConsumerRecord[bytes, bytes]],
+    *,
+    group: str,
     status: Status,
     why: str,
     now_ms: float,
@@ -244,7 +276,7 @@ async def _answer(
         if out.topic == DLQ:
             dead.append(out)
         else:
-            answers.append((record, out))
+            answers.append((record, traced(record, out, group=group, status=status, why=why)))
     acks = await publisher.send_all([answer for _, answer in answers])
     refused = 0
     for (record, answer), ack in zip(answers, acks, strict=True):
