@@ -36,6 +36,7 @@ from services.runtime.dead_letters import (
 )
 from services.runtime.publisher import Outgoing, Publisher, error_text
 from services.runtime.result_wire import OutputForm, encode_result, result_headers
+from tracing import attributes as attr
 from tracing.kafka import extract, inject, process_span, record_error
 from tracing.sampling import parse_traceparent
 
@@ -133,6 +134,8 @@ def traced(
         context=extract(record.headers),
     ) as span:
         record_error(span, status, message=f"answered by the scaler: {why}")
+        if answer.key is not None:  # searchable in Jaeger by the request's id, as a worker's
+            span.set_attribute(attr.REQUEST_ID, answer.key.decode(errors="replace"))
         headers = [(k, v) for k, v in answer.headers if k not in (h.TRACEPARENT, h.TRACESTATE)]
         inject(headers, trace.set_span_in_context(span))
     return Outgoing(answer.topic, answer.key, answer.value, headers)

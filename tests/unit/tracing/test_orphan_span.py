@@ -47,6 +47,7 @@ def test_a_sampled_request_gets_a_failed_process_span(spans: InMemorySpanExporte
     assert span.status.status_code == StatusCode.ERROR
     assert span.attributes is not None and span.attributes["error.type"] == "model_not_found"
     assert span.attributes["messaging.consumer.group.name"] == "inferbus.workers.gone.interactive"
+    assert span.attributes["inferbus.request_id"] == "r-1"
     assert sent_with == f"00-{TRACE_HEX}-{span.context.span_id:016x}-01", "the result follows it"
 
 
