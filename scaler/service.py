@@ -165,6 +165,10 @@ class ScalerService:
         run (not acting) retires nothing, so adopts nothing."""
         if not self.act:
             return
+        if not self.models.root.is_dir():
+            # Not mounted yet, or a wrong path: every group would look unwanted.
+            log.warning("event=leftovers_skipped models=%s (not a folder)", self.models.root)
+            return
         if not await wait_event(self.registry.caught_up, REGISTRY_WAIT_S):
             log.warning("event=leftovers_registry_behind waited_s=%.0f", REGISTRY_WAIT_S)
         live = groups_with_live_members(self.registry.table, datetime.now(UTC))

@@ -38,7 +38,8 @@ from services.runtime.publisher import Outgoing, Publisher, error_text
 from services.runtime.result_wire import OutputForm, encode_result, result_headers
 from tracing import attributes as attr
 from tracing.kafka import extract, inject, process_span, record_error
-from tracing.sampling import parse_traceparent
+from tracing.sampling import read_traceparent
+from tracing.setup import tracing_enabled
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def orphan_answer(
         completed_at=datetime.fromtimestamp(now_ms / 1000, UTC).isoformat(),
     )
     headers = result_headers(form)
-    headers += [(k, v) for k, v in record.headers or () if k in (h.TRACEPARENT, h.TRACESTATE)]
+    headers += [(k, v) for k, v in record.headers or () if k in (h.TRACEPARENT, h.TRACESTATE) and v]
     return Outgoing(where.reply_to, where.request_id.encode(), value, headers)
 
 
@@ -118,12 +119,11 @@ def traced(
     record: ConsumerRecord[bytes, bytes], answer: Outgoing, *, group: str, status: Status, why: str
 ) -> Outgoing:
     """`answer`, sent from a failed `process <topic>` span in the request's own trace when
-    that trace is sampled: Jaeger shows who answered it, and why, where a worker's spans
-    would be."""
-    parent = next(
-        (parse_traceparent(v) for k, v in record.headers or () if k == h.TRACEPARENT), None
-    )
-    if parent is None or not parent.sampled:
+    that trace is sampled and spans are exported: Jaeger shows who answered it, and why,
+    where a worker's spans would be. (A span nobody exports would leave the result's
+    trace hanging from a parent Jaeger never gets.)"""
+    parent = read_traceparent(record.headers)
+    if parent is None or not parent.sampled or not tracing_enabled():
         return answer
     with process_span(
         record.topic,

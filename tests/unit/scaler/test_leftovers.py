@@ -3,9 +3,14 @@ lane's only when its model is gone)."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 
 from scaler.collector.collector import GroupTarget, leftover_targets
+from scaler.service import ScalerService
+from tests.unit.scaler.test_retired_groups import Counted
 
 WANTED = [GroupTarget("kept", "interactive"), GroupTarget("kept", "batch")]
 
@@ -35,3 +40,14 @@ WANTED = [GroupTarget("kept", "interactive"), GroupTarget("kept", "batch")]
 def test_only_unwanted_tier_topics_are_adopted(topic: str, adopted: GroupTarget | None) -> None:
     found = leftover_targets([topic, "inferbus.req.kept.batch"], WANTED, ["kept"])
     assert found == ([] if adopted is None else [adopted])
+
+
+async def test_no_leftover_is_adopted_while_the_model_folder_is_missing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Not mounted yet: every group would look unwanted, and retire 30 s later.
+    service = ScalerService("127.0.0.1:1", tmp_path / "not-mounted", Counted(0))
+    with caplog.at_level(logging.WARNING, logger="scaler.service"):
+        await service._adopt_leftovers()
+    assert "event=leftovers_skipped" in caplog.text
+    assert service.collector.groups == []

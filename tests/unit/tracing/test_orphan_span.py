@@ -55,3 +55,28 @@ def test_an_unsampled_request_gets_none(spans: InMemorySpanExporter) -> None:
     parent, sent_with = answered("00")
     assert spans.get_finished_spans() == ()
     assert sent_with == parent.decode(), "its own context, as it came"
+
+
+def test_a_traceparent_with_no_value_is_no_trace(spans: InMemorySpanExporter) -> None:
+    # Kafka allows a header without a value; the sweep must not stop on one.
+    request = record(EVENT, headers=[(h.TRACEPARENT, None)])  # type: ignore[list-item]
+    answer = orphan_answer(request, status="model_not_found", why=WHY, now_ms=TS_MS)
+    out = traced(request, answer, group="g", status="model_not_found", why=WHY)
+    assert h.header(out.headers, h.TRACEPARENT) is None and spans.get_finished_spans() == ()
+
+
+def test_the_last_traceparent_counts(spans: InMemorySpanExporter) -> None:
+    parent = f"00-{TRACE_HEX}-{SPAN_HEX}-01".encode()
+    request = record(EVENT, headers=[(h.TRACEPARENT, b""), (h.TRACEPARENT, parent)])
+    answer = orphan_answer(request, status="model_not_found", why=WHY, now_ms=TS_MS)
+    traced(request, answer, group="g", status="model_not_found", why=WHY)
+    assert len(spans.get_finished_spans()) == 1
+
+
+def test_no_span_where_none_is_exported() -> None:
+    # A span nobody exports would leave the result's trace hanging from a missing parent.
+    parent = f"00-{TRACE_HEX}-{SPAN_HEX}-01".encode()
+    request = record(EVENT, headers=[(h.TRACEPARENT, parent)])
+    answer = orphan_answer(request, status="model_not_found", why=WHY, now_ms=TS_MS)
+    out = traced(request, answer, group="g", status="model_not_found", why=WHY)
+    assert h.header(out.headers, h.TRACEPARENT) == parent.decode()
