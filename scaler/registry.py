@@ -92,10 +92,9 @@ def newest_ready_at(table: RegistryTable, group: str, now: datetime | None = Non
 def groups_with_live_members(table: RegistryTable, now: datetime) -> frozenset[str]:
     """Every consumer group a live instance serves."""
     out: set[str] = set()
-    for record in table.instances.values():
-        if is_live(record, now):
-            out.add(record.group)
-            out.update(record.groups)
+    for record in live_instances(table, now).values():
+        out.add(record.group)
+        out.update(record.groups)
     return frozenset(out)
 
 

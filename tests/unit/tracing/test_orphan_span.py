@@ -11,6 +11,7 @@ from opentelemetry.trace import StatusCode
 from schemas import headers as h
 from services.runtime.orphans import orphan_answer, traced
 from tests.unit.worker.test_inhand import TOPIC, TS_MS, record
+from tracing.setup import init_tracing
 
 TRACE_HEX, SPAN_HEX = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 WHY = "model 'gone' is no longer in the repository"
@@ -75,6 +76,8 @@ def test_the_last_traceparent_counts(spans: InMemorySpanExporter) -> None:
 
 def test_no_span_where_none_is_exported() -> None:
     # A span nobody exports would leave the result's trace hanging from a missing parent.
+    # The provider is built (as the `spans` fixture builds it), so a span would record.
+    init_tracing("inferbus-test", instance_id="test-1", attributes={"inferbus.model": "m"})
     parent = f"00-{TRACE_HEX}-{SPAN_HEX}-01".encode()
     request = record(EVENT, headers=[(h.TRACEPARENT, parent)])
     answer = orphan_answer(request, status="model_not_found", why=WHY, now_ms=TS_MS)
