@@ -40,8 +40,8 @@ def engine_part_ms(s: GroupSignals) -> float:
     holds ingest, the broker's hops and the client's clock, time no replica shrinks (a
     stalled ingest would have pushed the budget to its floor and the spare to its cap).
     Without both p99s, or with the e2e p99 under the queue p99 (they are p99s of different
-    requests, and live the queue's is the queue's plus the batch wait's, an upper bound),
-    the engine's p99; 0 without that.
+    requests, and from workers before stop 53 the queue's is the queue's plus the batch
+    wait's, an upper bound), the engine's p99; 0 without that.
     """
     engine = s.engine_p99_ms
     e2e, queue = s.e2e_p99_ms, s.queue_p99_ms
