@@ -228,7 +228,9 @@ def burst_due(plan: Plan, config: PolicyConfig, memory: BurstMemory | None) -> P
     above the gap line; then the burst's own signals and the scale-down hold size the
     group) or one metrics window + the spread after it was due; one that does not come
     ends the schedule. Where `burst_hold` keeps the floor through the gap (as consumers
-    or as warm standby) this adds nothing: it is for the gaps the hold lets go.
+    or as warm standby) this adds nothing: it is for the gaps the hold lets go. In such a
+    gap the plan carries when the next start comes (`Plan.next_start_in_s`): the
+    scale-down's hold after the burst's step down is no use if it ends before then.
     """
     if config.burst_schedule_intervals < 1:
         return plan
@@ -244,6 +246,7 @@ def burst_due(plan: Plan, config: PolicyConfig, memory: BurstMemory | None) -> P
         return plan
     start = config.time_to_ready_s(s) + config.rebalance_pause_s
     lead = start + config.metrics_window_s + due.spread_s
+    plan = dataclasses.replace(plan, next_start_in_s=due.at_s - lead - s.collected_at)
     if not due.at_s - lead <= s.collected_at <= due.at_s + due.spread_s + config.metrics_window_s:
         return plan
     need = _floor_need(memory, plan, config)

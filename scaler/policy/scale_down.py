@@ -34,15 +34,7 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     step_at = plan.state.last_step_down_at
     if rate is not None and rate.before_step is not None and rate.level < rate.before_step:
         step_at = rate.step_at if step_at is None else max(step_at, rate.step_at or step_at)
-    # Idle between bursts is not idle for good: after a step down, keep what the load
-    # needed before it for a while (ski rental: about what a restart would cost). Not while
-    # the burst memory holds a floor for the next burst: that floor is the hold, and the
-    # window held the burst's own peak (forecast, backlog, fast path) through every gap
-    # shorter than it, so a bursty group never came down (on-off: 0.26x the oracle).
-    # A floor from the highest of a few bursts is no such hold yet: the next one exceeds it
-    # with probability 1 / (n + 1) (on-off: 4 800 late requests in the hour's 4th minute).
-    floor_holds = plan.burst_floor > 0 and plan.floor_known
-    dropped = step_at is not None and now - step_at < config.gap_hold_s(s) and not floor_holds
+    dropped, scheduled = _after_step_down(plan, config, step_at, now)
     if dropped:
         hold = max(hold, config.gap_hold_s(s))
     releasing = plan.release_to_floor and plan.desired >= plan.burst_floor
@@ -115,6 +107,9 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
         )
     if target >= current:
         return plan
+    if scheduled:
+        gap_hold = config.gap_hold_s(s)
+        plan = plan.with_(reason=_before_schedule(plan.next_start_in_s or 0.0, gap_hold))
     step = max(1, math.ceil(config.scale_down_min_step_share * current - 1e-9))
     if current - target < step:
         return plan.with_(
@@ -130,3 +125,39 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
         dataclasses.replace(plan.state, last_scale_down_at=now), target, now
     )
     return dataclasses.replace(plan, state=state)
+
+
+def _after_step_down(
+    plan: Plan, config: PolicyConfig, step_at: float | None, now: float
+) -> tuple[bool, bool]:
+    """Whether the window after a step down in arrivals holds this tick, and whether it was
+    left out because a schedule starts the next burst's capacity after it would end.
+
+    Idle between bursts is not idle for good: after a step down, keep what the load needed
+    before it for a while (ski rental: about what a restart would cost). Not while the burst
+    memory holds a floor for the next burst: that floor is the hold, and the window held the
+    burst's own peak (forecast, backlog, fast path) through every gap shorter than it, so a
+    bursty group never came down (on-off: 0.26x the oracle). A floor from the highest of a
+    few bursts is no such hold yet: the next one exceeds it with probability 1 / (n + 1)
+    (on-off: 4 800 late requests in the hour's 4th minute). Nor before a burst on a
+    schedule whose capacity is started for it (`hold.burst_due`) only after the window
+    would end: holding what the last one needed keeps it idle until the window stops it
+    anyway (periodic x20: 0.13x of the oracle's replica-seconds, docs/benchmarks.md, stop 54).
+    """
+    gap_hold = config.gap_hold_s(plan.signals)
+    floor_holds = plan.burst_floor > 0 and plan.floor_known
+    if step_at is None or now - step_at >= gap_hold or floor_holds:
+        return False, False
+    start_in = plan.next_start_in_s
+    scheduled = start_in is not None and start_in >= step_at + gap_hold - now
+    return not scheduled, scheduled
+
+
+def _before_schedule(start_in_s: float, gap_hold_s: float) -> Reason:
+    return Reason(
+        "scale_down_before_schedule",
+        f"no hold after the step down in arrivals: the next burst on the schedule gets its "
+        f"capacity started in {reason_number(start_in_s)} s, after the "
+        f"{reason_number(gap_hold_s)} s hold would end",
+        {"next_start_in_s": start_in_s, "gap_hold_s": gap_hold_s},
+    )

@@ -394,6 +394,43 @@ def test_window_after_a_step_down_until_the_floor_is_a_quantile(
 
 
 @pytest.mark.parametrize(
+    ("next_start_in_s", "expected"),
+    [
+        # No schedule: the window after the step down (2 keep costs, 82 s) keeps the 13
+        # recommended 50 s ago.
+        pytest.param(None, 13, id="no-schedule-keeps-the-window"),
+        # The next burst's capacity is started 200 s on, after the window ends 32 s on:
+        # holding until then buys nothing.
+        pytest.param(200.0, 5, id="start-after-the-window-ends"),
+        # Started 20 s on, before the window ends: the held replicas bridge to it.
+        pytest.param(20.0, 13, id="start-within-the-window"),
+    ],
+)
+def test_window_after_a_step_down_before_a_scheduled_burst(
+    next_start_in_s: float | None, expected: int
+) -> None:
+    now = 500.0
+    s = make_signals(replicas=13, ready_replicas=13, collected_at=now, arrival_rps=300.0)
+    state = GroupState(
+        group=s.group,
+        recommendations=((now - 50.0, 13),),
+        last_step_down_at=now - 50.0,
+        observed_since=0.0,
+    )
+    plan = Plan(
+        signals=s,
+        state=state,
+        desired=5,
+        diagnosis="over_provisioned",
+        next_start_in_s=next_start_in_s,
+    )
+    out = stabilize_slo(plan, PolicyConfig(), now)
+    assert out.desired == expected
+    codes = {r.code for r in out.reasons}
+    assert ("scale_down_before_schedule" in codes) == (expected == 5)
+
+
+@pytest.mark.parametrize(
     ("rps", "held"),
     [
         # Ramps over 90 s, then 200 s at the base: the median gap (~250 s) is over 4 keep
@@ -560,6 +597,41 @@ def test_bursts_on_a_schedule_are_met_by_capacity_started_before_them(clock: Fak
         assert before[burst_t - 5.0].desired >= 11, k
     # Between the bursts the group goes back down.
     assert min(g.desired for t, g in seen if t > 1300) <= 2
+
+
+def _down_after(seen: list[tuple[float, GroupDecision]], onset_s: float) -> float:
+    """Seconds from a burst's onset to the first tick back at one replica."""
+    return next(t for t, g in seen if t > onset_s and g.desired <= 1) - onset_s
+
+
+def test_no_step_down_hold_when_the_schedule_starts_capacity_later(clock: FakeClock) -> None:
+    """After a burst on a known schedule the group comes down without the hold after a
+    step down: the next burst's capacity is started for it 3 minutes on either way."""
+    config = PolicyConfig(initial_spare_replicas=1.0)
+    seen = _drive(clock, SCHEDULED, config)
+    unscheduled = _drive(
+        FakeClock(), SCHEDULED, dataclasses.replace(config, burst_schedule_intervals=0)
+    )
+    onsets = [5.0 + 300.0 * k for k in range(1, 7)]  # the drive's first tick is at 5 s
+    # The first burst (at 5 s) has no gap before it; the schedule is known at the onset that
+    # completes its intervals.
+    known = config.burst_schedule_intervals + 1
+    for k, onset in enumerate(onsets, start=1):
+        with_schedule, without = _down_after(seen, onset), _down_after(unscheduled, onset)
+        if k < known:
+            assert with_schedule == without, k
+        else:
+            assert with_schedule <= without - 20, k
+    skipped = [(t, r) for t, g in seen for r in g.reasons if r.code == "scale_down_before_schedule"]
+    assert skipped and min(t for t, _ in skipped) > onsets[known - 1]
+    gap_hold = skipped[0][1].numbers["gap_hold_s"]
+    assert gap_hold == pytest.approx(config.gap_hold_s(_tick(30.0, 1)))
+    for _t, reason in skipped:
+        assert reason.numbers["next_start_in_s"] > 0
+        assert "the next burst on the schedule gets its capacity started in" in reason.message
+    assert not any(
+        r.code == "scale_down_before_schedule" for _, g in unscheduled for r in g.reasons
+    )
 
 
 def test_a_burst_that_does_not_come_ends_the_schedule(clock: FakeClock) -> None:
