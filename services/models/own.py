@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,48 @@ class Added:
     notes: list[str]
 
 
+def _sparse(tensor: onnx.SparseTensorProto) -> Iterator[onnx.TensorProto]:
+    yield tensor.values
+    yield tensor.indices
+
+
+def _node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
+    """The tensors nodes' attributes hold, their subgraphs' included."""
+    for node in nodes:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("sparse_tensor"):
+                yield from _sparse(attribute.sparse_tensor)
+            for sparse in attribute.sparse_tensors:
+                yield from _sparse(sparse)
+            if attribute.HasField("g"):
+                yield from _graph_tensors(attribute.g)
+            for graph in attribute.graphs:
+                yield from _graph_tensors(graph)
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor a graph holds: initializers (sparse ones too) and its nodes'."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from _sparse(sparse)
+    yield from _node_tensors(graph.node)
+
+
+def _model_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor the model holds: its graph's and its local functions' (what external
+    data can name). onnx's own walker is private (`external_data_helper`)."""
+    yield from _graph_tensors(model.graph)
+    for function in model.functions:
+        yield from _node_tensors(function.node)
+
+
 def _external_files(model: onnx.ModelProto) -> list[str]:
     """The external-data files the graph's tensors name, relative to the model file."""
     found: list[str] = []
-    for tensor in onnx.external_data_helper._get_all_tensors(model):
+    for tensor in _model_tensors(model):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             location = next(e.value for e in tensor.external_data if e.key == "location")
             if location not in found:

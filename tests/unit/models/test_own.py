@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from infra.models.repository import ModelRepository
 from schemas.errors import ModelNotFound
+from services.models import own
 from services.models.cli import models_app
 from services.models.own import OwnModelRefused, add_onnx
 from services.worker.engines.onnx_runtime import OnnxRuntimeEngine
@@ -195,6 +196,55 @@ def test_external_weights_travel_with_the_model(tmp_path: Path) -> None:
     engine.load()
     x = np.ones((2, 16), np.float32)
     np.testing.assert_allclose(engine.infer({"x": x})["y"], x @ W, rtol=1e-6)
+
+
+def _external(name: str, location: str) -> onnx.TensorProto:
+    tensor = numpy_helper.from_array(np.zeros(2, np.float32), name)
+    tensor.ClearField("raw_data")
+    tensor.data_location = T.EXTERNAL
+    tensor.external_data.add(key="location", value=location)
+    return tensor
+
+
+def test_external_files_are_found_wherever_a_tensor_lies() -> None:
+    """Initializers, a Constant's attribute, an If branch's subgraph, a sparse initializer
+    and a local function's node each name their own file; each is found once, in order."""
+    branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=_external("c", "branch.bin"))],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("c", T.FLOAT, [2])],
+    )
+    sparse = helper.make_sparse_tensor(
+        _external("sv", "sparse.bin"), numpy_helper.from_array(np.array([0], np.int64), "si"), [2]
+    )
+    function = helper.make_function(
+        "local",
+        "F",
+        [],
+        ["f"],
+        [helper.make_node("Constant", [], ["f"], value=_external("f", "function.bin"))],
+        [helper.make_opsetid("", 17)],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["k"], value=_external("k", "constant.bin")),
+            helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch),
+        ],
+        "g",
+        [helper.make_tensor_value_info("cond", T.BOOL, [])],
+        [helper.make_tensor_value_info("y", T.FLOAT, [2])],
+        [_external("w", "weights.bin"), _external("w2", "weights.bin")],
+        sparse_initializer=[sparse],
+    )
+    model = helper.make_model(graph, functions=[function])
+    assert own._external_files(model) == [
+        "weights.bin",
+        "sparse.bin",
+        "constant.bin",
+        "branch.bin",
+        "function.bin",
+    ]
 
 
 def test_missing_external_weights_are_named(tmp_path: Path) -> None:
