@@ -229,7 +229,7 @@ def burst_due(plan: Plan, config: PolicyConfig, memory: BurstMemory | None) -> P
     group) or one metrics window + the spread after it was due; one that does not come
     ends the schedule. Where `burst_hold` keeps the floor through the gap (as consumers
     or as warm standby) this adds nothing: it is for the gaps the hold lets go. In such a
-    gap the plan carries when the next start comes (`Plan.next_start_in_s`): the
+    gap the plan carries when the next start comes (`Plan.next_start_at_s`): the
     scale-down's hold after the burst's step down is no use if it ends before then.
     """
     if config.burst_schedule_intervals < 1:
@@ -246,8 +246,10 @@ def burst_due(plan: Plan, config: PolicyConfig, memory: BurstMemory | None) -> P
         return plan
     start = config.time_to_ready_s(s) + config.rebalance_pause_s
     lead = start + config.metrics_window_s + due.spread_s
-    plan = dataclasses.replace(plan, next_start_in_s=due.at_s - lead - s.collected_at)
-    if not due.at_s - lead <= s.collected_at <= due.at_s + due.spread_s + config.metrics_window_s:
+    if s.collected_at > due.at_s + due.spread_s + config.metrics_window_s:
+        return plan  # it did not come: the schedule has ended
+    plan = dataclasses.replace(plan, next_start_at_s=due.at_s - lead)
+    if s.collected_at < due.at_s - lead:
         return plan
     need = _floor_need(memory, plan, config)
     if need.floor <= plan.desired:

@@ -62,10 +62,12 @@ class Plan:
     """The load is in a gap between bursts that rise slower than a keep cost (`hold.py`): the
     burst floor alone keeps what the next one needs before new capacity serves, so the
     scale-down to it waits out no hold window and no stale step up."""
-    next_start_in_s: float | None = None
-    """Bursts on a schedule (`hold.burst_due`): seconds until what the next one needs is
-    started for it; None without a schedule. A scale-down hold that ends before then buys
-    nothing, since the capacity is started again for that burst either way."""
+    next_start_at_s: float | None = None
+    """Bursts on a schedule (`hold.burst_due`): when what the next one needs is started for
+    it, on the signals' clock (`collected_at`; at or before it once the start is asked
+    for); None without a schedule, or once the burst it was started for failed to come. A
+    scale-down window that ends before then buys nothing: the capacity is started again
+    for that burst either way."""
     cap_hold: CapHold | None = None
     """The load needed the group's cap lately (`cap_hold.py`): the scale-down keeps the cap
     (`scale_down.py`)."""

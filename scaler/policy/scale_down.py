@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 from scaler.config import PolicyConfig
 from scaler.decision import Reason, reason_number
@@ -34,7 +35,7 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
     step_at = plan.state.last_step_down_at
     if rate is not None and rate.before_step is not None and rate.level < rate.before_step:
         step_at = rate.step_at if step_at is None else max(step_at, rate.step_at or step_at)
-    dropped, scheduled = _after_step_down(plan, config, step_at, now)
+    dropped, skipped = _after_step_down(plan, config, step_at, now)
     if dropped:
         hold = max(hold, config.gap_hold_s(s))
     releasing = plan.release_to_floor and plan.desired >= plan.burst_floor
@@ -107,9 +108,6 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
         )
     if target >= current:
         return plan
-    if scheduled:
-        gap_hold = config.gap_hold_s(s)
-        plan = plan.with_(reason=_before_schedule(plan.next_start_in_s or 0.0, gap_hold))
     step = max(1, math.ceil(config.scale_down_min_step_share * current - 1e-9))
     if current - target < step:
         return plan.with_(
@@ -121,17 +119,47 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
                 {"wanted": target, "step": step},
             ),
         )
+    if skipped is not None:
+        would_keep = max((n for t, n in window if now - t < skipped.hold_s), default=target)
+        if would_keep > target:
+            plan = plan.with_(reason=skipped.reason(would_keep, s.collected_at))
     state = remember_scale_down(
         dataclasses.replace(plan.state, last_scale_down_at=now), target, now
     )
     return dataclasses.replace(plan, state=state)
 
 
+@dataclass(frozen=True)
+class _SkippedWindow:
+    """The window after a step down, left out before a burst on a schedule."""
+
+    hold_s: float
+    ends_at_s: float
+    start_at_s: float
+    """When the next burst's capacity is started (`Plan.next_start_at_s`): after `ends_at_s`."""
+
+    def reason(self, kept: int, now_s: float) -> Reason:
+        """Said when the window would have kept more than the scale-down leaves."""
+        return Reason(
+            "scale_down_before_schedule",
+            f"no window after the step down in arrivals (it would keep {reason_number(kept)} "
+            f"for {reason_number(self.ends_at_s - now_s)} s more): the next burst on the "
+            f"schedule gets its capacity started in {reason_number(self.start_at_s - now_s)}"
+            " s, after it ends",
+            {
+                "window_kept": kept,
+                "window_ends_in_s": self.ends_at_s - now_s,
+                "next_start_in_s": self.start_at_s - now_s,
+                "gap_hold_s": self.hold_s,
+            },
+        )
+
+
 def _after_step_down(
     plan: Plan, config: PolicyConfig, step_at: float | None, now: float
-) -> tuple[bool, bool]:
-    """Whether the window after a step down in arrivals holds this tick, and whether it was
-    left out because a schedule starts the next burst's capacity after it would end.
+) -> tuple[bool, _SkippedWindow | None]:
+    """Whether the window after a step down in arrivals holds this tick, and the window
+    when it was left out because a schedule starts the next burst's capacity after it ends.
 
     Idle between bursts is not idle for good: after a step down, keep what the load needed
     before it for a while (ski rental: about what a restart would cost). Not while the burst
@@ -141,23 +169,15 @@ def _after_step_down(
     few bursts is no such hold yet: the next one exceeds it with probability 1 / (n + 1)
     (on-off: 4 800 late requests in the hour's 4th minute). Nor before a burst on a
     schedule whose capacity is started for it (`hold.burst_due`) only after the window
-    would end: holding what the last one needed keeps it idle until the window stops it
-    anyway (periodic x20: 0.13x of the oracle's replica-seconds, docs/benchmarks.md, stop 54).
+    ends: holding what the last one needed keeps it idle until the window stops it anyway
+    (periodic x20: 0.13-0.19x of the oracle's replica-seconds, docs/benchmarks.md, stop 54).
+    A start already asked for lies before the window's end: the window holds.
     """
-    gap_hold = config.gap_hold_s(plan.signals)
+    hold = config.gap_hold_s(plan.signals)
     floor_holds = plan.burst_floor > 0 and plan.floor_known
-    if step_at is None or now - step_at >= gap_hold or floor_holds:
-        return False, False
-    start_in = plan.next_start_in_s
-    scheduled = start_in is not None and start_in >= step_at + gap_hold - now
-    return not scheduled, scheduled
-
-
-def _before_schedule(start_in_s: float, gap_hold_s: float) -> Reason:
-    return Reason(
-        "scale_down_before_schedule",
-        f"no hold after the step down in arrivals: the next burst on the schedule gets its "
-        f"capacity started in {reason_number(start_in_s)} s, after the "
-        f"{reason_number(gap_hold_s)} s hold would end",
-        {"next_start_in_s": start_in_s, "gap_hold_s": gap_hold_s},
-    )
+    if step_at is None or now - step_at >= hold or floor_holds:
+        return False, None
+    start_at = plan.next_start_at_s
+    if start_at is None or start_at < step_at + hold:
+        return True, None
+    return False, _SkippedWindow(hold_s=hold, ends_at_s=step_at + hold, start_at_s=start_at)

@@ -10,7 +10,7 @@ from scaler.config import PolicyConfig
 from scaler.decision import GroupDecision
 from scaler.policy import decide
 from scaler.policy.bursts import Burst, BurstMemory, remember
-from scaler.policy.hold import release_to_floor
+from scaler.policy.hold import burst_due, release_to_floor
 from scaler.policy.plan import Plan
 from scaler.policy.scale_down import stabilize_slo
 from scaler.signals import GroupSignals, GroupState, ScalerState
@@ -394,20 +394,23 @@ def test_window_after_a_step_down_until_the_floor_is_a_quantile(
 
 
 @pytest.mark.parametrize(
-    ("next_start_in_s", "expected"),
+    ("next_start_at_s", "expected"),
     [
-        # No schedule: the window after the step down (2 keep costs, 82 s) keeps the 13
-        # recommended 50 s ago.
+        # No schedule: the window after the step down (2 keep costs, 82 s from it, so up to
+        # 532 s) keeps the 13 recommended 50 s ago.
         pytest.param(None, 13, id="no-schedule-keeps-the-window"),
-        # The next burst's capacity is started 200 s on, after the window ends 32 s on:
-        # holding until then buys nothing.
-        pytest.param(200.0, 5, id="start-after-the-window-ends"),
-        # Started 20 s on, before the window ends: the held replicas bridge to it.
-        pytest.param(20.0, 13, id="start-within-the-window"),
+        # The next burst's capacity is started at 700 s, after the window ends: holding
+        # until then buys nothing.
+        pytest.param(700.0, 5, id="start-after-the-window-ends"),
+        pytest.param(532.0, 5, id="start-as-the-window-ends"),
+        # Started at 520 s, before the window ends: the held replicas bridge to it.
+        pytest.param(520.0, 13, id="start-within-the-window"),
+        # The start is asked for already (its time has passed): the window holds.
+        pytest.param(490.0, 13, id="start-already-asked-for"),
     ],
 )
 def test_window_after_a_step_down_before_a_scheduled_burst(
-    next_start_in_s: float | None, expected: int
+    next_start_at_s: float | None, expected: int
 ) -> None:
     now = 500.0
     s = make_signals(replicas=13, ready_replicas=13, collected_at=now, arrival_rps=300.0)
@@ -422,12 +425,50 @@ def test_window_after_a_step_down_before_a_scheduled_burst(
         state=state,
         desired=5,
         diagnosis="over_provisioned",
-        next_start_in_s=next_start_in_s,
+        next_start_at_s=next_start_at_s,
     )
     out = stabilize_slo(plan, PolicyConfig(), now)
     assert out.desired == expected
-    codes = {r.code for r in out.reasons}
-    assert ("scale_down_before_schedule" in codes) == (expected == 5)
+    said = [r for r in out.reasons if r.code == "scale_down_before_schedule"]
+    assert bool(said) == (expected == 5)
+    if said and next_start_at_s is not None:
+        assert said[0].numbers == pytest.approx(
+            {
+                "window_kept": 13,
+                "window_ends_in_s": 32.0,
+                "next_start_in_s": next_start_at_s - now,
+                "gap_hold_s": 82.0,
+            }
+        )
+
+
+def _scheduled_memory(now: float) -> BurstMemory:
+    """Bursts left their gaps every 300 s, the last at `now` - 200: the next is due at
+    `now` + 100."""
+    bursts = tuple(
+        Burst(peak_load=10.0, rise_s=5.0, lead_load=10.0, left_gap_at_s=now - 200.0 - 300.0 * k)
+        for k in (3, 2, 1, 0)
+    )
+    return dataclasses.replace(_memory([5.0], 150.0), bursts=bursts, gaps_s=(270.0,) * 3)
+
+
+@pytest.mark.parametrize(
+    ("late_s", "start_at"),
+    [
+        # Due at 1 100 s; started a start (41 s) and a metrics window (15 s) ahead.
+        pytest.param(0.0, 1044.0, id="due-later"),
+        # Due 10 s ago: within a metrics window (15 s) the burst may not show yet.
+        pytest.param(110.0, 1044.0, id="due-a-moment-ago"),
+        # Over a metrics window after it was due and no burst: the schedule has ended.
+        pytest.param(120.0, None, id="did-not-come"),
+    ],
+)
+def test_the_next_start_the_plan_carries(late_s: float, start_at: float | None) -> None:
+    now = 1000.0 + late_s
+    s = make_signals(replicas=2, ready_replicas=2, collected_at=now, arrival_rps=30.0)
+    plan = Plan(signals=s, state=GroupState(group=s.group), desired=2, diagnosis="steady")
+    out = burst_due(plan, PolicyConfig(), _scheduled_memory(1000.0))
+    assert out.next_start_at_s == (None if start_at is None else pytest.approx(start_at))
 
 
 @pytest.mark.parametrize(
