@@ -87,20 +87,30 @@ def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
 
 def _model_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
     """Every tensor the model holds: its graph's and its local functions' (what external
-    data can name). onnx's own walker is private (`external_data_helper`)."""
+    data can name). onnx's own walker is private (`external_data_helper`). Training graphs
+    (`training_info`) and functions' default attribute values are left out, as there:
+    ONNX Runtime's inference reads neither."""
     yield from _graph_tensors(model.graph)
     for function in model.functions:
         yield from _node_tensors(function.node)
 
 
-def _external_files(model: onnx.ModelProto) -> list[str]:
-    """The external-data files the graph's tensors name, relative to the model file."""
+def _external_files(model: onnx.ModelProto, source: Path) -> list[str]:
+    """The external-data files the graph's tensors name, relative to the model file;
+    refused when a tensor kept outside names no file."""
     found: list[str] = []
     for tensor in _model_tensors(model):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            location = next(e.value for e in tensor.external_data if e.key == "location")
-            if location not in found:
-                found.append(location)
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+        if not location:
+            raise OwnModelRefused(
+                f"{source}: tensor {tensor.name!r} keeps its data outside the model but names "
+                "no file (no 'location' in its external_data)",
+                path=str(source),
+            )
+        if location not in found:
+            found.append(location)
     return found
 
 
@@ -116,7 +126,7 @@ def _read(source: Path) -> tuple[onnx.ModelProto, list[str]]:
         raise OwnModelRefused(
             f"{source} is not an ONNX model: {type(exc).__name__}: {exc}", path=str(source)
         ) from exc
-    files = _external_files(model)
+    files = _external_files(model, source)
     for location in files:
         if Path(location).is_absolute() or ".." in Path(location).parts:
             raise OwnModelRefused(

@@ -206,18 +206,25 @@ def _external(name: str, location: str) -> onnx.TensorProto:
     return tensor
 
 
-def test_external_files_are_found_wherever_a_tensor_lies() -> None:
-    """Initializers, a Constant's attribute, an If branch's subgraph, a sparse initializer
-    and a local function's node each name their own file; each is found once, in order."""
-    branch = helper.make_graph(
-        [helper.make_node("Constant", [], ["c"], value=_external("c", "branch.bin"))],
-        "branch",
-        [],
-        [helper.make_tensor_value_info("c", T.FLOAT, [2])],
-    )
-    sparse = helper.make_sparse_tensor(
-        _external("sv", "sparse.bin"), numpy_helper.from_array(np.array([0], np.int64), "si"), [2]
-    )
+def test_external_files_are_found_wherever_a_tensor_lies(tmp_path: Path) -> None:
+    """Initializers (a subgraph's too), a Constant's attribute and `tensors` list, both If
+    branches, a sparse initializer's values and indices, a sparse attribute and a local
+    function's node each name their own file: each is found, once."""
+
+    def branch(name: str, constant: str, initializer: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node("Constant", [], [name], value=_external(name, constant))],
+            name,
+            [],
+            [helper.make_tensor_value_info(name, T.FLOAT, [2])],
+            [_external(f"{name}_w", initializer)],
+        )
+
+    def sparse(values: str, indices: str) -> onnx.SparseTensorProto:
+        index = _external("si", indices)
+        index.data_type = T.INT64
+        return helper.make_sparse_tensor(_external("sv", values), index, [2])
+
     function = helper.make_function(
         "local",
         "F",
@@ -226,25 +233,61 @@ def test_external_files_are_found_wherever_a_tensor_lies() -> None:
         [helper.make_node("Constant", [], ["f"], value=_external("f", "function.bin"))],
         [helper.make_opsetid("", 17)],
     )
+    listed = helper.make_node("Custom", [], ["l"], domain="local")
+    listed.attribute.append(helper.make_attribute("weights", [_external("l1", "listed.bin")]))
     graph = helper.make_graph(
         [
             helper.make_node("Constant", [], ["k"], value=_external("k", "constant.bin")),
-            helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch),
+            helper.make_node(
+                "Constant", [], ["sp"], sparse_value=sparse("attr-values.bin", "attr-idx.bin")
+            ),
+            helper.make_node(
+                "If",
+                ["cond"],
+                ["y"],
+                then_branch=branch("a", "then.bin", "then-w.bin"),
+                else_branch=branch("b", "else.bin", "else-w.bin"),
+            ),
+            listed,
         ],
         "g",
         [helper.make_tensor_value_info("cond", T.BOOL, [])],
         [helper.make_tensor_value_info("y", T.FLOAT, [2])],
         [_external("w", "weights.bin"), _external("w2", "weights.bin")],
-        sparse_initializer=[sparse],
+        sparse_initializer=[sparse("sparse-values.bin", "sparse-idx.bin")],
     )
-    model = helper.make_model(graph, functions=[function])
-    assert own._external_files(model) == [
-        "weights.bin",
-        "sparse.bin",
-        "constant.bin",
-        "branch.bin",
-        "function.bin",
-    ]
+    files = own._external_files(helper.make_model(graph, functions=[function]), tmp_path)
+    assert len(files) == len(set(files))
+    assert sorted(files) == sorted(
+        [
+            "weights.bin",
+            "sparse-values.bin",
+            "sparse-idx.bin",
+            "constant.bin",
+            "attr-values.bin",
+            "attr-idx.bin",
+            "then.bin",
+            "then-w.bin",
+            "else.bin",
+            "else-w.bin",
+            "listed.bin",
+            "function.bin",
+        ]
+    )
+
+
+def test_an_external_tensor_naming_no_file_is_refused(tmp_path: Path) -> None:
+    weights = _external("w", "w.bin")
+    del weights.external_data[:]
+    model = helper.make_model(
+        helper.make_graph(
+            [], "g", [], [helper.make_tensor_value_info("w", T.FLOAT, [2])], [weights]
+        )
+    )
+    onnx.save(model, str(tmp_path / "source.onnx"))
+    with pytest.raises(OwnModelRefused, match=r"tensor 'w' keeps its data outside .* no file"):
+        add_onnx(tmp_path / "repo", tmp_path / "source.onnx", "ext")
+    assert not (tmp_path / "repo" / "ext").exists()
 
 
 def test_missing_external_weights_are_named(tmp_path: Path) -> None:
