@@ -64,6 +64,7 @@ from services.runtime.membership import gone_record
 from services.worker.settings import WorkerSettings
 from tracing.health import HEALTH
 from tracing.metrics import start_metrics_server
+from tracing.setup import init_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
 
@@ -581,6 +582,10 @@ class Stack:
 
     async def run(self) -> None:
         """Start everything, show status until Ctrl-C or the duration, then stop all."""
+        # The scaler in this process exports spans as `inferbus scaler run` does (where an
+        # OTLP endpoint is set): a retired model's queued requests are answered from a span
+        # in each one's trace (`services/runtime/orphans.py`).
+        init_tracing("inferbus-scaler", instance_id=f"scaler-up-{os.getpid()}")
         loop = asyncio.get_running_loop()
         signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         for sig in signals:
@@ -605,6 +610,7 @@ class Stack:
             await wait_ended(scaler_task)
         finally:
             await self.close()
+            shutdown_tracing()
             for sig in signals:
                 loop.remove_signal_handler(sig)
 
