@@ -60,18 +60,25 @@ async def fetch_once(
 async def true_ends(
     consumer: Any, partitions: list[TopicPartition], timeout_s: float = 1.0
 ) -> dict[TopicPartition, int]:
-    """Each partition's log end, one past its last record: the reported end, or past the
-    last batch's last offset where a fetch from the batch's first offset shows it (Tansu
-    reports the batch's first offset + 1). Where no fetch answers in `timeout_s`, the
-    reported end. Leaves `consumer` unassigned (see `fetch_once`). A log whose records are all
-    gone (retention) has nothing to fetch and is not waited for."""
+    """Each partition's log end, one past its last record (`log_spans`)."""
+    return {tp: end for tp, (_, end) in (await log_spans(consumer, partitions, timeout_s)).items()}
+
+
+async def log_spans(
+    consumer: Any, partitions: list[TopicPartition], timeout_s: float = 1.0
+) -> dict[TopicPartition, tuple[int, int]]:
+    """Each partition's first offset and true log end, one past its last record: the
+    reported end, or past the last batch's last offset where a fetch from the batch's first
+    offset shows it (Tansu reports the batch's first offset + 1). Where no fetch answers in
+    `timeout_s`, the reported end. Leaves `consumer` unassigned (see `fetch_once`). A log
+    whose records are all gone (retention) has nothing to fetch and is not waited for."""
     ends: dict[TopicPartition, int] = dict(await consumer.end_offsets(partitions))
     firsts: dict[TopicPartition, int] = dict(await consumer.beginning_offsets(partitions))
     starts = {tp: end - 1 for tp, end in ends.items() if end > firsts.get(tp, 0)}
     fetched = await fetch_once(consumer, starts, timeout_s)
     for tp, records in fetched.items():
         ends[tp] = max(ends[tp], max(r.offset for r in records) + 1)
-    return ends
+    return {tp: (firsts.get(tp, 0), end) for tp, end in ends.items()}
 
 
 def past_log_end(position: int, reported_end: int, highest_seen: int | None) -> bool:

@@ -22,7 +22,7 @@ from opentelemetry import trace
 
 from infra.kafka import committed_offsets, make_consumer, start_with_retry
 from infra.lenient_fetch import unreadable_reason
-from infra.log_end import true_ends
+from infra.log_end import log_spans
 from infra.topics import partition_count
 from schemas import headers as h
 from schemas.errors import InferbusError, Unparseable
@@ -223,14 +223,13 @@ async def _spans_to_answer(
     if not tps:
         return {}
     committed = await committed_offsets(consumer, tps)
-    firsts = await consumer.beginning_offsets(tps)
-    ends = await true_ends(consumer, tps)  # Tansu reports less when the last batch has many
+    logs = await log_spans(consumer, tps)  # Tansu reports less when the last batch has many
     spans: dict[TopicPartition, tuple[int, int]] = {}
-    for tp in tps:
+    for tp, (first, end) in logs.items():
         at = committed[tp]
-        start = firsts[tp] if at is None else max(at, firsts[tp])
-        if start < ends[tp]:
-            spans[tp] = (start, ends[tp])
+        start = first if at is None else max(at, first)
+        if start < end:
+            spans[tp] = (start, end)
     return spans
 
 

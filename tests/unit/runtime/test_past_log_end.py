@@ -62,3 +62,26 @@ async def test_a_position_inside_a_known_last_batch_is_not_read_again(
     assert (await probe.judge({TP: 10}, {TP: 16})).past == [TP], "past the batch: read again"
     assert (await probe.judge({TP: 11}, {TP: 13})).past == []
     assert fetches.calls == 3, "a new reported end is a new last batch"
+
+
+async def test_log_spans_read_each_partitions_start_and_its_last_batchs_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One question for the starts, one for the reported ends, one fetch of the last
+    batches: the end is past a last batch of five, and a log emptied by retention (start ==
+    reported end) is not fetched."""
+    full, emptied = TopicPartition("t", 0), TopicPartition("t", 1)
+    consumer = SimpleNamespace(
+        end_offsets=AsyncMock(return_value={full: 10, emptied: 7}),
+        beginning_offsets=AsyncMock(return_value={full: 2, emptied: 7}),
+    )
+    fetched: list[dict[Any, int]] = []
+
+    async def fetch_once(consumer: object, starts: dict[Any, int], timeout_s: float) -> Any:
+        fetched.append(starts)
+        return {tp: [SimpleNamespace(offset=13)] for tp in starts}
+
+    monkeypatch.setattr(log_end, "fetch_once", fetch_once)
+    assert await log_end.log_spans(consumer, [full, emptied]) == {full: (2, 14), emptied: (7, 7)}
+    assert fetched == [{full: 9}]
+    assert consumer.beginning_offsets.await_count == 1
