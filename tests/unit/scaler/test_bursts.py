@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -361,6 +362,18 @@ def test_quantile_is_known_once_it_is_below_the_highest_burst(
     assert memory.knows_quantile(quantile) is known
 
 
+def _stepped_down(now: float, **plan: Any) -> Plan:
+    """13 replicas, recommended 50 s ago when arrivals stepped down; 5 wanted now."""
+    s = make_signals(replicas=13, ready_replicas=13, collected_at=now, arrival_rps=300.0)
+    state = GroupState(
+        group=s.group,
+        recommendations=((now - 50.0, 13),),
+        last_step_down_at=now - 50.0,
+        observed_since=0.0,
+    )
+    return Plan(signals=s, state=state, desired=5, diagnosis="over_provisioned", **plan)
+
+
 @pytest.mark.parametrize(
     ("floor_known", "expected"),
     [
@@ -374,23 +387,8 @@ def test_quantile_is_known_once_it_is_below_the_highest_burst(
 def test_window_after_a_step_down_until_the_floor_is_a_quantile(
     floor_known: bool, expected: int
 ) -> None:
-    now = 500.0
-    s = make_signals(replicas=13, ready_replicas=13, collected_at=now, arrival_rps=300.0)
-    state = GroupState(
-        group=s.group,
-        recommendations=((now - 50.0, 13),),
-        last_step_down_at=now - 50.0,
-        observed_since=0.0,
-    )
-    plan = Plan(
-        signals=s,
-        state=state,
-        desired=5,
-        diagnosis="over_provisioned",
-        burst_floor=5,
-        floor_known=floor_known,
-    )
-    assert stabilize_slo(plan, PolicyConfig(), now).desired == expected
+    plan = _stepped_down(500.0, burst_floor=5, floor_known=floor_known)
+    assert stabilize_slo(plan, PolicyConfig(), 500.0).desired == expected
 
 
 @pytest.mark.parametrize(
@@ -413,21 +411,7 @@ def test_window_after_a_step_down_before_a_scheduled_burst(
     next_start_at_s: float | None, expected: int
 ) -> None:
     now = 500.0
-    s = make_signals(replicas=13, ready_replicas=13, collected_at=now, arrival_rps=300.0)
-    state = GroupState(
-        group=s.group,
-        recommendations=((now - 50.0, 13),),
-        last_step_down_at=now - 50.0,
-        observed_since=0.0,
-    )
-    plan = Plan(
-        signals=s,
-        state=state,
-        desired=5,
-        diagnosis="over_provisioned",
-        next_start_at_s=next_start_at_s,
-    )
-    out = stabilize_slo(plan, PolicyConfig(), now)
+    out = stabilize_slo(_stepped_down(now, next_start_at_s=next_start_at_s), PolicyConfig(), now)
     assert out.desired == expected
     said = [r for r in out.reasons if r.code == "scale_down_before_schedule"]
     assert bool(said) == (expected == 5)
