@@ -120,7 +120,8 @@ def stabilize_slo(plan: Plan, config: PolicyConfig, now: float) -> Plan:
             ),
         )
     if skipped is not None:
-        would_keep = max((n for t, n in window if now - t < skipped.hold_s), default=target)
+        held = max((n for t, n in window if now - t < skipped.hold_s), default=target)
+        would_keep = min(current, held)
         if would_keep > target:
             plan = plan.with_(reason=skipped.reason(would_keep, s.collected_at))
     state = remember_scale_down(
@@ -136,7 +137,8 @@ class _SkippedWindow:
     hold_s: float
     ends_at_s: float
     start_at_s: float
-    """When the next burst's capacity is started (`Plan.next_start_at_s`): after `ends_at_s`."""
+    """When the next burst's capacity is started (`Plan.next_start_at_s`): at or after
+    `ends_at_s`."""
 
     def reason(self, kept: int, now_s: float) -> Reason:
         """Said when the window would have kept more than the scale-down leaves."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import pytest
 
@@ -362,16 +361,32 @@ def test_quantile_is_known_once_it_is_below_the_highest_burst(
     assert memory.knows_quantile(quantile) is known
 
 
-def _stepped_down(now: float, **plan: Any) -> Plan:
-    """13 replicas, recommended 50 s ago when arrivals stepped down; 5 wanted now."""
+def _stepped_down(
+    now: float,
+    *,
+    recommended: int = 13,
+    desired: int = 5,
+    burst_floor: int = 0,
+    floor_known: bool = False,
+    next_start_at_s: float | None = None,
+) -> Plan:
+    """13 replicas; `recommended` 50 s ago, when arrivals stepped down; `desired` now."""
     s = make_signals(replicas=13, ready_replicas=13, collected_at=now, arrival_rps=300.0)
     state = GroupState(
         group=s.group,
-        recommendations=((now - 50.0, 13),),
+        recommendations=((now - 50.0, recommended),),
         last_step_down_at=now - 50.0,
         observed_since=0.0,
     )
-    return Plan(signals=s, state=state, desired=5, diagnosis="over_provisioned", **plan)
+    return Plan(
+        signals=s,
+        state=state,
+        desired=desired,
+        diagnosis="over_provisioned",
+        burst_floor=burst_floor,
+        floor_known=floor_known,
+        next_start_at_s=next_start_at_s,
+    )
 
 
 @pytest.mark.parametrize(
@@ -415,7 +430,7 @@ def test_window_after_a_step_down_before_a_scheduled_burst(
     assert out.desired == expected
     said = [r for r in out.reasons if r.code == "scale_down_before_schedule"]
     assert bool(said) == (expected == 5)
-    if said and next_start_at_s is not None:
+    if said:
         assert said[0].numbers == pytest.approx(
             {
                 "window_kept": 13,
@@ -424,6 +439,26 @@ def test_window_after_a_step_down_before_a_scheduled_burst(
                 "gap_hold_s": 82.0,
             }
         )
+
+
+@pytest.mark.parametrize(
+    ("recommended", "desired", "expected"),
+    [
+        # The window would have kept no more than the scale-down leaves: nothing to say.
+        pytest.param(5, 5, 5, id="window-would-keep-no-more"),
+        # The window is left out, but a scale-down by 1 of 13 is refused at the 10 % step:
+        # no window was what stopped it, so none is named.
+        pytest.param(13, 12, 13, id="step-too-small"),
+    ],
+)
+def test_a_skipped_window_is_named_only_where_it_changed_the_count(
+    recommended: int, desired: int, expected: int
+) -> None:
+    now = 500.0
+    plan = _stepped_down(now, recommended=recommended, desired=desired, next_start_at_s=700.0)
+    out = stabilize_slo(plan, PolicyConfig(scale_down_min_step_share=0.1), now)
+    assert out.desired == expected
+    assert "scale_down_before_schedule" not in {r.code for r in out.reasons}
 
 
 def _scheduled_memory(now: float) -> BurstMemory:
