@@ -60,21 +60,26 @@ def _sparse(tensor: onnx.SparseTensorProto) -> Iterator[onnx.TensorProto]:
     yield tensor.indices
 
 
+def _attribute_tensors(attribute: onnx.AttributeProto) -> Iterator[onnx.TensorProto]:
+    """The tensors an attribute holds, its subgraphs' included."""
+    if attribute.HasField("t"):
+        yield attribute.t
+    yield from attribute.tensors
+    if attribute.HasField("sparse_tensor"):
+        yield from _sparse(attribute.sparse_tensor)
+    for sparse in attribute.sparse_tensors:
+        yield from _sparse(sparse)
+    if attribute.HasField("g"):
+        yield from _graph_tensors(attribute.g)
+    for graph in attribute.graphs:
+        yield from _graph_tensors(graph)
+
+
 def _node_tensors(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.TensorProto]:
     """The tensors nodes' attributes hold, their subgraphs' included."""
     for node in nodes:
         for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            if attribute.HasField("sparse_tensor"):
-                yield from _sparse(attribute.sparse_tensor)
-            for sparse in attribute.sparse_tensors:
-                yield from _sparse(sparse)
-            if attribute.HasField("g"):
-                yield from _graph_tensors(attribute.g)
-            for graph in attribute.graphs:
-                yield from _graph_tensors(graph)
+            yield from _attribute_tensors(attribute)
 
 
 def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
@@ -87,12 +92,14 @@ def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
 
 def _model_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
     """Every tensor the model holds: its graph's and its local functions' (what external
-    data can name). onnx's own walker is private (`external_data_helper`). Training graphs
-    (`training_info`) and functions' default attribute values are left out, as there:
-    ONNX Runtime's inference reads neither."""
+    data can name), their default attribute values included. onnx's own walker is private
+    (`external_data_helper`). Training graphs (`training_info`) are left out, as there:
+    ONNX Runtime's inference does not read them."""
     yield from _graph_tensors(model.graph)
     for function in model.functions:
         yield from _node_tensors(function.node)
+        for default in function.attribute_proto:  # a call without the attribute gets it
+            yield from _attribute_tensors(default)
 
 
 def _external_files(model: onnx.ModelProto, source: Path) -> list[str]:

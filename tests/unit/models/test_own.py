@@ -207,9 +207,10 @@ def _external(name: str, location: str) -> onnx.TensorProto:
 
 
 def test_external_files_are_found_wherever_a_tensor_lies(tmp_path: Path) -> None:
-    """Initializers (a subgraph's too), a Constant's attribute and `tensors` list, both If
-    branches, a sparse initializer's values and indices, a sparse attribute and a local
-    function's node each name their own file: each is found, once."""
+    """Initializers (a subgraph's too), a Constant's attribute, both If branches, a sparse
+    initializer's values and indices, a sparse attribute, a node's tensor, sparse-tensor
+    and graph lists, and a local function's node and default attribute each name their own
+    file: each is found, once."""
 
     def branch(name: str, constant: str, initializer: str) -> onnx.GraphProto:
         return helper.make_graph(
@@ -233,8 +234,15 @@ def test_external_files_are_found_wherever_a_tensor_lies(tmp_path: Path) -> None
         [helper.make_node("Constant", [], ["f"], value=_external("f", "function.bin"))],
         [helper.make_opsetid("", 17)],
     )
+    function.attribute_proto.append(helper.make_attribute("table", _external("d", "default.bin")))
     listed = helper.make_node("Custom", [], ["l"], domain="local")
-    listed.attribute.append(helper.make_attribute("weights", [_external("l1", "listed.bin")]))
+    listed.attribute.extend(
+        [
+            helper.make_attribute("weights", [_external("l1", "listed.bin")]),
+            helper.make_attribute("sparse", [sparse("listed-values.bin", "listed-idx.bin")]),
+            helper.make_attribute("graphs", [branch("c", "listed-graph.bin", "listed-w.bin")]),
+        ]
+    )
     graph = helper.make_graph(
         [
             helper.make_node("Constant", [], ["k"], value=_external("k", "constant.bin")),
@@ -271,7 +279,12 @@ def test_external_files_are_found_wherever_a_tensor_lies(tmp_path: Path) -> None
             "else.bin",
             "else-w.bin",
             "listed.bin",
+            "listed-values.bin",
+            "listed-idx.bin",
+            "listed-graph.bin",
+            "listed-w.bin",
             "function.bin",
+            "default.bin",
         ]
     )
 
