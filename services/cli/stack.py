@@ -583,8 +583,9 @@ class Stack:
     async def run(self) -> None:
         """Start everything, show status until Ctrl-C or the duration, then stop all."""
         # The scaler in this process exports spans as `inferbus scaler run` does (where an
-        # OTLP endpoint is set): a retired model's queued requests are answered from a span
-        # in each one's trace (`services/runtime/orphans.py`).
+        # exporter is set): a retired model's queued requests are answered from a span in
+        # each one's trace (`services/runtime/orphans.py`). Tracing is the process's, set
+        # once: `run` is `inferbus up`'s alone (benches and tests call `start`/`close`).
         init_tracing("inferbus-scaler", instance_id=f"scaler-up-{os.getpid()}")
         loop = asyncio.get_running_loop()
         signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -609,10 +610,12 @@ class Stack:
             self.stop.set()
             await wait_ended(scaler_task)
         finally:
-            await self.close()
-            shutdown_tracing()
-            for sig in signals:
-                loop.remove_signal_handler(sig)
+            try:
+                await self.close()
+            finally:
+                shutdown_tracing()
+                for sig in signals:
+                    loop.remove_signal_handler(sig)
 
     async def _show(self, scaler: ScalerService, bootstrap: str) -> None:
         started = time.monotonic()
