@@ -613,7 +613,9 @@ class Stack:
             try:
                 await self.close()
             finally:
-                shutdown_tracing()
+                # Off the loop: an exporter whose endpoint is gone blocks for its timeout,
+                # and one more Ctrl-C must still stop it at once.
+                await asyncio.to_thread(shutdown_tracing)
                 for sig in signals:
                     loop.remove_signal_handler(sig)
 
