@@ -186,10 +186,15 @@ class ScalerService:
             )
             adopted: dict[GroupTarget, int] = {}
             for target, counted in zip(leftovers, counts, strict=True):
-                if isinstance(counted, BaseException):
-                    log.warning("event=leftover_unread group=%s error=%r", target.group, counted)
+                unread = isinstance(counted, BaseException)
+                if unread:
+                    # Adopted all the same: left out, what it may hold would wait for the
+                    # next scaler to start. A sweep that finds nothing drops it again.
+                    log.warning(
+                        "event=leftover_unread group=%s error=%r (adopted)", target.group, counted
+                    )
                 count = counted if isinstance(counted, int) else 0
-                if count or target.group in live:
+                if count or unread or target.group in live:
                     adopted[target] = count
             if adopted:
                 await self.collector.add_targets(list(adopted))
