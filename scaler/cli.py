@@ -207,6 +207,7 @@ _FLAGS = {
     "pause_model": "--pause-model",
     "queues": "--queues",
     "slo_p99_e2e_ms": "--slo-ms",
+    "scaler_restart_at_s": "--scaler-restart-at-s",
 }
 """The simulator's settings that `sim` takes as flags, for its error messages."""
 
@@ -319,6 +320,19 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         typer.Option("--initial-replicas", help="Replicas at t=0 (default: the oracle's start)."),
     ] = None,
     config: Annotated[Path | None, typer.Option("--config", help="PolicyConfig JSON.")] = None,
+    scaler_restart_at_s: Annotated[
+        float | None,
+        typer.Option(
+            "--scaler-restart-at-s", help="The scaler restarts at this second of the trace."
+        ),
+    ] = None,
+    recall: Annotated[
+        bool,
+        typer.Option(
+            "--recall/--no-recall",
+            help="A restarted scaler replays its last half hour of decisions (as live).",
+        ),
+    ] = True,
 ) -> None:
     """Simulate policies on a trace or a named scenario and compare them with the oracle."""
     names = sorted(POLICIES) if policy == "all" else [policy]
@@ -361,6 +375,8 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             "warm_replicas": min_replicas,
             "max_replicas": max_replicas,
             "initial_replicas": initial_replicas,
+            "scaler_restart_at_s": scaler_restart_at_s,
+            "scaler_recall": recall,
         }
         params = params.with_overrides({k: v for k, v in given.items() if v is not None})
         _refuse_unused_pause(params.pause_model, rebalance_pause_s, handover_pause_s)

@@ -77,6 +77,7 @@ async def run_scaler(
         collector_config=CollectorConfig(interval_s=settings.interval_s),
         act=not settings.dry_run,
         idle_hold_every_s=settings.idle_hold_every_s,
+        recall_timeout_s=settings.recall_timeout_s,
     )
     init_tracing("inferbus-scaler", instance_id=f"scaler-{os.getpid()}")
     start_metrics_server(settings.metrics_port)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,11 +41,13 @@ from scaler.decision import GroupDecision
 from scaler.orphan_sweeps import OrphanSweeps
 from scaler.policy import POLICIES
 from scaler.policy.retire import settle_retiring
+from scaler.recall import Recall, memory_s, recall
+from scaler.recall_reader import read_decisions
 from scaler.registry import Registry, groups_with_live_members
 from scaler.rollout.judge import RolloutJudge
 from scaler.rollout.lanes import settle_canary
 from scaler.rollout.windows import VersionWindows
-from scaler.settings import IDLE_HOLD_EVERY_S
+from scaler.settings import IDLE_HOLD_EVERY_S, RECALL_TIMEOUT_S
 from scaler.signals import GroupSignals, ScalerState
 from scaler.telemetry import TelemetryReader
 from schemas.errors import InferbusError
@@ -96,6 +99,7 @@ class ScalerService:
         tiers: Sequence[Tier] | None = None,
         idle_hold_every_s: float = IDLE_HOLD_EVERY_S,
         sweeps: OrphanSweeps | None = None,
+        recall_timeout_s: float = RECALL_TIMEOUT_S,
     ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
@@ -137,6 +141,9 @@ class ScalerService:
         self.views: dict[str, GroupView] = {}
         self.ticks = 0
         self.idle_hold_every_s = idle_hold_every_s
+        self.recall_timeout_s = recall_timeout_s
+        self.recalled: Recall | None = None
+        """What the start read back of the decision records (None: not read)."""
         self._written: dict[str, Written] = {}
         """Per group: what its last decision record said, and when (`worth_writing`)."""
         self._producer: AIOKafkaProducer | None = None
@@ -154,7 +161,50 @@ class ScalerService:
         self._producer = make_producer(self.bootstrap, client_id="inferbus-scaler")
         await start_with_retry(self._producer.start, what="scaler-producer")
         self.sweeps.bind(Publisher(self._producer))
+        await self._recall()
         await self._adopt_leftovers()
+
+    async def _recall(self) -> None:
+        """Rebuild the policy's memory from the decision records of the last half hour.
+
+        Before the first tick: the first decision is then made with the bursts, schedule
+        and spare the scaler before this one had learned. A read that fails or is cut short
+        is logged, and the scaler starts with what it has (nothing, or the older part).
+        """
+        if self.recall_timeout_s <= 0:
+            return
+        now = time.time()
+        since = now - memory_s(self.config)
+        groups = [t.group for t in self._targets()]
+        interval_s = self.collector.config.interval_s
+        most = math.ceil(2 * memory_s(self.config) / interval_s) * max(1, len(groups))
+        try:
+            read = await read_decisions(
+                self.bootstrap, since=since, most=most, timeout_s=self.recall_timeout_s
+            )
+        except KafkaError as exc:
+            log.warning("event=recall_failed error=%r starting=without_memory", exc)
+            return
+        self.recalled = recall(
+            read.records,
+            self.policy,
+            self.config,
+            since=since,
+            until=now,
+            interval_s=interval_s,
+            idle_every_s=self.idle_hold_every_s,
+            groups=groups,
+        )
+        self.state = self.recalled.state
+        log.info(
+            "event=recalled records=%d ticks=%d since_s_ago=%s complete=%s skipped=%s dropped=%s",
+            self.recalled.records,
+            self.recalled.ticks,
+            None if self.recalled.since is None else round(now - self.recalled.since),
+            read.complete,
+            dict(self.recalled.skipped),
+            ",".join(self.recalled.dropped) or None,
+        )
 
     async def _adopt_leftovers(self) -> None:
         """Collect the groups of tier topics no model wants any more that still hold
@@ -416,7 +466,7 @@ class ScalerService:
         except KafkaError as exc:
             log.warning("event=decision_publish_failed group=%s error=%r", chosen.group, exc)
             return
-        self._written[chosen.group] = Written(said, now)
+        self._written[chosen.group] = Written(said, now, signals)
 
     @staticmethod
     def _export(collection: GroupCollection, decision: GroupDecision | None) -> None:

@@ -14,6 +14,11 @@ of decisions a starting worker reads back (`ConsumerOptions.control_window_s`), 
 the scaler's word on how many of its group consume."""
 
 
+RECALL_TIMEOUT_S = 10.0
+"""How long a starting scaler reads its decision records back (`scaler/recall.py`): half
+an hour of five groups' records is ~1,800 small records, read in well under a second."""
+
+
 class ScalerSettings(BaseSettings):
     """How the running scaler collects, decides and acts."""
 
@@ -28,6 +33,9 @@ class ScalerSettings(BaseSettings):
     idle_hold_every_s: float = Field(default=IDLE_HOLD_EVERY_S, ge=0, le=30, allow_inf_nan=False)
     """An idle group's unchanged hold is written this often, not every tick (0: every
     tick); at most 30 s, the decisions a starting worker reads back (`IDLE_HOLD_EVERY_S`)."""
+    recall_timeout_s: float = Field(default=RECALL_TIMEOUT_S, ge=0, le=300, allow_inf_nan=False)
+    """How long a starting scaler may read its last half hour of decision records back to
+    rebuild the policy's memory (`scaler/recall.py`); 0 starts with none."""
     max_total_replicas: int | None = Field(default=None, ge=0)
     """Global replica budget shared by tier priority; None = no budget."""
     scale_down_window_s: float = Field(default=300.0, ge=0, allow_inf_nan=False)

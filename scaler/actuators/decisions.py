@@ -3,6 +3,7 @@ line; an idle group's unchanged hold goes every 25 s (`worth_writing`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ class Written:
 
     said: tuple[object, ...]
     at: float
+    signals: GroupSignals | None = None
+    """The signals the record carried: a hold left out must be rebuildable from them."""
 
 
 def what_it_says(
@@ -59,7 +62,10 @@ def worth_writing(
     idle_every_s: float,
 ) -> bool:
     """Every tick's decision is written, except an idle group's hold that says what the last
-    record said: that one once per `idle_every_s` (0: every tick).
+    record said, on the same signals but for their time: that one once per `idle_every_s`
+    (0: every tick). So a reader rebuilds every hold left out from the record before it
+    (`scaler/recall.py`): the first idle tick after a busy one is always written, and so is
+    one whose window still holds the last requests' latencies.
 
     Every record wakes every worker that reads the topic, and an idle stack of six groups
     wrote six holds every tick for nothing. A starting worker reads the last 30 s of
@@ -69,7 +75,14 @@ def worth_writing(
     """
     if last is None or said != last.said or not is_idle(signals):
         return True
+    if signals is None or last.signals is None or not same_but_time(signals, last.signals):
+        return True
     return now - last.at >= idle_every_s
+
+
+def same_but_time(a: GroupSignals, b: GroupSignals) -> bool:
+    """The same signals, collected at different times."""
+    return dataclasses.replace(a, collected_at=b.collected_at) == b
 
 
 class Producer(Protocol):

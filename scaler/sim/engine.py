@@ -15,6 +15,7 @@ import numpy as np
 from scaler.config import PolicyConfig
 from scaler.decision import Decision
 from scaler.policy import POLICIES
+from scaler.recall import RecalledTick, memory_s, replay
 from scaler.signals import ScalerState
 from scaler.sim.group import GroupSim, Replica
 from scaler.sim.params import SimParams
@@ -102,6 +103,9 @@ class _Loop:
             GroupSim(worker_group("sim", t), t, workload.tiers[t], params) for t in tiers
         ]
         self.state = ScalerState()
+        self.log: list[RecalledTick] = []
+        """Every tick's signals: the decision records a restarted scaler reads back."""
+        self.restart_at = params.scaler_restart_at_s
         self.last_arrival = max(
             (float(g.times[-1]) for g in self.groups if g.times.size), default=0.0
         )
@@ -149,7 +153,11 @@ class _Loop:
             g.collect(now, max(self.params.collection_interval_s, self.params.metrics_window_s))
             for g in self.groups
         ]
+        if self.restart_at is not None and now >= self.restart_at:
+            self.restart_at = None
+            self.state = self._restarted(now)
         decision, self.state = self.policy(signals, self.state, self.config, now)
+        self.log.append(RecalledTick(now, tuple(signals)))
         self._apply(decision, now)
         for s, d in zip(signals, decision.groups, strict=True):
             self.ticks.append(
@@ -168,6 +176,13 @@ class _Loop:
                 )
             )
         return now < self.last_arrival or any(g.unserved_left() for g in self.groups)
+
+    def _restarted(self, now: float) -> ScalerState:
+        """A new scaler process's memory: its records replayed (`scaler/recall.py`), or none."""
+        if not self.params.scaler_recall:
+            return ScalerState()
+        since = now - memory_s(self.config)
+        return replay([t for t in self.log if t.at >= since], self.policy, self.config)
 
     def _joins(self, gi: int, now: float) -> bool:
         """A readiness event only rebalances if its replica still consumes from then."""

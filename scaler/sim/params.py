@@ -174,6 +174,11 @@ class SimParams:
     """After the last arrival keep serving this long; what is still queued counts as unserved."""
     oracle_step_s: float = 60.0
     """The oracle's schedule granularity."""
+    scaler_restart_at_s: float | None = None
+    """The scaler restarts here: its first tick at or after this time is a new process's."""
+    scaler_recall: bool = True
+    """A restarted scaler replays its decision records of the last half hour
+    (`scaler/recall.py`), as the live one does at start; False: it starts with no memory."""
 
     def __post_init__(self) -> None:
         infinite = not_finite(
@@ -185,6 +190,7 @@ class SimParams:
             metrics_window_s=self.metrics_window_s,
             drain_s=self.drain_s,
             oracle_step_s=self.oracle_step_s,
+            scaler_restart_at_s=self.scaler_restart_at_s or 0.0,
             **{f"slo_p99_e2e_ms[{t}]": v for t, v in self.slo_p99_e2e_ms.items()},
         )
         if infinite:
@@ -204,6 +210,7 @@ class SimParams:
             *_must_reach(0, min_replicas=self.min_replicas, warm_replicas=self.warm_replicas),
             *_must_reach(0, initial_replicas=self.initial_replicas or 0),
             *_must_reach(0, max_total_replicas=self.max_total_replicas or 0),
+            *_must_reach(0, scaler_restart_at_s=self.scaler_restart_at_s or 0.0),
             *_must_reach(1, partitions=self.partitions),
             *_must_exceed(0, collection_interval_s=self.collection_interval_s),
             *_must_exceed(0, metrics_window_s=self.metrics_window_s),

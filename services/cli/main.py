@@ -327,6 +327,7 @@ def up(
         policy_config=PolicyConfig(scale_down_window_s=scaler_settings.scale_down_window_s),
         worker_budget=scaler_settings.max_total_replicas,
         idle_hold_every_s=scaler_settings.idle_hold_every_s,
+        recall_timeout_s=scaler_settings.recall_timeout_s,
         scaler_metrics_port=scaler_settings.metrics_port,
     )
     lock = _one_stack_per_log_dir(log_dir)

@@ -55,7 +55,7 @@ from scaler.collector.lag import group_lag, summarize
 from scaler.collector.offsets import GroupOffsetReader
 from scaler.config import PolicyConfig
 from scaler.service import GroupView, ScalerService
-from scaler.settings import IDLE_HOLD_EVERY_S
+from scaler.settings import IDLE_HOLD_EVERY_S, RECALL_TIMEOUT_S
 from schemas.errors import InferbusError
 from schemas.telemetry import InstanceRecord
 from schemas.topics import INGEST_GROUP, INGEST_TOPICS, INSTANCES, TIERS, Tier
@@ -98,6 +98,9 @@ class StackOptions:
     `local_worker_budget`."""
     idle_hold_every_s: float = IDLE_HOLD_EVERY_S
     """How often an idle group's unchanged hold is written (INFERBUS_SCALER_IDLE_HOLD_EVERY_S)."""
+    recall_timeout_s: float = RECALL_TIMEOUT_S
+    """How long the scaler reads its decision records back at start
+    (INFERBUS_SCALER_RECALL_TIMEOUT_S); 0: it starts with no memory."""
     scaler_metrics_port: int = 0
     """Where the scaler's gauges are served (INFERBUS_SCALER_METRICS_PORT); 0: off."""
     worker_grace_s: float | None = None
@@ -376,6 +379,7 @@ class Stack:
             config=options.policy_config,
             collector_config=options.collector_config,
             idle_hold_every_s=options.idle_hold_every_s,
+            recall_timeout_s=options.recall_timeout_s,
         )
         started = len(self.scaler.collector.groups) * options.workers_per_group
         budget = local_worker_budget(options.worker_budget, usable_cores(), started)

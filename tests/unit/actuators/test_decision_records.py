@@ -48,8 +48,20 @@ def test_is_idle(signals: GroupSignals | None, idle: bool) -> None:
     ("now_said", "signals", "last", "now", "written"),
     [
         pytest.param(said(), IDLE, None, 100.0, True, id="first-record"),
-        pytest.param(said(), IDLE, Written(said(), 90.0), 100.0, False, id="idle-hold-again"),
-        pytest.param(said(), IDLE, Written(said(), 75.0), 100.0, True, id="idle-hold-due"),
+        pytest.param(
+            said(), IDLE, Written(said(), 90.0, replace(IDLE, collected_at=-9.0)), 100.0, False,
+            id="idle-hold-again",
+        ),
+        pytest.param(said(), IDLE, Written(said(), 75.0, IDLE), 100.0, True, id="idle-hold-due"),
+        pytest.param(
+            said(), IDLE, Written(said(), 99.0, replace(IDLE, arrival_rps=3.0, lag=2)), 100.0,
+            True, id="the-first-idle-hold-after-traffic",
+        ),
+        pytest.param(
+            said(), IDLE, Written(said(), 99.0, replace(IDLE, queue_p99_ms=120.0)), 100.0, True,
+            id="the-window-still-holds-latencies",
+        ),
+        pytest.param(said(), IDLE, Written(said(), 99.0), 100.0, True, id="signals-unknown"),
         pytest.param(
             said(replace(HOLD, desired=2, diagnosis="capacity_bound")), IDLE,
             Written(said(), 99.0), 100.0, True, id="a-change",
@@ -79,7 +91,7 @@ def test_worth_writing(
 
 
 def test_every_tick_when_turned_off() -> None:
-    last = Written(said(), 99.9)
+    last = Written(said(), 99.9, IDLE)
     assert worth_writing(said(), IDLE, last, now=100.0, idle_every_s=0.0)
 
 

@@ -1,0 +1,112 @@
+"""Reads the scaler's own recent decision records back from Kafka, for `recall.py`.
+
+From the first record written at or after `since` to the log's end as it was when the
+read began. The start is the broker's offset for that time (ListOffsets by timestamp), at
+most `most` records before the end: Tansu 0.6 answers its log's first offset for any time
+(and a time of its own, not the record's, so the answer cannot be checked). What is older
+than `since` is left out by the records' own times (`recall.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from infra.kafka import make_consumer, start_with_retry
+from infra.log_end import log_spans
+from schemas.topics import DECISIONS
+
+log = logging.getLogger("inferbus.scaler.recall")
+
+_POLL_MS = 500
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """Decision records read back, parsed as JSON (an undecodable one is the string
+    "undecodable", which `recall.recorded` refuses), and whether the read reached the end."""
+
+    records: list[Any]
+    complete: bool
+
+
+def start_offset(found: int | None, *, first: int, end: int, most: int) -> int:
+    """Where to start reading: `found`, the broker's offset for the memory's start, but no
+    more than `most` records before `end` (Tansu 0.6 answers the log's first offset for any
+    time), and never before `first`. None, Kafka's answer for a time after the log's last
+    record: nothing to read."""
+    if found is None:
+        return end
+    return min(end, max(first, found, end - most))
+
+
+async def read_decisions(
+    bootstrap: str, *, since: float, most: int, timeout_s: float, topic: str = DECISIONS
+) -> ReadBack:
+    """The decision records written since `since` (wall-clock s), at most `most` of them
+    per partition; stops at `timeout_s` with what it has (`complete` False)."""
+    consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id="inferbus-scaler-recall")
+    await start_with_retry(consumer.start, what="scaler-recall")
+    try:
+        return await _read(consumer, topic, since, most, time.monotonic() + timeout_s)
+    finally:
+        await consumer.stop()
+
+
+async def _read(
+    consumer: AIOKafkaConsumer, topic: str, since: float, most: int, deadline: float
+) -> ReadBack:
+    await consumer.topics()
+    partitions = sorted(consumer.partitions_for_topic(topic) or ())
+    tps = [TopicPartition(topic, p) for p in partitions]
+    if not tps:
+        return ReadBack([], complete=True)
+    spans = await log_spans(consumer, tps)
+    since_ms = int(since * 1000)
+    found = await consumer.offsets_for_times(dict.fromkeys(tps, since_ms))
+    starts: dict[TopicPartition, int] = {}
+    for tp in tps:
+        first, end = spans[tp]
+        hit = found.get(tp)
+        start = start_offset(
+            None if hit is None else hit.offset,
+            first=first,
+            end=end,
+            most=most,
+        )
+        if start < end:
+            starts[tp] = start
+    if not starts:
+        return ReadBack([], complete=True)
+    consumer.assign(list(starts))
+    for tp, offset in starts.items():
+        consumer.seek(tp, offset)
+    records: list[Any] = []
+    left = dict(starts)
+    while left:
+        wait_ms = min(_POLL_MS, int((deadline - time.monotonic()) * 1000))
+        if wait_ms <= 0:
+            log.warning(
+                "event=recall_read_cut_short read=%d partitions_left=%d", len(records), len(left)
+            )
+            return ReadBack(records, complete=False)
+        batches = await consumer.getmany(*left, timeout_ms=wait_ms)
+        for tp, got in batches.items():
+            for record in got:
+                if record.offset < spans[tp][1]:
+                    records.append(_decoded(record.value))
+            if got and got[-1].offset + 1 >= spans[tp][1]:
+                left.pop(tp, None)
+    return ReadBack(records, complete=True)
+
+
+def _decoded(value: bytes | None) -> Any:
+    try:
+        return json.loads(value) if value is not None else None
+    except ValueError:
+        return "undecodable"

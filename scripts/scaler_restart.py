@@ -1,0 +1,128 @@
+"""What a scaler restart costs, with and without recall (`scaler/recall.py`), in the simulator.
+
+    python scripts/scaler_restart.py OUT TRACE.csv [TRACE.csv ...] [--rate-scale 20]
+                                     [--restart-at-s 1800] [--seed 1]
+
+Runs `slo` on each trace three times from the same start: no restart; the scaler restarted
+at `--restart-at-s` with no memory (what a restart did before recall); restarted, its last
+half hour of decisions replayed (what the live scaler does at start). Writes OUT/restart.json
+(attainment and replica-seconds against the oracle, per trace and run) and OUT/restart.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from scaler.config import PolicyConfig
+from scaler.sim.params import SimParams
+from scaler.sim.report import compare
+from scaler.sim.workload import from_trace
+from schemas.topics import TIERS
+
+RUNS: dict[str, bool | None] = {
+    "no restart": None,
+    "restart, no memory": False,
+    "restart, recall": True,
+}
+"""Each run by name: whether the restarted scaler recalls (None: it does not restart)."""
+
+
+def run_trace(path: Path, rate_scale: float, seed: int, restart_at_s: float) -> dict[str, Any]:
+    """The three runs of one trace, each as attainment % and cost ÷ oracle per tier."""
+    workload = from_trace(
+        path, rate_scale=rate_scale, tiers=("interactive",), max_input_tokens=512, seed=seed
+    )
+    base = SimParams().with_overrides(workload.overrides)
+    result: dict[str, Any] = {}
+    for name, recalls in RUNS.items():
+        params = (
+            base
+            if recalls is None
+            else dataclasses.replace(base, scaler_restart_at_s=restart_at_s, scaler_recall=recalls)
+        )
+        comparison = compare(workload, params, ["slo"], PolicyConfig())
+        tiers = {}
+        for summary in comparison.summaries:
+            if summary.policy != "slo":
+                continue
+            oracle_cost = comparison.oracles[summary.tier].replica_seconds
+            tiers[summary.tier] = {
+                "attainment_pct": round(100 * summary.attainment, 3),
+                "cost_vs_oracle": round(summary.replica_seconds / oracle_cost, 4),
+            }
+        result[name] = tiers
+        print(f"{path.stem} x{rate_scale:g} {name}: {tiers}", file=sys.stderr, flush=True)
+    return result
+
+
+def plot(table: dict[str, dict[str, Any]], out: Path) -> None:
+    """Each restart's change against the run without one: attainment points and cost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    traces = list(table)
+    restarts = [name for name, recalls in RUNS.items() if recalls is not None]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, 1.3 * len(traces)), 6), sharex=True)
+    width = 0.8 / len(restarts)
+    for i, name in enumerate(restarts):
+        xs = [k + (i - (len(restarts) - 1) / 2) * width for k in range(len(traces))]
+        points, cost = [], []
+        for t in traces:
+            tier = next(x for x in TIERS if x in table[t]["no restart"])
+            still, restarted = table[t]["no restart"][tier], table[t][name][tier]
+            points.append(restarted["attainment_pct"] - still["attainment_pct"])
+            cost.append(restarted["cost_vs_oracle"] - still["cost_vs_oracle"])
+        # A marker as well as the bar: a change of 0 (what recall should give) has no bar.
+        bars = top.bar(xs, points, width, label=name)
+        colour = bars.patches[0].get_facecolor() if bars.patches else None
+        top.plot(xs, points, "o", markersize=3, color=colour)
+        bottom.bar(xs, cost, width, color=colour)
+        bottom.plot(xs, cost, "o", markersize=3, color=colour)
+    for axis in (top, bottom):
+        axis.axhline(0, color="black", linewidth=0.6)
+    top.set_ylabel("attainment, points vs no restart")
+    top.legend(fontsize=8)
+    bottom.set_ylabel("replica-s ÷ oracle, vs no restart")
+    bottom.set_xticks(range(len(traces)), traces, rotation=30, ha="right", fontsize=8)
+    top.set_title("slo policy: the scaler restarted mid-trace, with and without recall")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("traces", type=Path, nargs="+")
+    parser.add_argument("--rate-scale", type=float, default=20.0)
+    parser.add_argument("--restart-at-s", type=float, default=1800.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    table = {
+        f"{p.stem} x{args.rate_scale:g}": run_trace(
+            p, args.rate_scale, args.seed, args.restart_at_s
+        )
+        for p in args.traces
+    }
+    report = {
+        "command": " ".join(["python scripts/scaler_restart.py", *sys.argv[1:]]),
+        "restart_at_s": args.restart_at_s,
+        "rate_scale": args.rate_scale,
+        "seed": args.seed,
+        "runs": table,
+    }
+    (args.out / "restart.json").write_text(json.dumps(report, indent=1) + "\n")
+    plot(table, args.out / "restart.png")
+    print(f"wrote {args.out / 'restart.json'} and {args.out / 'restart.png'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""ScalerService.start: the policy's memory is rebuilt from the decision records first."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaConnectionError
+
+import scaler.service
+from scaler.collector.collector import GroupTarget
+from scaler.recall_reader import ReadBack
+from scaler.service import ScalerService
+from scaler.signals import ScalerState
+from tests.unit.scaler.test_recall import BURSTY, _live
+from tests.unit.scaler.test_retired_groups import Counted
+
+
+def _service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> ScalerService:
+    (tmp_path / "models").mkdir()
+    service = ScalerService("127.0.0.1:1", tmp_path / "models", Counted(0), **options)
+    monkeypatch.setattr(service, "_targets", lambda: [GroupTarget("m", "interactive")])
+    return service
+
+
+async def test_the_state_is_rebuilt_for_the_groups_the_scaler_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    records, live = _live(40, idle_every_s=25.0)
+    asked: dict[str, Any] = {}
+
+    async def read_decisions(bootstrap: str, **kwargs: Any) -> ReadBack:
+        asked.update(kwargs)
+        return ReadBack(records, complete=True)
+
+    monkeypatch.setattr(scaler.service, "read_decisions", read_decisions)
+    monkeypatch.setattr(scaler.service.time, "time", lambda: 1000.0 + 5.0 * 41)
+    service = _service(tmp_path, monkeypatch)
+    with caplog.at_level(logging.INFO, logger="scaler.service"):
+        await service._recall()
+    assert asked["since"] == 1000.0 + 5.0 * 41 - 1800.0
+    assert asked["most"] == 720  # two records an interval over the memory, one group
+    assert service.recalled is not None and service.recalled.ticks == 40
+    assert service.state.groups == (live.get(BURSTY),)
+    assert "event=recalled records=" in caplog.text
+
+
+async def test_a_read_that_fails_starts_without_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def read_decisions(bootstrap: str, **kwargs: Any) -> ReadBack:
+        raise KafkaConnectionError("the broker went away")
+
+    monkeypatch.setattr(scaler.service, "read_decisions", read_decisions)
+    service = _service(tmp_path, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="scaler.service"):
+        await service._recall()
+    assert "event=recall_failed" in caplog.text
+    assert service.recalled is None
+    assert service.state == ScalerState()
+
+
+async def test_no_read_when_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def read_decisions(bootstrap: str, **kwargs: Any) -> ReadBack:
+        raise AssertionError("read with recall turned off")
+
+    monkeypatch.setattr(scaler.service, "read_decisions", read_decisions)
+    service = _service(tmp_path, monkeypatch, recall_timeout_s=0.0)
+    await service._recall()
+    assert service.recalled is None
