@@ -3,10 +3,11 @@
 The policy is a pure function of the signals it has seen (`decide(signals, state, config,
 now)`), and every decision record on `inferbus.scaler.decisions` carries the signals it was
 decided on. So the state a scaler built over the last half hour (arrival samples, the
-burst memory and a schedule read from it, the learned spare, the regret factor) is rebuilt
-exactly by running the policy again over those records, in their order. A scaler that
-restarts (an upgrade, a crash, a node drain) then meets the next burst as its predecessor
-would have, instead of relearning bursts and schedules from nothing.
+burst memory and a schedule read from it, the learned spare) is rebuilt by running the
+policy again over those records, in their order; what only older records taught it (the
+regret factor's earlier verdicts) starts over. A scaler that restarts (an upgrade, a
+crash, a node drain) then meets the next burst as its predecessor would have, instead of
+relearning bursts and schedules from nothing.
 
 Pure: records in, state out; `recall_reader.py` reads the records.
 """
@@ -23,9 +24,6 @@ from scaler.config import PolicyConfig
 from scaler.policy.pipeline import PolicyFn
 from scaler.signals import GroupSignals, ScalerState, SignalsError, is_finite, is_json_number
 from scaler.snapshot import signals_from_dict
-
-TICK_SPREAD_S = 1.0
-"""Records of one tick are written one after another within this (a group's record once)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ def ticks_of(
     """The records at or after `since` regrouped into the ticks that wrote them, in order.
 
     A tick writes its groups' records one after another; a group's second record, or one
-    more than `TICK_SPREAD_S` after the tick's first, opens the next tick. A record written
+    more than half an interval after the tick's first, opens the next tick. A record written
     twice (two scalers, or a retried send) counts once. An idle group's hold on the same
     signals is written only every `idle_every_s` (`worth_writing`): on the ticks between,
     it is given its last record's signals again, moved to the tick's time, and where every
@@ -100,7 +98,7 @@ def ticks_of(
     ticks: list[RecalledTick] = []
     last: dict[str, Recorded] = {}
     order: dict[str, int] = {}
-    for written in _written_ticks(ordered):
+    for written in _written_ticks(ordered, interval_s / 2):
         at = written[0].at
         if ticks:
             ticks.extend(_quiet_ticks(ticks[-1], at, last, interval_s, idle_every_s))
@@ -108,7 +106,7 @@ def ticks_of(
         refilled = [
             _moved(r, at)
             for name, r in last.items()
-            if name not in seen and _holds(r, at, idle_every_s)
+            if name not in seen and _holds(r, at, idle_every_s, interval_s)
         ]
         for r in written:
             last[r.signals.group] = r
@@ -119,14 +117,14 @@ def ticks_of(
     return ticks
 
 
-def _written_ticks(ordered: Sequence[Recorded]) -> list[list[Recorded]]:
+def _written_ticks(ordered: Sequence[Recorded], spread_s: float) -> list[list[Recorded]]:
     """Records in time order, split where a tick's writing ends."""
     grouped: list[list[Recorded]] = []
     for record in ordered:
         current = grouped[-1] if grouped else None
         if (
             current is None
-            or record.at - current[0].at > TICK_SPREAD_S
+            or record.at - current[0].at > spread_s
             or any(r.signals.group == record.signals.group for r in current)
         ):
             grouped.append([record])
@@ -135,10 +133,11 @@ def _written_ticks(ordered: Sequence[Recorded]) -> list[list[Recorded]]:
     return grouped
 
 
-def _holds(record: Recorded, at: float, idle_every_s: float) -> bool:
+def _holds(record: Recorded, at: float, idle_every_s: float, interval_s: float) -> bool:
     """A hold left out at `at` would have said what `record` said: `record` was idle, and
-    `at` came before the next one was due (`worth_writing`; times within a tick's spread)."""
-    return is_idle(record.signals) and at - record.at < idle_every_s + TICK_SPREAD_S
+    `at` came before the next one was due (`worth_writing`; to within half an interval,
+    the records' times being their writing's, not their tick's)."""
+    return is_idle(record.signals) and at - record.at < idle_every_s + interval_s / 2
 
 
 def _quiet_ticks(
@@ -153,7 +152,7 @@ def _quiet_ticks(
     at = previous.at + interval_s
     while at < until - interval_s / 2:
         records = [last[s.group] for s in previous.signals]
-        if not all(_holds(r, at, idle_every_s) for r in records):
+        if not all(_holds(r, at, idle_every_s, interval_s) for r in records):
             break
         quiet.append(RecalledTick(at, tuple(_moved(r, at) for r in records)))
         at += interval_s

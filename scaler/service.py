@@ -185,7 +185,10 @@ class ScalerService:
         except KafkaError as exc:
             log.warning("event=recall_failed error=%r starting=without_memory", exc)
             return
-        self.recalled = recall(
+        # Half an hour of six groups replays in about a second: off the event loop, where
+        # the registry and telemetry feeds are already reading.
+        self.recalled = await asyncio.to_thread(
+            recall,
             read.records,
             self.policy,
             self.config,

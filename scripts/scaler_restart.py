@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from scaler.config import PolicyConfig
+from scaler.sim.engine import SimRun
 from scaler.sim.params import SimParams
 from scaler.sim.report import compare
 from scaler.sim.workload import from_trace
@@ -39,6 +40,7 @@ def run_trace(path: Path, rate_scale: float, seed: int, restart_at_s: float) -> 
     )
     base = SimParams().with_overrides(workload.overrides)
     result: dict[str, Any] = {}
+    still: SimRun | None = None
     for name, recalls in RUNS.items():
         params = (
             base
@@ -46,7 +48,7 @@ def run_trace(path: Path, rate_scale: float, seed: int, restart_at_s: float) -> 
             else dataclasses.replace(base, scaler_restart_at_s=restart_at_s, scaler_recall=recalls)
         )
         comparison = compare(workload, params, ["slo"], PolicyConfig())
-        tiers = {}
+        tiers: dict[str, Any] = {}
         for summary in comparison.summaries:
             if summary.policy != "slo":
                 continue
@@ -55,6 +57,10 @@ def run_trace(path: Path, rate_scale: float, seed: int, restart_at_s: float) -> 
                 "attainment_pct": round(100 * summary.attainment, 3),
                 "cost_vs_oracle": round(summary.replica_seconds / oracle_cost, 4),
             }
+        run = comparison.runs[0]
+        still = still or run
+        # Every tick's count and reading the same as without a restart: the same run.
+        tiers["same_ticks_as_no_restart"] = run.ticks == still.ticks
         result[name] = tiers
         print(f"{path.stem} x{rate_scale:g} {name}: {tiers}", file=sys.stderr, flush=True)
     return result
@@ -75,7 +81,7 @@ def plot(table: dict[str, dict[str, Any]], out: Path) -> None:
         xs = [k + (i - (len(restarts) - 1) / 2) * width for k in range(len(traces))]
         points, cost = [], []
         for t in traces:
-            tier = next(x for x in TIERS if x in table[t]["no restart"])
+            tier = next(x for x in TIERS if x in table[t]["no restart"])  # the traced tier
             still, restarted = table[t]["no restart"][tier], table[t][name][tier]
             points.append(restarted["attainment_pct"] - still["attainment_pct"])
             cost.append(restarted["cost_vs_oracle"] - still["cost_vs_oracle"])

@@ -174,7 +174,7 @@ IDLE: dict[str, Any] = {"arrival_rps": 0.0, "lag": 0}
             id="a-record-written-twice-counts-once",
         ),
         pytest.param(
-            [_at(5.0), _at(6.5, STEADY)], [[BURSTY], [STEADY]], id="a-record-after-the-spread"
+            [_at(5.0), _at(8.0, STEADY)], [[BURSTY], [STEADY]], id="half-an-interval-after"
         ),
         pytest.param(
             [_at(5.0, **IDLE), _at(5.01, STEADY), _at(10.0, STEADY), _at(25.0, STEADY)],
