@@ -237,6 +237,12 @@ def _refuse_unused_pause(
         raise typer.BadParameter(f"{flag} applies to --pause-model {model} only")
 
 
+def _refuse_unused_recall(params: SimParams) -> None:
+    """`--no-recall` says how the scaler restarts; with no restart it changed nothing."""
+    if not params.scaler_recall and params.scaler_restart_at_s is None:
+        raise typer.BadParameter("--no-recall applies with --scaler-restart-at-s only")
+
+
 def _phase_line(check: PhaseCheck) -> str:
     """One phase check as `sim` prints it."""
     breach = (
@@ -380,6 +386,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         }
         params = params.with_overrides({k: v for k, v in given.items() if v is not None})
         _refuse_unused_pause(params.pause_model, rebalance_pause_s, handover_pause_s)
+        _refuse_unused_recall(params)
         if slo_ms is not None:
             traced = {tier: slo_ms for tier in workload.tiers}
             params = dataclasses.replace(params, slo_p99_e2e_ms={**params.slo_p99_e2e_ms, **traced})

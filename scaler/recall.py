@@ -2,12 +2,12 @@
 
 The policy is a pure function of the signals it has seen (`decide(signals, state, config,
 now)`), and every decision record on `inferbus.scaler.decisions` carries the signals it was
-decided on. So the state a scaler built over the last half hour (arrival samples, the
-burst memory and a schedule read from it, the learned spare) is rebuilt by running the
-policy again over those records, in their order; what only older records taught it (the
-regret factor's earlier verdicts) starts over. A scaler that restarts (an upgrade, a
-crash, a node drain) then meets the next burst as its predecessor would have, instead of
-relearning bursts and schedules from nothing.
+decided on and the tick's clock (`tick_at`). So the state a scaler built over the last half
+hour (arrival samples, the burst memory and a schedule read from it, the learned spare) is
+rebuilt by running the policy again over those records, tick by tick; what only older
+records taught it (the regret factor's earlier verdicts) starts over. A scaler that
+restarts (an upgrade, a crash, a node drain) then meets the next burst as its predecessor
+would have, instead of relearning bursts and schedules from nothing.
 
 Pure: records in, state out; `recall_reader.py` reads the records.
 """
@@ -15,6 +15,7 @@ Pure: records in, state out; `recall_reader.py` reads the records.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,18 +29,26 @@ from scaler.snapshot import signals_from_dict
 
 @dataclass(frozen=True)
 class Recorded:
-    """One decision record's input: when it was written and the signals decided on."""
+    """One decision record's input: its tick's time, its group and the signals."""
 
     at: float
-    signals: GroupSignals
+    """The tick's clock (`tick_at`); a record written before it had one: when it was
+    written, within a moment of its tick."""
+    group: str
+    signals: GroupSignals | None
+    """None: the group was not collected at that tick (the policy decided it stale)."""
+    exact: bool
+    """`at` is the tick's own clock, the same in every record of the tick."""
 
 
 @dataclass(frozen=True)
-class RecalledTick:
-    """The signals of every group one scaler tick decided on, as the policy saw them."""
+class PolicyTick:
+    """One scaler tick as the policy saw it: its time, the signals of every group collected
+    and the groups decided (a group not collected is decided on its last signals, stale)."""
 
     at: float
     signals: tuple[GroupSignals, ...]
+    groups: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -48,73 +57,88 @@ class Recall:
 
     state: ScalerState
     ticks: int
-    records: int
+    read: int
+    """Records read, those left out included."""
     skipped: Mapping[str, int]
-    """Records not replayed, by reason (`recorded`)."""
+    """Records not replayed, by reason (`recorded`, `recall`)."""
     dropped: tuple[str, ...]
     """Groups replayed but left out of the state: the scaler no longer runs them."""
     since: float | None
     """The first replayed tick's time; None when nothing was replayed."""
 
 
+def _time(value: Any) -> float | None:
+    return float(value) if is_json_number(value) and is_finite(value) else None
+
+
 def recorded(raw: Any) -> Recorded | str:
-    """A decision record's time and signals, or why it cannot be replayed (a short reason)."""
+    """A decision record's tick time, group and signals, or why it cannot be replayed."""
     if not isinstance(raw, dict):
         return "not a JSON object"
     if raw.get("schema_version") != DECISION_SCHEMA_VERSION:
         return "another schema version"
-    at: Any = raw.get("at")
-    signals = raw.get("signals")
-    if not is_json_number(at) or not is_finite(at):
-        return "no finite 'at'"
+    tick_at, at = _time(raw.get("tick_at")), _time(raw.get("at"))
+    if tick_at is None and at is None:
+        return "no finite 'tick_at' or 'at'"
+    group, signals = raw.get("group"), raw.get("signals")
+    if not isinstance(group, str):
+        return "no group"
+    when = tick_at if tick_at is not None else at
+    assert when is not None
     if signals is None:
-        return "no signals (the group was not collected)"
+        return Recorded(when, group, None, exact=tick_at is not None)
     if not isinstance(signals, dict):
         return "signals not an object"
     try:
-        return Recorded(float(at), signals_from_dict(signals))
+        parsed = signals_from_dict(signals)
     except SignalsError:
         return "signals the policy would refuse"
+    if parsed.group != group:
+        return "signals of another group"
+    return Recorded(when, group, parsed, exact=tick_at is not None)
 
 
 def ticks_of(
-    records: Iterable[Recorded], *, since: float, interval_s: float, idle_every_s: float
-) -> list[RecalledTick]:
-    """The records at or after `since` regrouped into the ticks that wrote them, in order.
+    records: Iterable[Recorded], *, interval_s: float, idle_every_s: float
+) -> list[PolicyTick]:
+    """The records regrouped into the ticks that wrote them, in order.
 
-    A tick writes its groups' records one after another; a group's second record, or one
-    more than half an interval after the tick's first, opens the next tick. A record written
-    twice (two scalers, or a retried send) counts once. An idle group's hold on the same
-    signals is written only every `idle_every_s` (`worth_writing`): on the ticks between,
-    it is given its last record's signals again, moved to the tick's time, and where every
-    group was idle, those ticks (one every `interval_s`) are given back whole. A busy group
-    with no record, or an idle one's silence past `idle_every_s`, was not a tick: the
-    scaler was away.
+    Records with the tick's clock (`tick_at`) are grouped by it. Older ones were written one
+    after another: a group's second record, or one more than half an interval after the
+    tick's first, opens the next tick. A record written twice counts once. An idle group's
+    hold on the same signals is written at most every `idle_every_s` (`worth_writing`): on
+    the ticks between, it is given its last record's signals again, moved to the tick's
+    time, and where every group was idle, those ticks (one every `interval_s`) are given
+    back whole. A busy group with no record, or an idle one's silence past `idle_every_s`,
+    was no tick: the scaler was away.
     """
-    ordered = sorted(
-        {(r.at, r.signals.group): r for r in records if r.at >= since}.values(),
-        key=lambda r: r.at,
-    )
-    ticks: list[RecalledTick] = []
+    ordered = sorted({(r.at, r.group): r for r in records}.values(), key=lambda r: r.at)
+    ticks: list[PolicyTick] = []
     last: dict[str, Recorded] = {}
     order: dict[str, int] = {}
     for written in _written_ticks(ordered, interval_s / 2):
         at = written[0].at
         if ticks:
-            ticks.extend(_quiet_ticks(ticks[-1], at, last, interval_s, idle_every_s))
-        seen = {r.signals.group for r in written}
+            quiet = [last[g] for g in sorted(ticks[-1].groups, key=order.__getitem__)]
+            ticks.extend(_quiet_ticks(ticks[-1].at, at, quiet, interval_s, idle_every_s))
+        seen = {r.group for r in written}
         refilled = [
             _moved(r, at)
             for name, r in last.items()
             if name not in seen and _holds(r, at, idle_every_s, interval_s)
         ]
         for r in written:
-            last[r.signals.group] = r
-            order.setdefault(r.signals.group, len(order))
+            last[r.group] = r
+            order.setdefault(r.group, len(order))
         # The groups in the order the scaler wrote them, a refilled one in its place.
-        signals = sorted((*(r.signals for r in written), *refilled), key=lambda s: order[s.group])
-        ticks.append(RecalledTick(at, tuple(signals)))
+        present = sorted((*written, *refilled), key=lambda r: order[r.group])
+        ticks.append(_tick(at, present))
     return ticks
+
+
+def _tick(at: float, records: Sequence[Recorded]) -> PolicyTick:
+    signals = tuple(r.signals for r in records if r.signals is not None)
+    return PolicyTick(at, signals, frozenset(r.group for r in records))
 
 
 def _written_ticks(ordered: Sequence[Recorded], spread_s: float) -> list[list[Recorded]]:
@@ -122,54 +146,80 @@ def _written_ticks(ordered: Sequence[Recorded], spread_s: float) -> list[list[Re
     grouped: list[list[Recorded]] = []
     for record in ordered:
         current = grouped[-1] if grouped else None
-        if (
-            current is None
-            or record.at - current[0].at > spread_s
-            or any(r.signals.group == record.signals.group for r in current)
-        ):
+        if current is None or any(r.group == record.group for r in current):
             grouped.append([record])
-        else:
+            continue
+        first = current[0]
+        same = (
+            record.at == first.at
+            if record.exact and first.exact
+            else record.at - first.at <= spread_s
+        )
+        if same:
             current.append(record)
+        else:
+            grouped.append([record])
     return grouped
 
 
 def _holds(record: Recorded, at: float, idle_every_s: float, interval_s: float) -> bool:
     """A hold left out at `at` would have said what `record` said: `record` was idle, and
-    `at` came before the next one was due (`worth_writing`; to within half an interval,
-    the records' times being their writing's, not their tick's)."""
-    return is_idle(record.signals) and at - record.at < idle_every_s + interval_s / 2
+    `at` came before the next one was due (`worth_writing`; within half an interval, for
+    records timed by their writing)."""
+    return (
+        record.signals is not None
+        and is_idle(record.signals)
+        and at - record.at < idle_every_s + interval_s / 2
+    )
 
 
 def _quiet_ticks(
-    previous: RecalledTick,
+    after: float,
     until: float,
-    last: Mapping[str, Recorded],
+    records: Sequence[Recorded],
     interval_s: float,
     idle_every_s: float,
-) -> list[RecalledTick]:
-    """The ticks between `previous` and `until` at which every group held idle unwritten."""
-    quiet: list[RecalledTick] = []
-    at = previous.at + interval_s
+) -> list[PolicyTick]:
+    """The ticks between `after` and `until` at which every group of the tick at `after`
+    (its last `records`) held idle, unwritten."""
+    quiet: list[PolicyTick] = []
+    at = after + interval_s
     while at < until - interval_s / 2:
-        records = [last[s.group] for s in previous.signals]
         if not all(_holds(r, at, idle_every_s, interval_s) for r in records):
             break
-        quiet.append(RecalledTick(at, tuple(_moved(r, at) for r in records)))
+        quiet.append(_tick(at, [_moved(r, at) for r in records]))
         at += interval_s
     return quiet
 
 
-def _moved(record: Recorded, at: float) -> GroupSignals:
-    """An idle group's last signals as a later tick would have collected them."""
-    shift = at - record.at
+def _moved(record: Recorded, at: float) -> Recorded:
+    """An idle hold given again at a later tick: its signals as that tick collected them."""
     s = record.signals
-    return dataclasses.replace(s, collected_at=s.collected_at + shift)
+    assert s is not None
+    later = dataclasses.replace(s, collected_at=s.collected_at + at - record.at)
+    return dataclasses.replace(record, at=at, signals=later)
 
 
-def replay(ticks: Sequence[RecalledTick], policy: PolicyFn, config: PolicyConfig) -> ScalerState:
-    """The state the policy ends with after deciding `ticks` in order, from an empty one."""
+def replay(
+    ticks: Sequence[PolicyTick],
+    policy: PolicyFn,
+    config: PolicyConfig,
+    *,
+    forget_after_s: float = math.inf,
+) -> ScalerState:
+    """The state the policy ends with after deciding `ticks` in order, from an empty one.
+
+    A group with no record for `forget_after_s` is forgotten, as the scaler forgets a group
+    it retired or stopped running: decided stale on its last signals tick after tick, it
+    would hold a share of the budget that no tick gave it.
+    """
     state = ScalerState()
+    seen: dict[str, float] = {}
     for tick in ticks:
+        seen.update(dict.fromkeys(tick.groups, tick.at))
+        kept = tuple(g for g in state.groups if tick.at - seen[g.group] <= forget_after_s)
+        if len(kept) < len(state.groups):
+            state = ScalerState(groups=kept)
         _, state = policy(tick.signals, state, config, tick.at)
     return state
 
@@ -183,12 +233,18 @@ def recall(
     until: float,
     interval_s: float,
     idle_every_s: float,
+    acting: bool = True,
     groups: Iterable[str] | None = None,
 ) -> Recall:
-    """Replay the decision records written from `since` to `until` (now); keep `groups`
-    (None: all) of the state. Every group is replayed: the budget the policy shared between
-    them was shared with the groups gone since, too. A record from after `until` came from
-    a clock ahead of this one (another host's) and would sit in the memory as a future."""
+    """Replay the decision records of ticks from `since` to `until` (now); keep `groups`
+    (None: all) of the state.
+
+    Only the records of a scaler like this one (`acting`, or a dry run) are replayed: a
+    dry-run scaler beside an acting one writes its own ticks, and interleaved they would
+    read as twice as many. Every group is replayed (the budget was shared with them all,
+    and with the groups gone since). A record from after `until` came from a clock ahead
+    of this one (another host's) and would sit in the memory as a future.
+    """
     skipped: dict[str, int] = {}
     kept: list[Recorded] = []
     total = 0
@@ -197,6 +253,8 @@ def recall(
         got = recorded(raw)
         if isinstance(got, str):
             why = got
+        elif raw.get("acting", True) is not acting:
+            why = "a dry run's" if acting else "an acting scaler's"
         elif got.at < since:
             why = "older than the memory"
         elif got.at > until:
@@ -205,15 +263,15 @@ def recall(
             kept.append(got)
             continue
         skipped[why] = skipped.get(why, 0) + 1
-    ticks = ticks_of(kept, since=since, interval_s=interval_s, idle_every_s=idle_every_s)
-    state = replay(ticks, policy, config)
+    ticks = ticks_of(kept, interval_s=interval_s, idle_every_s=idle_every_s)
+    state = replay(ticks, policy, config, forget_after_s=idle_every_s + 2 * interval_s)
     wanted = None if groups is None else set(groups)
     return Recall(
         state=ScalerState(
             groups=tuple(g for g in state.groups if wanted is None or g.group in wanted)
         ),
         ticks=len(ticks),
-        records=total,
+        read=total,
         skipped=skipped,
         dropped=tuple(
             sorted(g.group for g in state.groups if wanted is not None and g.group not in wanted)

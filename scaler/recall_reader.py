@@ -29,7 +29,9 @@ _POLL_MS = 500
 @dataclass(frozen=True)
 class ReadBack:
     """Decision records read back, parsed as JSON (an undecodable one is the string
-    "undecodable", which `recall.recorded` refuses), and whether the read reached the end."""
+    "undecodable", which `recall.recorded` refuses), and whether the read reached the log's
+    end as it was at the start (on Tansu, the end a 1 s fetch of the last batch showed:
+    `infra.log_end.log_spans`)."""
 
     records: list[Any]
     complete: bool
@@ -49,8 +51,14 @@ async def read_decisions(
     bootstrap: str, *, since: float, most: int, timeout_s: float, topic: str = DECISIONS
 ) -> ReadBack:
     """The decision records written since `since` (wall-clock s), at most `most` of them
-    per partition; stops at `timeout_s` with what it has (`complete` False)."""
-    consumer = make_consumer(bootstrap=bootstrap, group_id=None, client_id="inferbus-scaler-recall")
+    per partition; stops at `timeout_s` with what it has (`complete` False). Each request
+    to the broker waits at most `timeout_s` too (aiokafka's default is 40 s)."""
+    consumer = make_consumer(
+        bootstrap=bootstrap,
+        group_id=None,
+        client_id="inferbus-scaler-recall",
+        request_timeout_ms=max(1000, int(timeout_s * 1000)),
+    )
     await start_with_retry(consumer.start, what="scaler-recall")
     try:
         return await _read(consumer, topic, since, most, time.monotonic() + timeout_s)
@@ -97,11 +105,12 @@ async def _read(
             return ReadBack(records, complete=False)
         batches = await consumer.getmany(*left, timeout_ms=wait_ms)
         for tp, got in batches.items():
-            for record in got:
-                if record.offset < spans[tp][1]:
-                    records.append(_decoded(record.value))
-            if got and got[-1].offset + 1 >= spans[tp][1]:
-                left.pop(tp, None)
+            records.extend(_decoded(r.value) for r in got if r.offset < spans[tp][1])
+        # By position, not by the last record's offset: a log may end in offsets with no
+        # record to deliver (transaction markers on Kafka).
+        for tp in list(left):
+            if await consumer.position(tp) >= spans[tp][1]:
+                del left[tp]
     return ReadBack(records, complete=True)
 
 

@@ -47,7 +47,7 @@ from scaler.registry import Registry, groups_with_live_members
 from scaler.rollout.judge import RolloutJudge
 from scaler.rollout.lanes import settle_canary
 from scaler.rollout.windows import VersionWindows
-from scaler.settings import IDLE_HOLD_EVERY_S, RECALL_TIMEOUT_S
+from scaler.settings import IDLE_HOLD_EVERY_MAX_S, IDLE_HOLD_EVERY_S, RECALL_TIMEOUT_S
 from scaler.signals import GroupSignals, ScalerState
 from scaler.telemetry import TelemetryReader
 from schemas.errors import InferbusError
@@ -168,40 +168,44 @@ class ScalerService:
         """Rebuild the policy's memory from the decision records of the last half hour.
 
         Before the first tick: the first decision is then made with the bursts, schedule
-        and spare the scaler before this one had learned. A read that fails or is cut short
-        is logged, and the scaler starts with what it has (nothing, or the older part).
+        and spare the scaler before this one had learned. Whatever fails here (the broker
+        away, a record the policy fails on) is logged and the scaler starts with no memory,
+        as it did before recall: a restart must not depend on the log it reads.
         """
         if self.recall_timeout_s <= 0:
+            log.info("event=recall_off")
             return
         now = time.time()
         since = now - memory_s(self.config)
-        groups = [t.group for t in self._targets()]
+        groups = list(self.collector.groups)
         interval_s = self.collector.config.interval_s
+        # Two records an interval per group: a tick's, and one more of another scaler's.
         most = math.ceil(2 * memory_s(self.config) / interval_s) * max(1, len(groups))
         try:
             read = await read_decisions(
                 self.bootstrap, since=since, most=most, timeout_s=self.recall_timeout_s
             )
-        except KafkaError as exc:
+            # Half an hour of six groups replays in about a second: off the event loop,
+            # where the registry and telemetry feeds are already reading.
+            self.recalled = await asyncio.to_thread(
+                recall,
+                read.records,
+                self.policy,
+                self.config,
+                since=since,
+                until=now,
+                interval_s=interval_s,
+                idle_every_s=IDLE_HOLD_EVERY_MAX_S,
+                acting=self.act,
+                groups=groups,
+            )
+        except Exception as exc:  # said here; the scaler runs on without the memory
             log.warning("event=recall_failed error=%r starting=without_memory", exc)
             return
-        # Half an hour of six groups replays in about a second: off the event loop, where
-        # the registry and telemetry feeds are already reading.
-        self.recalled = await asyncio.to_thread(
-            recall,
-            read.records,
-            self.policy,
-            self.config,
-            since=since,
-            until=now,
-            interval_s=interval_s,
-            idle_every_s=self.idle_hold_every_s,
-            groups=groups,
-        )
         self.state = self.recalled.state
         log.info(
-            "event=recalled records=%d ticks=%d since_s_ago=%s complete=%s skipped=%s dropped=%s",
-            self.recalled.records,
+            "event=recalled read=%d ticks=%d since_s_ago=%s complete=%s skipped=%s dropped=%s",
+            self.recalled.read,
             self.recalled.ticks,
             None if self.recalled.since is None else round(now - self.recalled.since),
             read.complete,
@@ -332,8 +336,9 @@ class ScalerService:
         await self.judge.tick()
         signals: list[GroupSignals] = [c.signals for c in collections if c.signals is not None]
         decisions: dict[str, GroupDecision] = {}
+        tick_at = time.time()
         if signals:
-            decision, self.state = self.policy(signals, self.state, self.config, time.time())
+            decision, self.state = self.policy(signals, self.state, self.config, tick_at)
             decisions = {d.group: d for d in decision.groups}
         for collection in collections:
             chosen = decisions.get(collection.group)
@@ -375,7 +380,9 @@ class ScalerService:
                     error = repr(exc)
                     log.error("event=scale_failed group=%s error=%r", chosen.group, exc)
             if chosen is not None and self._producer is not None:
-                await self._publish(chosen, collection, applied=applied, error=error)
+                await self._publish(
+                    chosen, collection, applied=applied, error=error, tick_at=tick_at
+                )
             self.views[collection.group] = GroupView(collection, chosen, applied, error)
             self._export(collection, chosen)
             if collection.retiring is not None:
@@ -445,22 +452,24 @@ class ScalerService:
         *,
         applied: bool,
         error: str | None,
+        tick_at: float,
     ) -> None:
         """The decision record; one that cannot be written (broker away) is logged and
-        the next tick writes a fresh one."""
+        the next tick writes a fresh one. What is left out is judged on the ticks' clock,
+        as a restart's replay judges it (`scaler/recall.py`)."""
         assert self._producer is not None
-        now = time.time()
         said = what_it_says(chosen, applied=applied, error=error, acting=self.act)
         last = self._written.get(chosen.group)
         signals = collection.signals
-        if not worth_writing(said, signals, last, now=now, idle_every_s=self.idle_hold_every_s):
+        if not worth_writing(said, signals, last, now=tick_at, idle_every_s=self.idle_hold_every_s):
             return
         try:
             await publish_decision(
                 self._producer,
                 chosen,
                 policy=self.policy_name,
-                at=now,
+                at=time.time(),
+                tick_at=tick_at,
                 signals=signals,
                 applied=applied,
                 error=error,
@@ -469,7 +478,7 @@ class ScalerService:
         except KafkaError as exc:
             log.warning("event=decision_publish_failed group=%s error=%r", chosen.group, exc)
             return
-        self._written[chosen.group] = Written(said, now, signals)
+        self._written[chosen.group] = Written(said, tick_at, signals)
 
     @staticmethod
     def _export(collection: GroupCollection, decision: GroupDecision | None) -> None:

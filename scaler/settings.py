@@ -14,6 +14,10 @@ of decisions a starting worker reads back (`ConsumerOptions.control_window_s`), 
 the scaler's word on how many of its group consume."""
 
 
+IDLE_HOLD_EVERY_MAX_S = 30.0
+"""The longest an idle hold may go unwritten: what a restart's replay gives holds back over
+(`scaler/recall.py`), whatever the scaler before it had set."""
+
 RECALL_TIMEOUT_S = 10.0
 """How long a starting scaler reads its decision records back (`scaler/recall.py`): half
 an hour of five groups' records is ~1,800 small records, read in well under a second."""
@@ -30,7 +34,9 @@ class ScalerSettings(BaseSettings):
     """`slo` (ours), or the baselines `keda-lag` and `hpa-util`."""
     interval_s: float = Field(default=5.0, gt=0, allow_inf_nan=False)
     """Seconds between collections and decisions."""
-    idle_hold_every_s: float = Field(default=IDLE_HOLD_EVERY_S, ge=0, le=30, allow_inf_nan=False)
+    idle_hold_every_s: float = Field(
+        default=IDLE_HOLD_EVERY_S, ge=0, le=IDLE_HOLD_EVERY_MAX_S, allow_inf_nan=False
+    )
     """An idle group's unchanged hold is written this often, not every tick (0: every
     tick); at most 30 s, the decisions a starting worker reads back (`IDLE_HOLD_EVERY_S`)."""
     recall_timeout_s: float = Field(default=RECALL_TIMEOUT_S, ge=0, le=300, allow_inf_nan=False)

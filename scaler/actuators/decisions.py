@@ -96,6 +96,7 @@ def decision_record(
     *,
     policy: str,
     at: float,
+    tick_at: float | None = None,
     signals: GroupSignals | None = None,
     applied: bool = True,
     error: str | None = None,
@@ -103,13 +104,17 @@ def decision_record(
 ) -> dict[str, Any]:
     """The JSON event: the decision, its inputs and whether the actuator applied it.
 
-    `acting`: the scaler acts on its decisions (not a dry run). Workers read `desired` of
-    an acting scaler's decisions to know how many of them consume (the rest stand by).
+    `at` is when it is written; `tick_at` the policy's clock (`now`) at the tick that made
+    it, the same in every group's record of one tick (what a restart replays them at,
+    `scaler/recall.py`). `acting`: the scaler acts on its decisions (not a dry run).
+    Workers read `desired` of an acting scaler's decisions to know how many of them
+    consume (the rest stand by).
     """
     return {
         "schema_version": DECISION_SCHEMA_VERSION,
         "policy": policy,
         "at": at,
+        "tick_at": tick_at,
         "model": decision.model,
         "tier": decision.tier,
         **decision.to_dict(),
@@ -126,6 +131,7 @@ async def publish_decision(
     *,
     policy: str,
     at: float,
+    tick_at: float | None = None,
     signals: GroupSignals | None = None,
     applied: bool = True,
     error: str | None = None,
@@ -137,6 +143,7 @@ async def publish_decision(
         decision,
         policy=policy,
         at=at,
+        tick_at=tick_at,
         signals=signals,
         applied=applied,
         error=error,

@@ -5,18 +5,21 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
+from scaler.actuators.decisions import Written, decision_record, what_it_says, worth_writing
 from scaler.config import PolicyConfig
 from scaler.decision import Decision
 from scaler.policy import POLICIES
-from scaler.recall import RecalledTick, memory_s, replay
-from scaler.signals import ScalerState
+from scaler.recall import memory_s, recall
+from scaler.settings import IDLE_HOLD_EVERY_MAX_S, IDLE_HOLD_EVERY_S
+from scaler.signals import GroupSignals, ScalerState
 from scaler.sim.group import GroupSim, Replica
 from scaler.sim.params import SimParams
 from scaler.sim.workload import FloatArray, Workload
@@ -103,8 +106,10 @@ class _Loop:
             GroupSim(worker_group("sim", t), t, workload.tiers[t], params) for t in tiers
         ]
         self.state = ScalerState()
-        self.log: list[RecalledTick] = []
-        """Every tick's signals: the decision records a restarted scaler reads back."""
+        self.records: list[Any] = []
+        """The decision records a restarted scaler reads back, as the live one writes them
+        (kept only while a restart is to come)."""
+        self.written: dict[str, Written] = {}
         self.restart_at = params.scaler_restart_at_s
         self.last_arrival = max(
             (float(g.times[-1]) for g in self.groups if g.times.size), default=0.0
@@ -157,7 +162,8 @@ class _Loop:
             self.restart_at = None
             self.state = self._restarted(now)
         decision, self.state = self.policy(signals, self.state, self.config, now)
-        self.log.append(RecalledTick(now, tuple(signals)))
+        if self.restart_at is not None and self.params.scaler_recall:
+            self._write(decision, signals, now)
         self._apply(decision, now)
         for s, d in zip(signals, decision.groups, strict=True):
             self.ticks.append(
@@ -177,12 +183,32 @@ class _Loop:
             )
         return now < self.last_arrival or any(g.unserved_left() for g in self.groups)
 
+    def _write(self, decision: Decision, signals: Sequence[GroupSignals], now: float) -> None:
+        """The tick's decision records, left out and read back as the live scaler's are
+        (`ScalerService._publish`; the read is the JSON the broker returns)."""
+        for s, d in zip(signals, decision.groups, strict=True):
+            said = what_it_says(d, applied=True, error=None, acting=True)
+            last = self.written.get(s.group)
+            if worth_writing(said, s, last, now=now, idle_every_s=IDLE_HOLD_EVERY_S):
+                record = decision_record(d, policy=self.policy_name, at=now, tick_at=now, signals=s)
+                self.records.append(json.loads(json.dumps(record)))
+                self.written[s.group] = Written(said, now, s)
+
     def _restarted(self, now: float) -> ScalerState:
         """A new scaler process's memory: its records replayed (`scaler/recall.py`), or none."""
         if not self.params.scaler_recall:
             return ScalerState()
-        since = now - memory_s(self.config)
-        return replay([t for t in self.log if t.at >= since], self.policy, self.config)
+        recalled = recall(
+            self.records,
+            self.policy,
+            self.config,
+            since=now - memory_s(self.config),
+            until=now,
+            interval_s=self.params.collection_interval_s,
+            idle_every_s=IDLE_HOLD_EVERY_MAX_S,
+        )
+        self.records.clear()
+        return recalled.state
 
     def _joins(self, gi: int, now: float) -> bool:
         """A readiness event only rebalances if its replica still consumes from then."""

@@ -237,6 +237,11 @@ class SimParams:
         or oracle steps than a run should: a trace with one row dated 2099 spans 75 years,
         and simulated them without a word."""
         span = duration_s + self.drain_s
+        if self.scaler_restart_at_s is not None and self.scaler_restart_at_s > span:
+            raise WorkloadError(
+                f"scaler_restart_at_s {self.scaler_restart_at_s:g} is after the run ends "
+                f"({span:.0f} s of arrivals and drain): the scaler would never restart"
+            )
         if self.collection_interval_s > span:
             raise WorkloadError(
                 f"collection_interval_s {self.collection_interval_s:g} is longer than the run "

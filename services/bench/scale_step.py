@@ -177,6 +177,9 @@ async def bench_scale_step(  # noqa: PLR0915 - one run, start to stop, in order
             worker_env={"INFERBUS_WORKER_HEARTBEAT_INTERVAL_S": "1"},
             # Sim workers sleep instead of computing: the group's bound, not the cores.
             worker_budget=options.max_replicas,
+            # Each run starts from nothing: against a Kafka given with --bootstrap, the
+            # scaler would otherwise recall a previous run's decisions for the same group.
+            recall_timeout_s=0.0,
         )
     )
     stack.console = Console(stderr=True)

@@ -14,30 +14,37 @@ from scaler.config import PolicyConfig
 from scaler.policy import POLICIES
 from scaler.recall import Recorded, memory_s, recall, recorded, ticks_of
 from scaler.recall_reader import start_offset
+from scaler.settings import IDLE_HOLD_EVERY_MAX_S
 from scaler.signals import GroupSignals, ScalerState
 from tests.unit.scaler.conftest import make_signals
 
 BURSTY = "inferbus.workers.m.interactive"
 STEADY = "inferbus.workers.m.batch"
+START = 1000.0
 
 
 def _arrivals(group: str, t: float) -> float:
-    """A 30 s burst every 2 minutes with nothing between, or a steady 600/s."""
+    """A 30 s burst every 2 minutes with nothing between; a job of 600/s for 4 minutes in
+    every 6 (so that both groups are idle at times)."""
     if group == STEADY:
-        return 600.0
+        return 600.0 if t % 360 < 240 else 0.0
     return 1500.0 if t % 120 < 30 else 0.0
 
 
-def _live(ticks: int, *, idle_every_s: float) -> tuple[list[Any], ScalerState]:
-    """Run the slo policy as the service does: the records it writes (`worth_writing`, a
-    JSON round trip) and the state it ends with."""
-    decide, config = POLICIES["slo"], PolicyConfig()
+def _live(
+    ticks: int, *, idle_every_s: float, tick_at: bool = True, budget: int | None = None
+) -> tuple[list[Any], ScalerState]:
+    """Run the slo policy as the service does: the records it writes (`worth_writing` on
+    the ticks' clock, written a few ms after the tick, a JSON round trip), and the state
+    it ends with. `tick_at` False: records as a scaler before `tick_at` wrote them."""
+    decide = POLICIES["slo"]
+    config = PolicyConfig(max_total_replicas=budget)
     state = ScalerState()
     replicas = {BURSTY: 4, STEADY: 4}
     written: dict[str, Written] = {}
     records: list[Any] = []
     for k in range(1, ticks + 1):
-        now = 1000.0 + 5.0 * k
+        now = START + 5.0 * k
         signals = []
         for group in (BURSTY, STEADY):
             rps = _arrivals(group, now)
@@ -45,64 +52,147 @@ def _live(ticks: int, *, idle_every_s: float) -> tuple[list[Any], ScalerState]:
                 make_signals(
                     group=group,
                     tier="interactive" if group == BURSTY else "batch",
-                    collected_at=now,
+                    collected_at=now - 0.02,
                     replicas=replicas[group],
                     ready_replicas=replicas[group],
                     arrival_rps=rps,
                     lag=0 if rps == 0 else 10,
                     utilization=min(1.0, rps / (300.0 * replicas[group])),
+                    queue_p99_ms=None if rps == 0 else 20.0,
+                    e2e_p99_ms=None if rps == 0 else 180.0,
                 )
             )
         decision, state = decide(signals, state, config, now)
-        for s, d in zip(signals, decision.groups, strict=True):
+        for n, (s, d) in enumerate(zip(signals, decision.groups, strict=True)):
             said = what_it_says(d, applied=True, error=None, acting=True)
             if worth_writing(said, s, written.get(s.group), now=now, idle_every_s=idle_every_s):
-                raw = decision_record(d, policy="slo", at=now, signals=s)
+                raw = decision_record(
+                    d,
+                    policy="slo",
+                    at=now + 0.003 * (n + 1),
+                    tick_at=now if tick_at else None,
+                    signals=s,
+                )
                 records.append(json.loads(json.dumps(raw)))
                 written[s.group] = Written(said, now, s)
             replicas[s.group] = d.desired
     return records, state
 
 
-@pytest.mark.parametrize("idle_every_s", [0.0, 25.0], ids=["every-tick", "idle-holds-thinned"])
+def _recall(records: list[Any], **options: Any) -> Any:
+    kwargs: dict[str, Any] = {
+        "since": 0.0,
+        "until": math.inf,
+        "interval_s": 5.0,
+        "idle_every_s": IDLE_HOLD_EVERY_MAX_S,
+        **options,
+    }
+    return recall(records, POLICIES["slo"], PolicyConfig(), **kwargs)
+
+
+@pytest.mark.parametrize(
+    "idle_every_s",
+    [
+        pytest.param(0.0, id="every-tick"),
+        pytest.param(25.0, id="idle-holds-thinned"),
+        pytest.param(10.0, id="thinned-at-another-cadence"),
+    ],
+)
 def test_the_records_replay_into_the_state_the_scaler_had(idle_every_s: float) -> None:
     records, live = _live(200, idle_every_s=idle_every_s)
     if idle_every_s:
-        assert len(records) < 400, "the idle holds between bursts were thinned"
-    got = recall(
-        records,
-        POLICIES["slo"],
-        PolicyConfig(),
-        since=0.0,
-        until=math.inf,
-        interval_s=5.0,
-        idle_every_s=idle_every_s or 25.0,
-    )
+        assert len(records) < 360, "the idle holds were thinned"
+    got = _recall(records)
     assert got.ticks == 200
     assert got.skipped == {}
     assert got.state == live
 
 
-def test_a_group_no_longer_run_and_records_out_of_the_memory_are_left_out() -> None:
+def _next(state: ScalerState) -> list[tuple[str, int, tuple[str, ...]]]:
+    """What the policy decides on one more tick, a burst starting, from `state`."""
+    now = START + 5.0 * 201
+    signals = [
+        make_signals(group=BURSTY, collected_at=now, arrival_rps=1500.0, replicas=4),
+        make_signals(group=STEADY, tier="batch", collected_at=now, replicas=4),
+    ]
+    decision, _ = POLICIES["slo"](signals, state, PolicyConfig(), now)
+    return [(d.group, d.desired, tuple(r.code for r in d.reasons)) for d in decision.groups]
+
+
+def test_records_without_the_tick_s_clock_replay_into_the_same_decisions() -> None:
+    """Written before records carried `tick_at`: replayed at the times they were written,
+    a few ms after their ticks, the state is the scaler's to those ms."""
+    records, live = _live(200, idle_every_s=25.0, tick_at=False)
+    got = _recall(records)
+    assert got.ticks == 200
+    assert [len(g.load_samples) for g in got.state.groups] == [
+        len(g.load_samples) for g in live.groups
+    ]
+    assert _next(got.state) == _next(live)
+
+
+def test_ticks_where_both_groups_were_idle_are_given_back() -> None:
+    records, _ = _live(200, idle_every_s=25.0)
+    written = {r["tick_at"] for r in records}
+    ticks = _recall(records).ticks
+    assert ticks == 200
+    assert len(written) < 190, "some ticks wrote nothing"
+
+
+def test_records_out_of_the_memory_and_groups_no_longer_run_are_left_out() -> None:
     records, _ = _live(40, idle_every_s=0.0)
-    got = recall(
+    got = _recall(
         records,
-        POLICIES["slo"],
-        PolicyConfig(),
-        since=1000.0 + 5.0 * 21,
-        until=1000.0 + 5.0 * 38,
-        interval_s=5.0,
-        idle_every_s=25.0,
+        since=START + 5.0 * 21,
+        until=START + 5.0 * 38,
         groups=[STEADY],
     )
     assert got.skipped == {
         "older than the memory": 40,
         "written after now (a clock ahead of this one)": 4,
     }
-    assert got.dropped == (BURSTY,)
     assert got.ticks == 18
-    assert got.since == 1000.0 + 5.0 * 21
+    assert got.since == START + 5.0 * 21
+    assert got.dropped == (BURSTY,)
     assert [g.group for g in got.state.groups] == [STEADY]
+
+
+def test_only_the_records_of_a_scaler_like_this_one_are_replayed() -> None:
+    acting, _ = _live(20, idle_every_s=0.0)
+    dry = [{**r, "acting": False, "tick_at": r["tick_at"] + 1.0} for r in acting]
+    got = _recall([*acting, *dry])
+    assert got.ticks == 20
+    assert got.skipped == {"a dry run's": 40}
+    assert _recall([*acting, *dry], acting=False).skipped == {"an acting scaler's": 40}
+
+
+def test_a_group_gone_from_the_records_is_forgotten_as_the_scaler_forgot_it() -> None:
+    """A retired group is dropped live; kept in the replay, it would be decided stale tick
+    after tick and hold a share of the budget from the groups still running."""
+    records, _ = _live(60, idle_every_s=0.0, budget=8)
+    gone_after = START + 5.0 * 10
+    left = [r for r in records if r["group"] != STEADY or r["tick_at"] <= gone_after]
+    got = recall(
+        left,
+        POLICIES["slo"],
+        PolicyConfig(max_total_replicas=8),
+        since=0.0,
+        until=math.inf,
+        interval_s=5.0,
+        idle_every_s=IDLE_HOLD_EVERY_MAX_S,
+    )
+    assert [g.group for g in got.state.groups] == [BURSTY]
+
+
+def test_a_group_not_collected_at_a_tick_is_decided_stale_and_kept() -> None:
+    records, _ = _live(20, idle_every_s=0.0)
+    uncollected = [
+        {**r, "signals": None} if r["group"] == STEADY and r["tick_at"] > START + 50 else r
+        for r in records
+    ]
+    got = _recall(uncollected)
+    assert got.state.get(STEADY).failed_collections == 10
+    assert [g.group for g in got.state.groups] == [BURSTY, STEADY]
 
 
 def _record(**changes: Any) -> dict[str, Any]:
@@ -115,12 +205,12 @@ def _record(**changes: Any) -> dict[str, Any]:
     [
         pytest.param("undecodable", "not a JSON object", id="not-an-object"),
         pytest.param(_record(schema_version=2), "another schema version", id="schema"),
-        pytest.param(_record(at=None), "no finite 'at'", id="no-at"),
-        pytest.param(_record(at=math.inf), "no finite 'at'", id="infinite-at"),
-        pytest.param(_record(at=True), "no finite 'at'", id="boolean-at"),
+        pytest.param(_record(at=None, tick_at=None), "no finite 'tick_at' or 'at'", id="no-time"),
         pytest.param(
-            _record(signals=None), "no signals (the group was not collected)", id="no-signals"
+            _record(at=math.inf, tick_at=None), "no finite 'tick_at' or 'at'", id="infinite"
         ),
+        pytest.param(_record(tick_at=True, at=None), "no finite 'tick_at' or 'at'", id="bool"),
+        pytest.param(_record(group=7), "no group", id="no-group"),
         pytest.param(_record(signals=[1]), "signals not an object", id="signals-a-list"),
         pytest.param(
             _record(signals={**_record()["signals"], "rps": 1}),
@@ -132,26 +222,20 @@ def _record(**changes: Any) -> dict[str, Any]:
             "signals the policy would refuse",
             id="a-negative-count",
         ),
+        pytest.param(_record(group=STEADY), "signals of another group", id="another-group"),
     ],
 )
 def test_a_record_that_cannot_be_replayed_says_why(raw: Any, why: str) -> None:
     assert recorded(raw) == why
-    got = recall(
-        [raw],
-        POLICIES["slo"],
-        PolicyConfig(),
-        since=0.0,
-        until=math.inf,
-        interval_s=5.0,
-        idle_every_s=25.0,
-    )
+    got = _recall([raw])
     assert got.skipped == {why: 1}
     assert got.state == ScalerState()
     assert got.since is None
 
 
-def _at(t: float, group: str = BURSTY, **changes: Any) -> Recorded:
-    return Recorded(t, make_signals(group=group, collected_at=t - 0.01, **changes))
+def _at(t: float, group: str = BURSTY, *, exact: bool = True, **changes: Any) -> Recorded:
+    signals = make_signals(group=group, collected_at=t - 0.01, **changes)
+    return Recorded(t, group, signals, exact=exact)
 
 
 IDLE: dict[str, Any] = {"arrival_rps": 0.0, "lag": 0}
@@ -161,30 +245,44 @@ IDLE: dict[str, Any] = {"arrival_rps": 0.0, "lag": 0}
     ("records", "shape"),
     [
         pytest.param(
-            [_at(5.0), _at(5.02, STEADY), _at(10.0), _at(10.03, STEADY)],
+            [_at(5.0), _at(5.0, STEADY), _at(10.0), _at(10.0, STEADY)],
             [[BURSTY, STEADY], [BURSTY, STEADY]],
             id="two-ticks-of-two-groups",
         ),
         pytest.param(
-            [_at(5.0), _at(5.2)], [[BURSTY], [BURSTY]], id="a-group-twice-opens-the-next-tick"
-        ),
-        pytest.param(
-            [_at(5.0), _at(5.0), _at(5.01, STEADY)],
+            [_at(5.0), _at(5.0), _at(5.0, STEADY)],
             [[BURSTY, STEADY]],
             id="a-record-written-twice-counts-once",
         ),
         pytest.param(
-            [_at(5.0), _at(8.0, STEADY)], [[BURSTY], [STEADY]], id="half-an-interval-after"
+            [_at(5.0), _at(7.0, STEADY)],
+            [[BURSTY], [STEADY]],
+            id="another-tick-s-clock",
         ),
         pytest.param(
-            [_at(5.0, **IDLE), _at(5.01, STEADY), _at(10.0, STEADY), _at(25.0, STEADY)],
+            [_at(5.0, exact=False), _at(5.02, STEADY, exact=False), _at(10.0, exact=False)],
+            [[BURSTY, STEADY], [BURSTY]],
+            id="without-the-clock-by-the-times-written",
+        ),
+        pytest.param(
+            [_at(5.0, exact=False), _at(5.2, exact=False)],
+            [[BURSTY], [BURSTY]],
+            id="without-the-clock-a-group-twice-opens-the-next-tick",
+        ),
+        pytest.param(
+            [_at(5.0, exact=False), _at(8.0, STEADY, exact=False)],
+            [[BURSTY], [STEADY]],
+            id="without-the-clock-half-an-interval-after",
+        ),
+        pytest.param(
+            [_at(5.0, **IDLE), _at(5.0, STEADY), _at(10.0, STEADY), _at(25.0, STEADY)],
             [[BURSTY, STEADY], [BURSTY, STEADY], [BURSTY, STEADY]],
-            id="an-idle-hold-is-given-again-in-its-place-within-the-idle-cadence",
+            id="an-idle-hold-is-given-again-in-its-place",
         ),
         pytest.param(
-            [_at(5.0, **IDLE), _at(5.01, STEADY), _at(35.0, STEADY)],
+            [_at(5.0, **IDLE), _at(5.0, STEADY), _at(40.0, STEADY)],
             [[BURSTY, STEADY], [STEADY]],
-            id="not-past-the-idle-cadence",
+            id="not-past-the-longest-idle-cadence",
         ),
         pytest.param(
             [_at(5.0, **IDLE), _at(25.0, **IDLE)],
@@ -192,36 +290,31 @@ IDLE: dict[str, Any] = {"arrival_rps": 0.0, "lag": 0}
             id="ticks-where-every-group-held-idle-are-given-back",
         ),
         pytest.param(
-            [_at(5.0, **IDLE), _at(5.01, STEADY), _at(25.0, STEADY)],
+            [_at(5.0, **IDLE), _at(5.0, STEADY), _at(25.0, STEADY)],
             [[BURSTY, STEADY], [BURSTY, STEADY]],
             id="no-tick-given-back-where-a-busy-group-wrote-nothing",
         ),
         pytest.param(
             [_at(5.0, **IDLE), _at(100.0, **IDLE)],
-            [[BURSTY]] * 7,
+            [[BURSTY]] * 8,
             id="a-silence-past-the-idle-cadence-was-the-scaler-away",
         ),
-        pytest.param(
-            [_at(5.0), _at(5.01, STEADY), _at(10.0, STEADY)],
-            [[BURSTY, STEADY], [STEADY]],
-            id="a-busy-group-missing-is-not-made-up",
-        ),
-        pytest.param([_at(1.0), _at(5.0)], [[BURSTY]], id="before-since-is-left-out"),
     ],
 )
 def test_records_are_regrouped_into_the_ticks_that_wrote_them(
     records: list[Recorded], shape: list[list[str]]
 ) -> None:
-    ticks = ticks_of(records, since=2.0, interval_s=5.0, idle_every_s=25.0)
+    ticks = ticks_of(records, interval_s=5.0, idle_every_s=IDLE_HOLD_EVERY_MAX_S)
     assert [[s.group for s in t.signals] for t in ticks] == shape
 
 
 def test_an_idle_hold_given_again_is_moved_to_its_tick() -> None:
     first = _at(5.0, **IDLE)
     ticks = ticks_of(
-        [first, _at(5.01, STEADY), _at(10.0, STEADY)], since=0.0, interval_s=5.0, idle_every_s=25.0
+        [first, _at(5.0, STEADY), _at(10.0, STEADY)], interval_s=5.0, idle_every_s=30.0
     )
     again = ticks[1].signals[0]
+    assert first.signals is not None
     assert again == dataclasses.replace(first.signals, collected_at=first.signals.collected_at + 5)
 
 
@@ -238,6 +331,7 @@ def test_signals_survive_the_record_round_trip() -> None:
     assert isinstance(got, Recorded)
     assert isinstance(got.signals, GroupSignals)
     assert got.signals.group == BURSTY
+    assert got.exact
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,10 @@ from tests.unit.scaler.test_recall import BURSTY, _live
 from tests.unit.scaler.test_retired_groups import Counted
 
 
-def _service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> ScalerService:
+async def _service(tmp_path: Path, **options: Any) -> ScalerService:
     (tmp_path / "models").mkdir()
     service = ScalerService("127.0.0.1:1", tmp_path / "models", Counted(0), **options)
-    monkeypatch.setattr(service, "_targets", lambda: [GroupTarget("m", "interactive")])
+    await service.collector.add_targets([GroupTarget("m", "interactive")])
     return service
 
 
@@ -37,14 +37,15 @@ async def test_the_state_is_rebuilt_for_the_groups_the_scaler_runs(
 
     monkeypatch.setattr(scaler.service, "read_decisions", read_decisions)
     monkeypatch.setattr(scaler.service.time, "time", lambda: 1000.0 + 5.0 * 41)
-    service = _service(tmp_path, monkeypatch)
+    service = await _service(tmp_path)
     with caplog.at_level(logging.INFO, logger="scaler.service"):
         await service._recall()
     assert asked["since"] == 1000.0 + 5.0 * 41 - 1800.0
     assert asked["most"] == 720  # two records an interval over the memory, one group
     assert service.recalled is not None and service.recalled.ticks == 40
     assert service.state.groups == (live.get(BURSTY),)
-    assert "event=recalled records=" in caplog.text
+    assert "event=recalled read=" in caplog.text
+    assert "dropped=inferbus.workers.m.batch" in caplog.text
 
 
 async def test_a_read_that_fails_starts_without_memory(
@@ -54,11 +55,33 @@ async def test_a_read_that_fails_starts_without_memory(
         raise KafkaConnectionError("the broker went away")
 
     monkeypatch.setattr(scaler.service, "read_decisions", read_decisions)
-    service = _service(tmp_path, monkeypatch)
+    service = await _service(tmp_path)
     with caplog.at_level(logging.WARNING, logger="scaler.service"):
         await service._recall()
     assert "event=recall_failed" in caplog.text
     assert service.recalled is None
+    assert service.state == ScalerState()
+
+
+async def test_a_replay_that_fails_starts_without_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record the policy fails on must not keep the scaler from starting."""
+    records, _ = _live(5, idle_every_s=0.0)
+
+    async def read_decisions(bootstrap: str, **kwargs: Any) -> ReadBack:
+        return ReadBack(records, complete=True)
+
+    def policy(*args: Any) -> Any:
+        raise ZeroDivisionError("a defect in the policy")
+
+    monkeypatch.setattr(scaler.service, "read_decisions", read_decisions)
+    monkeypatch.setattr(scaler.service.time, "time", lambda: 1000.0 + 5.0 * 6)
+    service = await _service(tmp_path)
+    service.policy = policy
+    with caplog.at_level(logging.WARNING, logger="scaler.service"):
+        await service._recall()
+    assert "event=recall_failed error=ZeroDivisionError" in caplog.text
     assert service.state == ScalerState()
 
 
@@ -67,6 +90,6 @@ async def test_no_read_when_turned_off(tmp_path: Path, monkeypatch: pytest.Monke
         raise AssertionError("read with recall turned off")
 
     monkeypatch.setattr(scaler.service, "read_decisions", read_decisions)
-    service = _service(tmp_path, monkeypatch, recall_timeout_s=0.0)
+    service = await _service(tmp_path, recall_timeout_s=0.0)
     await service._recall()
     assert service.recalled is None
