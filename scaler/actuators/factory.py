@@ -32,13 +32,14 @@ def make_actuator(
     compose_file: Path = Path("docker-compose.yml"),
     compose_project: str | None = None,
     compose_project_dir: Path | None = None,
-    worker_command: Sequence[str] = ("inferbus", "worker"),
+    worker_command: Sequence[str] | None = None,
     log_dir: Path | None = None,
     worker_grace_s: float | None = None,
 ) -> Actuator:
     """Build the actuator of `kind`; the Kubernetes client is imported only when asked for.
 
-    `worker_grace_s`: how long the local actuator waits after SIGTERM before a second one
+    `worker_command`: what the local actuator runs (None: `inferbus worker` by this
+    interpreter). `worker_grace_s`: how long it waits after SIGTERM before a second one
     (the workers' `WorkerSettings.stop_grace_s`); None: `LocalActuator`'s own default."""
     if kind == "kubernetes":
         from scaler.actuators.kubernetes import KubernetesActuator
@@ -50,10 +51,11 @@ def make_actuator(
         return ComposeActuator(
             compose_file, project=compose_project, project_dir=compose_project_dir
         )
-    from scaler.actuators.local import LocalActuator
+    from scaler.actuators.local import DEFAULT_COMMAND, LocalActuator
 
+    command = DEFAULT_COMMAND if worker_command is None else worker_command
     if worker_grace_s is None:
-        return LocalActuator(bootstrap, models_dir, command=worker_command, log_dir=log_dir)
+        return LocalActuator(bootstrap, models_dir, command=command, log_dir=log_dir)
     return LocalActuator(
-        bootstrap, models_dir, command=worker_command, log_dir=log_dir, grace_s=worker_grace_s
+        bootstrap, models_dir, command=command, log_dir=log_dir, grace_s=worker_grace_s
     )

@@ -17,13 +17,22 @@ from pathlib import Path
 from typing import IO
 
 from infra.broker import port_is_free
-from infra.processes import RestartBackoff, die_with_parent, forget_child, track_child
+from infra.processes import (
+    RestartBackoff,
+    die_with_parent,
+    forget_child,
+    inferbus_command,
+    track_child,
+)
 from infra.tasks import cancel_and_wait, within
 from scaler.actuators.base import Actuator, ActuatorError, parse_group
 
 log = logging.getLogger(__name__)
 
-DEFAULT_COMMAND: tuple[str, ...] = ("inferbus", "worker")
+DEFAULT_COMMAND: tuple[str, ...] = tuple(inferbus_command("worker"))
+"""`inferbus worker` run by this interpreter: `inferbus scaler run` started from a virtual
+environment that is not activated (`.venv/bin/inferbus`) found no `inferbus` on the PATH,
+and every start failed with "No such file or directory"."""
 
 
 METRICS_PORT_VARIABLE = "INFERBUS_WORKER_METRICS_PORT"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -266,6 +267,13 @@ def test_choose_kind_rejects_unknown() -> None:
 async def test_make_actuator(tmp_path: Path) -> None:
     local = make_actuator("local", bootstrap="b:1", models_dir=tmp_path)
     assert isinstance(local, LocalActuator)
+    # This interpreter's `inferbus worker`, whether or not `inferbus` is on the PATH.
+    assert local.argv("inferbus.workers.m.interactive")[:4] == [
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "worker",
+    ]
     await local.close()
     compose = make_actuator("compose", bootstrap="b:1", models_dir=tmp_path)
     assert isinstance(compose, ComposeActuator)
