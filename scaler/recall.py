@@ -99,7 +99,11 @@ def recorded(raw: Any) -> Recorded | str:
 
 
 def ticks_of(
-    records: Iterable[Recorded], *, interval_s: float, idle_every_s: float
+    records: Iterable[Recorded],
+    *,
+    interval_s: float,
+    idle_every_s: float,
+    until: float = -math.inf,
 ) -> list[PolicyTick]:
     """The records regrouped into the ticks that wrote them, in order.
 
@@ -109,8 +113,9 @@ def ticks_of(
     hold on the same signals is written at most every `idle_every_s` (`worth_writing`): on
     the ticks between, it is given its last record's signals again, moved to the tick's
     time, and where every group was idle, those ticks (one every `interval_s`) are given
-    back whole. A busy group with no record, or an idle one's silence past `idle_every_s`,
-    was no tick: the scaler was away.
+    back whole, after the last record too, up to `until` (the restart). A busy group with
+    no record, or an idle one's silence past `idle_every_s`, was no tick: the scaler was
+    away.
     """
     ordered = sorted({(r.at, r.group): r for r in records}.values(), key=lambda r: r.at)
     ticks: list[PolicyTick] = []
@@ -133,6 +138,11 @@ def ticks_of(
         # The groups in the order the scaler wrote them, a refilled one in its place.
         present = sorted((*written, *refilled), key=lambda r: order[r.group])
         ticks.append(_tick(at, present))
+    if ticks:
+        quiet = [last[g] for g in sorted(ticks[-1].groups, key=order.__getitem__)]
+        ticks.extend(
+            _quiet_ticks(ticks[-1].at, until + interval_s, quiet, interval_s, idle_every_s)
+        )
     return ticks
 
 
@@ -263,7 +273,7 @@ def recall(
             kept.append(got)
             continue
         skipped[why] = skipped.get(why, 0) + 1
-    ticks = ticks_of(kept, interval_s=interval_s, idle_every_s=idle_every_s)
+    ticks = ticks_of(kept, interval_s=interval_s, idle_every_s=idle_every_s, until=until)
     state = replay(ticks, policy, config, forget_after_s=idle_every_s + 2 * interval_s)
     wanted = None if groups is None else set(groups)
     return Recall(
@@ -277,6 +287,21 @@ def recall(
             sorted(g.group for g in state.groups if wanted is not None and g.group not in wanted)
         ),
         since=ticks[0].at if ticks else None,
+    )
+
+
+def to_resume(state: ScalerState) -> ScalerState:
+    """The recalled memory without the predecessor's last signals of each group.
+
+    The policy decides a group it remembers but did not collect on its last signals (stale:
+    hold their count). Recalled, those are up to half an hour old: a group whose first
+    collection in the new process failed would be set back to the count it had then. Until
+    this process collects a group, it gets no decision, as before recall.
+    """
+    return ScalerState(
+        groups=tuple(
+            dataclasses.replace(g, last_signals=None, last_replicas=None) for g in state.groups
+        )
     )
 
 

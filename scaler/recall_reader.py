@@ -9,6 +9,7 @@ than `since` is left out by the records' own times (`recall.py`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -51,17 +52,20 @@ async def read_decisions(
     bootstrap: str, *, since: float, most: int, timeout_s: float, topic: str = DECISIONS
 ) -> ReadBack:
     """The decision records written since `since` (wall-clock s), at most `most` of them
-    per partition; stops at `timeout_s` with what it has (`complete` False). Each request
-    to the broker waits at most `timeout_s` too (aiokafka's default is 40 s)."""
+    per partition; stops at `timeout_s` with what it has (`complete` False). Finding where
+    to start (connecting, the log's ends, the offset for the time) that takes longer than
+    `timeout_s` raises TimeoutError: nothing was read."""
     consumer = make_consumer(
         bootstrap=bootstrap,
         group_id=None,
         client_id="inferbus-scaler-recall",
         request_timeout_ms=max(1000, int(timeout_s * 1000)),
     )
-    await start_with_retry(consumer.start, what="scaler-recall")
+    deadline = time.monotonic() + timeout_s
     try:
-        return await _read(consumer, topic, since, most, time.monotonic() + timeout_s)
+        async with asyncio.timeout(timeout_s + _POLL_MS / 1000):
+            await start_with_retry(consumer.start, what="scaler-recall")
+            return await _read(consumer, topic, since, most, deadline)
     finally:
         await consumer.stop()
 

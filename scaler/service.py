@@ -41,7 +41,7 @@ from scaler.decision import GroupDecision
 from scaler.orphan_sweeps import OrphanSweeps
 from scaler.policy import POLICIES
 from scaler.policy.retire import settle_retiring
-from scaler.recall import Recall, memory_s, recall
+from scaler.recall import Recall, memory_s, recall, to_resume
 from scaler.recall_reader import read_decisions
 from scaler.registry import Registry, groups_with_live_members
 from scaler.rollout.judge import RolloutJudge
@@ -202,7 +202,7 @@ class ScalerService:
         except Exception as exc:  # said here; the scaler runs on without the memory
             log.warning("event=recall_failed error=%r starting=without_memory", exc)
             return
-        self.state = self.recalled.state
+        self.state = to_resume(self.recalled.state)
         log.info(
             "event=recalled read=%d ticks=%d since_s_ago=%s complete=%s skipped=%s dropped=%s",
             self.recalled.read,
@@ -455,20 +455,21 @@ class ScalerService:
         tick_at: float,
     ) -> None:
         """The decision record; one that cannot be written (broker away) is logged and
-        the next tick writes a fresh one. What is left out is judged on the ticks' clock,
-        as a restart's replay judges it (`scaler/recall.py`)."""
+        the next tick writes a fresh one. What is left out is judged by when records are
+        written: a starting worker reads the last 30 s of them by that time."""
         assert self._producer is not None
+        now = time.time()
         said = what_it_says(chosen, applied=applied, error=error, acting=self.act)
         last = self._written.get(chosen.group)
         signals = collection.signals
-        if not worth_writing(said, signals, last, now=tick_at, idle_every_s=self.idle_hold_every_s):
+        if not worth_writing(said, signals, last, now=now, idle_every_s=self.idle_hold_every_s):
             return
         try:
             await publish_decision(
                 self._producer,
                 chosen,
                 policy=self.policy_name,
-                at=time.time(),
+                at=now,
                 tick_at=tick_at,
                 signals=signals,
                 applied=applied,
@@ -478,7 +479,7 @@ class ScalerService:
         except KafkaError as exc:
             log.warning("event=decision_publish_failed group=%s error=%r", chosen.group, exc)
             return
-        self._written[chosen.group] = Written(said, tick_at, signals)
+        self._written[chosen.group] = Written(said, now, signals)
 
     @staticmethod
     def _export(collection: GroupCollection, decision: GroupDecision | None) -> None:

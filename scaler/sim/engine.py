@@ -17,7 +17,7 @@ from scaler.actuators.decisions import Written, decision_record, what_it_says, w
 from scaler.config import PolicyConfig
 from scaler.decision import Decision
 from scaler.policy import POLICIES
-from scaler.recall import memory_s, recall
+from scaler.recall import memory_s, recall, to_resume
 from scaler.settings import IDLE_HOLD_EVERY_MAX_S, IDLE_HOLD_EVERY_S
 from scaler.signals import GroupSignals, ScalerState
 from scaler.sim.group import GroupSim, Replica
@@ -208,7 +208,7 @@ class _Loop:
             idle_every_s=IDLE_HOLD_EVERY_MAX_S,
         )
         self.records.clear()
-        return recalled.state
+        return to_resume(recalled.state)
 
     def _joins(self, gi: int, now: float) -> bool:
         """A readiness event only rebalances if its replica still consumes from then."""

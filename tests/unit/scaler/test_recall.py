@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from scaler.actuators.decisions import Written, decision_record, what_it_says, w
 from scaler.config import PolicyConfig
 from scaler.policy import POLICIES
 from scaler.recall import Recorded, memory_s, recall, recorded, ticks_of
-from scaler.recall_reader import start_offset
+from scaler.recall_reader import read_decisions, start_offset
 from scaler.settings import IDLE_HOLD_EVERY_MAX_S
 from scaler.signals import GroupSignals, ScalerState
 from tests.unit.scaler.conftest import make_signals
@@ -52,7 +53,9 @@ def _live(
                 make_signals(
                     group=group,
                     tier="interactive" if group == BURSTY else "batch",
-                    collected_at=now - 0.02,
+                    # Collected a moment before the tick; a power of two, so that a hold
+                    # given again at a later tick is moved there exactly.
+                    collected_at=now - 0.25,
                     replicas=replicas[group],
                     ready_replicas=replicas[group],
                     arrival_rps=rps,
@@ -90,20 +93,24 @@ def _recall(records: list[Any], **options: Any) -> Any:
     return recall(records, POLICIES["slo"], PolicyConfig(), **kwargs)
 
 
+@pytest.mark.parametrize("ticks", [71, 143, 200, 300], ids=lambda n: f"{n}-ticks")
 @pytest.mark.parametrize(
     "idle_every_s",
     [
         pytest.param(0.0, id="every-tick"),
         pytest.param(25.0, id="idle-holds-thinned"),
         pytest.param(10.0, id="thinned-at-another-cadence"),
+        pytest.param(30.0, id="thinned-at-the-longest-cadence"),
     ],
 )
-def test_the_records_replay_into_the_state_the_scaler_had(idle_every_s: float) -> None:
-    records, live = _live(200, idle_every_s=idle_every_s)
+def test_the_records_replay_into_the_state_the_scaler_had(idle_every_s: float, ticks: int) -> None:
+    """Restarted at the next tick's time, whether the run ended on a tick that wrote a
+    record or on holds left out (71 and 143 end idle)."""
+    records, live = _live(ticks, idle_every_s=idle_every_s)
     if idle_every_s:
-        assert len(records) < 360, "the idle holds were thinned"
-    got = _recall(records)
-    assert got.ticks == 200
+        assert len(records) < 2 * ticks - 10, "the idle holds were thinned"
+    got = _recall(records, until=START + 5.0 * ticks)
+    assert got.ticks == ticks
     assert got.skipped == {}
     assert got.state == live
 
@@ -134,7 +141,7 @@ def test_records_without_the_tick_s_clock_replay_into_the_same_decisions() -> No
 def test_ticks_where_both_groups_were_idle_are_given_back() -> None:
     records, _ = _live(200, idle_every_s=25.0)
     written = {r["tick_at"] for r in records}
-    ticks = _recall(records).ticks
+    ticks = _recall(records, until=START + 5.0 * 200).ticks
     assert ticks == 200
     assert len(written) < 190, "some ticks wrote nothing"
 
@@ -348,3 +355,11 @@ def test_where_the_read_back_starts(
     found: int | None, first: int, end: int, most: int, start: int
 ) -> None:
     assert start_offset(found, first=first, end=end, most=most) == start
+
+
+async def test_a_read_with_no_broker_gives_up_within_its_time() -> None:
+    """Connecting is bounded too: aiokafka would retry for its 40 s request timeout."""
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await read_decisions("127.0.0.1:1", since=0.0, most=10, timeout_s=0.5)
+    assert time.monotonic() - started < 10.0

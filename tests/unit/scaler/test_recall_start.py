@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,13 @@ async def test_the_state_is_rebuilt_for_the_groups_the_scaler_runs(
     assert asked["since"] == 1000.0 + 5.0 * 41 - 1800.0
     assert asked["most"] == 720  # two records an interval over the memory, one group
     assert service.recalled is not None and service.recalled.ticks == 40
-    assert service.state.groups == (live.get(BURSTY),)
+    assert service.state.groups == (
+        dataclasses.replace(live.get(BURSTY), last_signals=None, last_replicas=None),
+    )
+    # A group this process has not collected yet gets no decision: decided on its
+    # predecessor's last signals, it would be set back to the count it had then.
+    decision, _ = service.policy([], service.state, service.config, 1000.0 + 5.0 * 41)
+    assert decision.groups == ()
     assert "event=recalled read=" in caplog.text
     assert "dropped=inferbus.workers.m.batch" in caplog.text
 
