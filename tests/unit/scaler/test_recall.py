@@ -35,9 +35,9 @@ def _arrivals(group: str, t: float) -> float:
 def _live(
     ticks: int, *, idle_every_s: float, tick_at: bool = True, budget: int | None = None
 ) -> tuple[list[Any], ScalerState]:
-    """Run the slo policy as the service does: the records it writes (`worth_writing` on
-    the ticks' clock, written a few ms after the tick, a JSON round trip), and the state
-    it ends with. `tick_at` False: records as a scaler before `tick_at` wrote them."""
+    """Run the slo policy as the service does: the records it writes (left out by
+    `worth_writing`, written a few ms after the tick, a JSON round trip), and the state it
+    ends with. `tick_at` False: records as a scaler before `tick_at` wrote them."""
     decide = POLICIES["slo"]
     config = PolicyConfig(max_total_replicas=budget)
     state = ScalerState()
