@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 from infra.kafka import make_producer
-from infra.topics import TopicSpec, ensure_topics
+from infra.topics import TopicSpec, ensure_topics, standard_topics
 from scaler.actuators.decisions import decision_record
 from scaler.config import PolicyConfig
 from scaler.decision import GroupDecision
 from scaler.policy import POLICIES
 from scaler.recall import recall
 from scaler.recall_reader import read_decisions
+from scaler.service import ScalerService
+from schemas.topics import request_topic, worker_group
+from tests.model_yaml import write_sim_model
 from tests.unit.scaler.conftest import make_signals
+from tests.unit.scaler.test_retired_groups import Counted
 
 pytestmark = pytest.mark.integration
 
@@ -110,3 +116,43 @@ async def test_a_log_with_nothing_to_read(broker: str) -> None:
     )
     assert read.records == []
     assert read.complete
+
+
+async def test_a_restarted_scaler_recalls_what_the_one_before_it_decided(
+    broker: str, tmp_path: Path, unique: str
+) -> None:
+    """Two ScalerService processes' worth on the real broker: the first decides ticks on
+    arrivals it collects, the second starts with that memory."""
+    model = f"recall{unique}"
+    write_sim_model(tmp_path, model, versions=("1",), tiers=["interactive"])
+    await ensure_topics(broker, standard_topics([model], tiers=["interactive"]))
+    group, topic = worker_group(model, "interactive"), request_topic(model, "interactive")
+    first = ScalerService(broker, tmp_path, Counted(1))
+    await first.start()
+    producer = make_producer(broker, client_id="recall-test")
+    await producer.start()
+    try:
+        for _ in range(6):
+            for _ in range(20):
+                await producer.send(topic, b"{}", key=b"k")
+            await producer.flush()
+            await first.on_tick(await first.collector.collect_all())
+            await asyncio.sleep(0.3)
+        before = first.state.get(group)
+    finally:
+        await producer.stop()
+        await first.close()
+    # No worker runs, so no per-replica rate: the arrivals are what it remembers.
+    assert len(before.arrival_samples) >= 5, "the first scaler measured arrivals"
+
+    second = ScalerService(broker, tmp_path, Counted(1))
+    await second.start()
+    try:
+        assert second.recalled is not None
+        assert second.recalled.ticks >= 6
+        again = second.state.get(group)
+        assert again.arrival_samples == before.arrival_samples
+        assert again.recommendations == before.recommendations
+        assert again.last_signals is None  # no decision on the first scaler's signals
+    finally:
+        await second.close()
