@@ -124,8 +124,16 @@ def ticks_of(
     for written in _written_ticks(ordered, interval_s / 2):
         at = written[0].at
         if ticks:
-            quiet = [last[g] for g in sorted(ticks[-1].groups, key=order.__getitem__)]
-            ticks.extend(_quiet_ticks(ticks[-1].at, at, quiet, interval_s, idle_every_s))
+            ticks.extend(
+                _quiet_ticks(
+                    ticks[-1],
+                    at,
+                    last=last,
+                    order=order,
+                    interval_s=interval_s,
+                    idle_every_s=idle_every_s,
+                )
+            )
         seen = {r.group for r in written}
         refilled = [
             _moved(r, at)
@@ -139,9 +147,15 @@ def ticks_of(
         present = sorted((*written, *refilled), key=lambda r: order[r.group])
         ticks.append(_tick(at, present))
     if ticks:
-        quiet = [last[g] for g in sorted(ticks[-1].groups, key=order.__getitem__)]
         ticks.extend(
-            _quiet_ticks(ticks[-1].at, until + interval_s, quiet, interval_s, idle_every_s)
+            _quiet_ticks(
+                ticks[-1],
+                until + interval_s,
+                last=last,
+                order=order,
+                interval_s=interval_s,
+                idle_every_s=idle_every_s,
+            )
         )
     return ticks
 
@@ -184,16 +198,19 @@ def _holds(record: Recorded, at: float, idle_every_s: float, interval_s: float) 
 
 
 def _quiet_ticks(
-    after: float,
+    previous: PolicyTick,
     until: float,
-    records: Sequence[Recorded],
+    *,
+    last: Mapping[str, Recorded],
+    order: Mapping[str, int],
     interval_s: float,
     idle_every_s: float,
 ) -> list[PolicyTick]:
-    """The ticks between `after` and `until` at which every group of the tick at `after`
-    (its last `records`) held idle, unwritten."""
+    """The ticks between `previous` and `until` at which every group of `previous` held
+    idle, unwritten: each given its `last` record again, in the order they were written."""
+    records = [last[g] for g in sorted(previous.groups, key=order.__getitem__)]
     quiet: list[PolicyTick] = []
-    at = after + interval_s
+    at = previous.at + interval_s
     while at < until - interval_s / 2:
         if not all(_holds(r, at, idle_every_s, interval_s) for r in records):
             break
