@@ -98,8 +98,30 @@ def process_rss_bytes(pid: int, proc: Path = Path("/proc")) -> int | None:
 
 
 def inferbus_command(*args: str) -> list[str]:
-    """The command line that runs `inferbus ARGS...` with this interpreter."""
-    return [sys.executable, "-m", "services.cli.main", *args]
+    """The command line that runs `inferbus ARGS...` with this interpreter and this code.
+
+    `python -m` puts the working directory first on `sys.path`: started in a project with a
+    `services/` package of its own (a common name), the child would import that one, and an
+    installed inferbus's workers would die with "No module named services.cli.main". So the
+    child runs with `-P` (no such entry) unless this code is the working directory's own
+    (a checkout run as is, found through it).
+    """
+    safe = safe_path_flags(code_root(), Path.cwd())
+    return [sys.executable, *safe, "-m", "services.cli.main", *args]
+
+
+def code_root() -> Path:
+    """The directory this process imports inferbus's packages from."""
+    return Path(__file__).resolve().parent.parent
+
+
+def safe_path_flags(root: Path, cwd: Path) -> list[str]:
+    """`-P` for a child `python -m` unless the code's `root` is the working directory.
+
+    Everything but the working directory that found the code here (site-packages, an
+    editable install's finder, `PYTHONPATH`) finds it in the child too.
+    """
+    return [] if root.resolve() == cwd.resolve() else ["-P"]
 
 
 class ChildProcess:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from infra.processes import inferbus_command
 from scaler.actuators.base import ActuatorError, dns_label, parse_group
 from scaler.actuators.compose import ComposeActuator, count_containers, service_name
 from scaler.actuators.decisions import publish_decision
@@ -268,12 +269,9 @@ async def test_make_actuator(tmp_path: Path) -> None:
     local = make_actuator("local", bootstrap="b:1", models_dir=tmp_path)
     assert isinstance(local, LocalActuator)
     # This interpreter's `inferbus worker`, whether or not `inferbus` is on the PATH.
-    assert local.argv("inferbus.workers.m.interactive")[:4] == [
-        sys.executable,
-        "-m",
-        "services.cli.main",
-        "worker",
-    ]
+    worker = inferbus_command("worker")
+    assert worker[0] == sys.executable
+    assert local.argv("inferbus.workers.m.interactive")[: len(worker)] == worker
     await local.close()
     compose = make_actuator("compose", bootstrap="b:1", models_dir=tmp_path)
     assert isinstance(compose, ComposeActuator)
