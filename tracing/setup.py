@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import IO, cast
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -93,6 +96,21 @@ def exports(env: Mapping[str, str]) -> bool:
     return "console" in names or ("otlp" in names and bool((endpoint or "").strip()))
 
 
+class _CurrentStdout(io.TextIOBase):
+    """`sys.stdout` as it is at each write, not as it was when the exporter was built.
+
+    The SDK's console exporter keeps the `sys.stdout` of its import: under `inferbus up`'s
+    live view (rich's `Live`, which swaps `sys.stdout` for a proxy that prints above the
+    table) its spans were written past the proxy, into the table's lines.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
 def exporters_from_env(env: Mapping[str, str]) -> list[SpanExporter]:
     """The span exporters the standard OTEL_* variables ask for; none unless an endpoint is set."""
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
@@ -103,7 +121,8 @@ def exporters_from_env(env: Mapping[str, str]) -> list[SpanExporter]:
         if name == "none":
             return []
         if name == "console":
-            exporters.append(ConsoleSpanExporter())
+            # The SDK types `out` as IO; it only writes and flushes.
+            exporters.append(ConsoleSpanExporter(out=cast(IO[str], _CurrentStdout())))
         elif name == "otlp":
             otlp = _otlp_exporter(env)
             if otlp is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
@@ -10,6 +12,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
+from rich.console import Console
+from rich.live import Live
 
 from schemas.headers import TRACEPARENT, header
 from tracing.attributes import RequestAttrs
@@ -305,3 +309,17 @@ def test_unsupported_protocol_is_a_config_error() -> None:
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}
     with pytest.raises(TracingConfigError, match="http/json"):
         exporters_from_env(env)
+
+
+def test_console_spans_print_above_the_live_view() -> None:
+    # `inferbus up`'s live view swaps sys.stdout for a proxy that prints above its table;
+    # spans written past it, to the stdout of the SDK's import, broke the table's lines.
+    (exporter,) = exporters_from_env({"OTEL_TRACES_EXPORTER": "console"})
+    provider = build_tracer_provider("t", instance_id="i")
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=80)
+    with Live("the table", console=console, redirect_stdout=True):
+        provider.get_tracer("t").start_span("during-live").end()
+    provider.shutdown()
+    assert "during-live" in screen.getvalue()
