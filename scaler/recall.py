@@ -67,12 +67,21 @@ class Recall:
     """The first replayed tick's time; None when nothing was replayed."""
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A record on the decisions topic whose value is no JSON at all (`recall_reader.py`)."""
+
+    why: str
+
+
 def _time(value: Any) -> float | None:
     return float(value) if is_json_number(value) and is_finite(value) else None
 
 
 def recorded(raw: Any) -> Recorded | str:
     """A decision record's tick time, group and signals, or why it cannot be replayed."""
+    if isinstance(raw, Unreadable):
+        return raw.why
     if not isinstance(raw, dict):
         return "not a JSON object"
     if raw.get("schema_version") != DECISION_SCHEMA_VERSION:
@@ -280,6 +289,8 @@ def recall(
         got = recorded(raw)
         if isinstance(got, str):
             why = got
+        elif not isinstance(raw.get("acting", True), bool):
+            why = "'acting' not a boolean"
         elif raw.get("acting", True) is not acting:
             why = "a dry run's" if acting else "an acting scaler's"
         elif got.at < since:

@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from infra.kafka import make_consumer, start_with_retry
 from infra.log_end import log_spans
+from scaler.recall import Unreadable
 from schemas.topics import DECISIONS
 
 log = logging.getLogger("inferbus.scaler.recall")
@@ -109,7 +110,7 @@ async def _read(
             return ReadBack(records, complete=False)
         batches = await consumer.getmany(*left, timeout_ms=wait_ms)
         for tp, got in batches.items():
-            records.extend(_decoded(r.value) for r in got if r.offset < spans[tp][1])
+            records.extend(decoded(r.value) for r in got if r.offset < spans[tp][1])
         # By position, not by the last record's offset: a log may end in offsets with no
         # record to deliver (transaction markers on Kafka).
         for tp in list(left):
@@ -118,8 +119,11 @@ async def _read(
     return ReadBack(records, complete=True)
 
 
-def _decoded(value: bytes | None) -> Any:
+def decoded(value: bytes | None) -> Any:
+    """The record's JSON, or why it has none (`recall.recorded` counts it by that)."""
+    if value is None:
+        return Unreadable("no value (a tombstone)")
     try:
-        return json.loads(value) if value is not None else None
-    except ValueError:
-        return "undecodable"
+        return json.loads(value)
+    except ValueError:  # UnicodeDecodeError included
+        return Unreadable("not JSON")

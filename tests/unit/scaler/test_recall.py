@@ -13,8 +13,8 @@ import pytest
 from scaler.actuators.decisions import Written, decision_record, what_it_says, worth_writing
 from scaler.config import PolicyConfig
 from scaler.policy import POLICIES
-from scaler.recall import Recorded, memory_s, recall, recorded, ticks_of
-from scaler.recall_reader import read_decisions, start_offset
+from scaler.recall import Recorded, Unreadable, memory_s, recall, recorded, ticks_of
+from scaler.recall_reader import decoded, read_decisions, start_offset
 from scaler.settings import IDLE_HOLD_EVERY_MAX_S
 from scaler.signals import GroupSignals, ScalerState
 from tests.unit.scaler.conftest import make_signals
@@ -210,7 +210,8 @@ def _record(**changes: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("raw", "why"),
     [
-        pytest.param("undecodable", "not a JSON object", id="not-an-object"),
+        pytest.param("a string", "not a JSON object", id="not-an-object"),
+        pytest.param(Unreadable("not JSON"), "not JSON", id="not-json"),
         pytest.param(_record(schema_version=2), "another schema version", id="schema"),
         pytest.param(_record(at=None, tick_at=None), "no finite 'tick_at' or 'at'", id="no-time"),
         pytest.param(
@@ -339,6 +340,26 @@ def test_signals_survive_the_record_round_trip() -> None:
     assert isinstance(got.signals, GroupSignals)
     assert got.signals.group == BURSTY
     assert got.exact
+
+
+def test_a_record_whose_acting_is_not_a_boolean_is_counted_as_such() -> None:
+    got = _recall([_record(acting="yes")])
+    assert got.skipped == {"'acting' not a boolean": 1}
+    assert got.state == ScalerState()
+
+
+@pytest.mark.parametrize(
+    ("value", "raw"),
+    [
+        pytest.param(b'{"group": "g"}', {"group": "g"}, id="json"),
+        pytest.param(b"[1]", [1], id="json-not-an-object"),
+        pytest.param(b"{nope", Unreadable("not JSON"), id="not-json"),
+        pytest.param(b"\xff\xfe", Unreadable("not JSON"), id="not-utf-8"),
+        pytest.param(None, Unreadable("no value (a tombstone)"), id="tombstone"),
+    ],
+)
+def test_what_a_record_s_bytes_decode_to(value: bytes | None, raw: Any) -> None:
+    assert decoded(value) == raw
 
 
 @pytest.mark.parametrize(
