@@ -208,6 +208,7 @@ _FLAGS = {
     "queues": "--queues",
     "slo_p99_e2e_ms": "--slo-ms",
     "scaler_restart_at_s": "--scaler-restart-at-s",
+    "scaler_restart_gap_s": "--scaler-restart-gap-s",
 }
 """The simulator's settings that `sim` takes as flags, for its error messages."""
 
@@ -238,9 +239,14 @@ def _refuse_unused_pause(
 
 
 def _refuse_unused_recall(params: SimParams) -> None:
-    """`--no-recall` says how the scaler restarts; with no restart it changed nothing."""
-    if not params.scaler_recall and params.scaler_restart_at_s is None:
+    """`--no-recall` and `--scaler-restart-gap-s` say how the scaler restarts; with no
+    restart they changed nothing."""
+    if params.scaler_restart_at_s is not None:
+        return
+    if not params.scaler_recall:
         raise typer.BadParameter("--no-recall applies with --scaler-restart-at-s only")
+    if params.scaler_restart_gap_s:
+        raise typer.BadParameter("--scaler-restart-gap-s applies with --scaler-restart-at-s only")
 
 
 def _phase_line(check: PhaseCheck) -> str:
@@ -332,6 +338,13 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             "--scaler-restart-at-s", help="The scaler restarts at this second of the trace."
         ),
     ] = None,
+    scaler_restart_gap_s: Annotated[
+        float | None,
+        typer.Option(
+            "--scaler-restart-gap-s",
+            help="No scaler runs for this long from the restart (the new process starting).",
+        ),
+    ] = None,
     recall: Annotated[
         bool,
         typer.Option(
@@ -382,6 +395,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
             "max_replicas": max_replicas,
             "initial_replicas": initial_replicas,
             "scaler_restart_at_s": scaler_restart_at_s,
+            "scaler_restart_gap_s": scaler_restart_gap_s,
             "scaler_recall": recall,
         }
         params = params.with_overrides({k: v for k, v in given.items() if v is not None})

@@ -294,7 +294,7 @@ def recall(
         elif raw.get("acting", True) is not acting:
             why = "a dry run's" if acting else "an acting scaler's"
         elif got.at < since:
-            why = "older than the memory"
+            why = "older than the replay"
         elif got.at > until:
             why = "written after now (a clock ahead of this one)"
         else:
@@ -334,5 +334,22 @@ def to_resume(state: ScalerState) -> ScalerState:
 
 
 def memory_s(config: PolicyConfig) -> float:
-    """How far back the policy's memory reaches: what a restart reads again."""
+    """How far back the policy's memory reaches."""
     return max(config.burst_memory_s, config.headroom_memory_s, config.forecast_window_s)
+
+
+REPLAY_WARM_UP_SHARE = 0.5
+"""How much longer than the memory a restart replays, as a share of it."""
+
+
+def replay_span_s(config: PolicyConfig) -> float:
+    """How far back a restart reads and replays: the memory, and half as long again.
+
+    A replay starts from no state, and its first decisions are made on no history; some of
+    what they leave outlives the memory's windows (the scale-down window's recommendations,
+    the learned spare, the regret factor). Started at the memory's edge, a replay after a
+    30 s gap ended a few replicas apart from the memory the scaler had, and 0.8 points
+    apart on `pareto` by the hour's end; started a quarter hour earlier, the same run on
+    every trace measured (docs/benchmarks.md, stop 56).
+    """
+    return (1 + REPLAY_WARM_UP_SHARE) * memory_s(config)

@@ -41,7 +41,7 @@ from scaler.decision import GroupDecision
 from scaler.orphan_sweeps import OrphanSweeps
 from scaler.policy import POLICIES
 from scaler.policy.retire import settle_retiring
-from scaler.recall import Recall, memory_s, recall, to_resume
+from scaler.recall import Recall, recall, replay_span_s, to_resume
 from scaler.recall_reader import read_decisions
 from scaler.registry import Registry, groups_with_live_members
 from scaler.rollout.judge import RolloutJudge
@@ -165,7 +165,8 @@ class ScalerService:
         await self._adopt_leftovers()
 
     async def _recall(self) -> None:
-        """Rebuild the policy's memory from the decision records of the last half hour.
+        """Rebuild the policy's memory from the decision records of the last half hour (and
+        a quarter hour before it, `replay_span_s`).
 
         Before the first tick: the first decision is then made with the bursts, schedule
         and spare the scaler before this one had learned. Whatever fails here (the broker
@@ -176,11 +177,12 @@ class ScalerService:
             log.info("event=recall_off")
             return
         now = time.time()
-        since = now - memory_s(self.config)
+        span_s = replay_span_s(self.config)
+        since = now - span_s
         groups = list(self.collector.groups)
         interval_s = self.collector.config.interval_s
         # Two records an interval per group: a tick's, and one more of another scaler's.
-        most = math.ceil(2 * memory_s(self.config) / interval_s) * max(1, len(groups))
+        most = math.ceil(2 * span_s / interval_s) * max(1, len(groups))
         try:
             read = await read_decisions(
                 self.bootstrap, since=since, most=most, timeout_s=self.recall_timeout_s

@@ -1,11 +1,14 @@
 """What a scaler restart costs, with and without recall (`scaler/recall.py`), in the simulator.
 
     python scripts/scaler_restart.py OUT TRACE.csv [TRACE.csv ...] [--rate-scale 20]
-                                     [--restart-at-s 1800] [--seed 1]
+                                     [--restart-at-s 1800] [--gap-s 0] [--seed 1]
 
-Runs `slo` on each trace three times from the same start: no restart; the scaler restarted
-at `--restart-at-s` with no memory (what a restart did before recall); restarted, its last
-half hour of decisions replayed (what the live scaler does at start). Writes OUT/restart.json
+Runs `slo` on each trace from the same start: no restart; the scaler restarted at
+`--restart-at-s` with no memory (what a restart did before recall); restarted, its last half
+hour of decisions replayed (what the live scaler does at start). `--gap-s`: no scaler runs
+for that long from the restart (the new process starting), so nothing is decided then, and
+a fourth run pauses the scaler for the gap with the memory it had (no new process can): the
+gap's own cost, which recall is measured against. Writes OUT/restart.json
 (attainment and replica-seconds against the oracle, per trace and run) and OUT/restart.png.
 """
 
@@ -25,15 +28,20 @@ from scaler.sim.report import compare
 from scaler.sim.workload import from_trace
 from schemas.topics import TIERS
 
-RUNS: dict[str, bool | None] = {
+RUNS: dict[str, dict[str, bool] | None] = {
     "no restart": None,
-    "restart, no memory": False,
-    "restart, recall": True,
+    "restart, no memory": {"scaler_recall": False},
+    "restart, recall": {"scaler_recall": True},
+    "pause, memory kept": {"scaler_restart_keeps_memory": True},
 }
-"""Each run by name: whether the restarted scaler recalls (None: it does not restart)."""
+"""Each run by name: how the scaler restarts (None: it does not). The pause, run only with
+a gap (without one it is the run with no restart), is what recall is measured against: the
+gap's own cost, with the memory the scaler had."""
 
 
-def run_trace(path: Path, rate_scale: float, seed: int, restart_at_s: float) -> dict[str, Any]:
+def run_trace(
+    path: Path, rate_scale: float, seed: int, restart_at_s: float, gap_s: float
+) -> dict[str, Any]:
     """The three runs of one trace, each as attainment % and cost ÷ oracle per tier."""
     workload = from_trace(
         path, rate_scale=rate_scale, tiers=("interactive",), max_input_tokens=512, seed=seed
@@ -41,11 +49,15 @@ def run_trace(path: Path, rate_scale: float, seed: int, restart_at_s: float) -> 
     base = SimParams().with_overrides(workload.overrides)
     result: dict[str, Any] = {}
     still: SimRun | None = None
-    for name, recalls in RUNS.items():
+    for name, restart in RUNS.items():
+        if restart is not None and restart.get("scaler_restart_keeps_memory") and not gap_s:
+            continue
         params = (
             base
-            if recalls is None
-            else dataclasses.replace(base, scaler_restart_at_s=restart_at_s, scaler_recall=recalls)
+            if restart is None
+            else dataclasses.replace(
+                base, scaler_restart_at_s=restart_at_s, scaler_restart_gap_s=gap_s, **restart
+            )
         )
         comparison = compare(workload, params, ["slo"], PolicyConfig())
         tiers: dict[str, Any] = {}
@@ -66,7 +78,7 @@ def run_trace(path: Path, rate_scale: float, seed: int, restart_at_s: float) -> 
     return result
 
 
-def plot(table: dict[str, dict[str, Any]], out: Path) -> None:
+def plot(table: dict[str, dict[str, Any]], out: Path, gap_s: float) -> None:
     """Each restart's change against the run without one: attainment points and cost."""
     import matplotlib
 
@@ -74,7 +86,8 @@ def plot(table: dict[str, dict[str, Any]], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     traces = list(table)
-    restarts = [name for name, recalls in RUNS.items() if recalls is not None]
+    first = next(iter(table.values()))
+    restarts = [name for name, restart in RUNS.items() if restart is not None and name in first]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, 1.3 * len(traces)), 6), sharex=True)
     width = 0.8 / len(restarts)
     for i, name in enumerate(restarts):
@@ -97,7 +110,8 @@ def plot(table: dict[str, dict[str, Any]], out: Path) -> None:
     top.legend(fontsize=8)
     bottom.set_ylabel("replica-s ÷ oracle, vs no restart")
     bottom.set_xticks(range(len(traces)), traces, rotation=30, ha="right", fontsize=8)
-    top.set_title("slo policy: the scaler restarted mid-trace, with and without recall")
+    gap = f", {gap_s:g} s without a scaler" if gap_s else ""
+    top.set_title(f"slo policy: the scaler restarted mid-trace{gap}, with and without recall")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
@@ -108,24 +122,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("traces", type=Path, nargs="+")
     parser.add_argument("--rate-scale", type=float, default=20.0)
     parser.add_argument("--restart-at-s", type=float, default=1800.0)
+    parser.add_argument("--gap-s", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     table = {
         f"{p.stem} x{args.rate_scale:g}": run_trace(
-            p, args.rate_scale, args.seed, args.restart_at_s
+            p, args.rate_scale, args.seed, args.restart_at_s, args.gap_s
         )
         for p in args.traces
     }
     report = {
         "command": " ".join(["python scripts/scaler_restart.py", *sys.argv[1:]]),
         "restart_at_s": args.restart_at_s,
+        "gap_s": args.gap_s,
         "rate_scale": args.rate_scale,
         "seed": args.seed,
         "runs": table,
     }
     (args.out / "restart.json").write_text(json.dumps(report, indent=1) + "\n")
-    plot(table, args.out / "restart.png")
+    plot(table, args.out / "restart.png", args.gap_s)
     print(f"wrote {args.out / 'restart.json'} and {args.out / 'restart.png'}", file=sys.stderr)
     return 0
 

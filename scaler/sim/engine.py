@@ -17,7 +17,7 @@ from scaler.actuators.decisions import Written, decision_record, what_it_says, w
 from scaler.config import PolicyConfig
 from scaler.decision import Decision
 from scaler.policy import POLICIES
-from scaler.recall import memory_s, recall, to_resume
+from scaler.recall import recall, replay_span_s, to_resume
 from scaler.settings import IDLE_HOLD_EVERY_MAX_S, IDLE_HOLD_EVERY_S
 from scaler.signals import GroupSignals, ScalerState
 from scaler.sim.group import GroupSim, Replica
@@ -159,13 +159,30 @@ class _Loop:
             for g in self.groups
         ]
         if self.restart_at is not None and now >= self.restart_at:
+            if now < self.restart_at + self.params.scaler_restart_gap_s:
+                # No scaler between the old process and the new one: nothing is decided.
+                self._record(signals, None, now)
+                return self._serving(now)
             self.restart_at = None
             self.state = self._restarted(now)
         decision, self.state = self.policy(signals, self.state, self.config, now)
-        if self.restart_at is not None and self.params.scaler_recall:
+        if self.restart_at is not None and self._recalls():
             self._write(decision, signals, now)
         self._apply(decision, now)
-        for s, d in zip(signals, decision.groups, strict=True):
+        self._record(signals, decision, now)
+        return self._serving(now)
+
+    def _serving(self, now: float) -> bool:
+        """Arrivals are still to come, or requests still to serve."""
+        return now < self.last_arrival or any(g.unserved_left() for g in self.groups)
+
+    def _record(
+        self, signals: Sequence[GroupSignals], decision: Decision | None, now: float
+    ) -> None:
+        """The tick as the report shows it; with no decision (no scaler running), every
+        group as it is, decided on nothing (`stale_signals`)."""
+        decided = (None,) * len(signals) if decision is None else decision.groups
+        for s, d in zip(signals, decided, strict=True):
             self.ticks.append(
                 TickRecord(
                     t=now,
@@ -173,15 +190,14 @@ class _Loop:
                     arrival_rps=s.arrival_rps or 0.0,
                     replicas=s.replicas,
                     ready=s.ready_replicas,
-                    desired=d.desired,
+                    desired=s.replicas if d is None else d.desired,
                     standby=s.standby_replicas or 0,
-                    desired_standby=d.standby,
+                    desired_standby=(s.standby_replicas or 0) if d is None else d.standby,
                     queue_p99_ms=s.queue_p99_ms,
                     e2e_p99_ms=s.e2e_p99_ms,
-                    diagnosis=d.diagnosis,
+                    diagnosis="stale_signals" if d is None else d.diagnosis,
                 )
             )
-        return now < self.last_arrival or any(g.unserved_left() for g in self.groups)
 
     def _write(self, decision: Decision, signals: Sequence[GroupSignals], now: float) -> None:
         """The tick's decision records, left out and read back as the live scaler's are
@@ -194,15 +210,22 @@ class _Loop:
                 self.records.append(json.loads(json.dumps(record)))
                 self.written[s.group] = Written(said, now, s)
 
+    def _recalls(self) -> bool:
+        """The restart to come replays decision records: they are written until then."""
+        return self.params.scaler_recall and not self.params.scaler_restart_keeps_memory
+
     def _restarted(self, now: float) -> ScalerState:
-        """A new scaler process's memory: its records replayed (`scaler/recall.py`), or none."""
+        """A new scaler process's memory: its records replayed (`scaler/recall.py`), or none
+        (or, the reference, the memory the scaler had: a pause, not a new process)."""
+        if self.params.scaler_restart_keeps_memory:
+            return self.state
         if not self.params.scaler_recall:
             return ScalerState()
         recalled = recall(
             self.records,
             self.policy,
             self.config,
-            since=now - memory_s(self.config),
+            since=now - replay_span_s(self.config),
             until=now,
             interval_s=self.params.collection_interval_s,
             idle_every_s=IDLE_HOLD_EVERY_MAX_S,

@@ -176,9 +176,16 @@ class SimParams:
     """The oracle's schedule granularity."""
     scaler_restart_at_s: float | None = None
     """The scaler restarts here: its first tick at or after this time is a new process's."""
+    scaler_restart_gap_s: float = 0.0
+    """No scaler runs for this long from `scaler_restart_at_s` (the old process gone, the new
+    one starting): nothing is decided, the replicas stay as they are, and the new scaler's
+    first tick is the first at or after the gap's end."""
     scaler_recall: bool = True
     """A restarted scaler replays its decision records of the last half hour
     (`scaler/recall.py`), as the live one does at start; False: it starts with no memory."""
+    scaler_restart_keeps_memory: bool = False
+    """The reference recall is measured against: the scaler only pauses (for
+    `scaler_restart_gap_s`) and goes on with the memory it had, as no new process can."""
 
     def __post_init__(self) -> None:
         infinite = not_finite(
@@ -191,6 +198,7 @@ class SimParams:
             drain_s=self.drain_s,
             oracle_step_s=self.oracle_step_s,
             scaler_restart_at_s=self.scaler_restart_at_s or 0.0,
+            scaler_restart_gap_s=self.scaler_restart_gap_s,
             **{f"slo_p99_e2e_ms[{t}]": v for t, v in self.slo_p99_e2e_ms.items()},
         )
         if infinite:
@@ -211,6 +219,7 @@ class SimParams:
             *_must_reach(0, initial_replicas=self.initial_replicas or 0),
             *_must_reach(0, max_total_replicas=self.max_total_replicas or 0),
             *_must_reach(0, scaler_restart_at_s=self.scaler_restart_at_s or 0.0),
+            *_must_reach(0, scaler_restart_gap_s=self.scaler_restart_gap_s),
             *_must_reach(1, partitions=self.partitions),
             *_must_exceed(0, collection_interval_s=self.collection_interval_s),
             *_must_exceed(0, metrics_window_s=self.metrics_window_s),
@@ -241,6 +250,14 @@ class SimParams:
             raise WorkloadError(
                 f"scaler_restart_at_s {self.scaler_restart_at_s:g} is after the run ends "
                 f"({span:.0f} s of arrivals and drain): the scaler would never restart"
+            )
+        if (
+            self.scaler_restart_at_s is not None
+            and self.scaler_restart_at_s + self.scaler_restart_gap_s > span
+        ):
+            raise WorkloadError(
+                f"scaler_restart_gap_s {self.scaler_restart_gap_s:g} ends after the run "
+                f"({span:.0f} s of arrivals and drain): the new scaler would never start"
             )
         if self.collection_interval_s > span:
             raise WorkloadError(

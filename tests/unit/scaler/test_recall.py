@@ -13,7 +13,15 @@ import pytest
 from scaler.actuators.decisions import Written, decision_record, what_it_says, worth_writing
 from scaler.config import PolicyConfig
 from scaler.policy import POLICIES
-from scaler.recall import Recorded, Unreadable, memory_s, recall, recorded, ticks_of
+from scaler.recall import (
+    Recorded,
+    Unreadable,
+    memory_s,
+    recall,
+    recorded,
+    replay_span_s,
+    ticks_of,
+)
 from scaler.recall_reader import decoded, read_decisions, start_offset
 from scaler.settings import IDLE_HOLD_EVERY_MAX_S
 from scaler.signals import GroupSignals, ScalerState
@@ -155,7 +163,7 @@ def test_records_out_of_the_memory_and_groups_no_longer_run_are_left_out() -> No
         groups=[STEADY],
     )
     assert got.skipped == {
-        "older than the memory": 40,
+        "older than the replay": 40,
         "written after now (a clock ahead of this one)": 4,
     }
     assert got.ticks == 18
@@ -326,11 +334,13 @@ def test_an_idle_hold_given_again_is_moved_to_its_tick() -> None:
     assert again == dataclasses.replace(first.signals, collected_at=first.signals.collected_at + 5)
 
 
-def test_the_memory_read_back_reaches_as_far_as_the_longest_one() -> None:
+def test_the_replay_reaches_past_the_longest_memory_by_half_of_it() -> None:
     config = PolicyConfig()
     assert memory_s(config) == config.burst_memory_s
+    assert replay_span_s(config) == 1.5 * config.burst_memory_s
     longer = dataclasses.replace(config, headroom_memory_s=config.burst_memory_s + 60)
     assert memory_s(longer) == config.burst_memory_s + 60
+    assert replay_span_s(longer) == 1.5 * (config.burst_memory_s + 60)
 
 
 def test_signals_survive_the_record_round_trip() -> None:

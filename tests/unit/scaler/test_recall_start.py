@@ -41,8 +41,9 @@ async def test_the_state_is_rebuilt_for_the_groups_the_scaler_runs(
     service = await _service(tmp_path)
     with caplog.at_level(logging.INFO, logger="scaler.service"):
         await service._recall()
-    assert asked["since"] == 1000.0 + 5.0 * 41 - 1800.0
-    assert asked["most"] == 720  # two records an interval over the memory, one group
+    # The half hour of memory and a quarter hour before it (`replay_span_s`).
+    assert asked["since"] == 1000.0 + 5.0 * 41 - 2700.0
+    assert asked["most"] == 1080  # two records an interval over that, one group
     assert service.recalled is not None and service.recalled.ticks == 40
     assert service.state.groups == (
         dataclasses.replace(live.get(BURSTY), last_signals=None, last_replicas=None),

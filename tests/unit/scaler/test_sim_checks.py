@@ -276,6 +276,26 @@ def _app() -> typer.Typer:
             "--rebalance-pause-s applies to --pause-model eager only",
             id="pause-flag-of-the-other-model",
         ),
+        pytest.param(
+            ["sim", "--no-recall"],
+            "--no-recall applies with --scaler-restart-at-s only",
+            id="no-recall-without-a-restart",
+        ),
+        pytest.param(
+            ["sim", "--scaler-restart-gap-s", "30"],
+            "--scaler-restart-gap-s applies with --scaler-restart-at-s only",
+            id="gap-without-a-restart",
+        ),
+        pytest.param(
+            ["sim", "--scaler-restart-at-s", "10", "--scaler-restart-gap-s", "-1"],
+            "scaler_restart_gap_s (--scaler-restart-gap-s) must be >= 0",
+            id="gap-negative",
+        ),
+        pytest.param(
+            ["sim", "--scaler-restart-at-s", "10", "--scaler-restart-gap-s", "1e6"],
+            "the new scaler would never start",
+            id="gap-past-the-end",
+        ),
         pytest.param(["sim", "--queues", "foo"], "queues (--queues) must be one of", id="queues"),
         pytest.param(["sim", "--slo-ms", "0"], "(--slo-ms) must be > 0", id="slo-zero"),
         pytest.param(

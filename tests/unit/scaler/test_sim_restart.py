@@ -40,15 +40,44 @@ def test_a_restart_with_no_memory_starts_over() -> None:
 
 
 def test_a_restart_past_the_memory_replays_only_the_memory() -> None:
-    """With 10 minutes of memory, a restart at minute 20 reads minutes 10 to 20 back (the
-    first burst, minutes 6 to 8, is not read): that is all the memory the policy had kept,
-    and the run goes on as its own. A restart with none differs in a third of the ticks."""
+    """With 10 minutes of memory, a restart at second 1,400 replays from second 500 (the
+    memory and half of it again; the first burst, seconds 360 to 480, is not read): that
+    is all the memory the policy had kept, and the run goes on as its own. A restart with
+    none differs in a fifth of the ticks or more."""
     short = PolicyConfig(burst_memory_s=600.0, headroom_memory_s=600.0, cap_hold_s=300.0)
     still = _run(short)
-    assert _run(short, scaler_restart_at_s=1200.0).ticks == still.ticks
-    forgot = _run(short, scaler_restart_at_s=1200.0, scaler_recall=False)
-    after = [(a, b) for a, b in zip(still.ticks, forgot.ticks, strict=True) if a.t >= 1200.0]
+    assert _run(short, scaler_restart_at_s=1400.0).ticks == still.ticks
+    forgot = _run(short, scaler_restart_at_s=1400.0, scaler_recall=False)
+    after = [(a, b) for a, b in zip(still.ticks, forgot.ticks, strict=True) if a.t >= 1400.0]
     assert sum(a != b for a, b in after) > len(after) / 5
+
+
+def test_no_scaler_decides_through_the_gap_before_the_new_one_starts() -> None:
+    """The scaler is gone from second 880 to 920; the second burst starts at 900."""
+    still = _run()
+    gapped = _run(scaler_restart_at_s=880.0, scaler_restart_gap_s=40.0)
+    assert [t for t in gapped.ticks if t.t < 880.0] == [t for t in still.ticks if t.t < 880.0]
+    gap = [t for t in gapped.ticks if 880.0 <= t.t < 920.0]
+    assert len(gap) == 8
+    assert all(t.desired == t.replicas and t.diagnosis == "stale_signals" for t in gap)
+    assert not [line for line in gapped.lines if 880.0 <= float(line[2:9]) < 920.0]
+    # Without the gap the burst was met within it; after it the new scaler meets it.
+    assert any(t.desired > t.replicas for t in still.ticks if 900.0 <= t.t < 920.0)
+    assert any(t.desired > t.replicas for t in gapped.ticks if 920.0 <= t.t < 960.0)
+
+
+def test_a_restart_after_a_gap_recalls_what_a_pause_would_have_kept() -> None:
+    """The reference recall is measured against, a scaler that pauses for the gap with its
+    memory: without a gap it is the run with no restart; with one, recall (within the
+    memory) gives its run."""
+    still = _run()
+    assert _run(scaler_restart_at_s=880.0, scaler_restart_keeps_memory=True).ticks == still.ticks
+    paused = _run(
+        scaler_restart_at_s=880.0, scaler_restart_gap_s=40.0, scaler_restart_keeps_memory=True
+    )
+    recalled = _run(scaler_restart_at_s=880.0, scaler_restart_gap_s=40.0)
+    assert recalled.ticks == paused.ticks
+    assert recalled.ticks != still.ticks
 
 
 def test_the_restart_must_come_before_the_run_ends() -> None:
