@@ -101,12 +101,16 @@ def inferbus_command(*args: str) -> list[str]:
     """The command line that runs `inferbus ARGS...` with this interpreter and this code.
 
     `python -m` puts the working directory first on `sys.path`: started in a project with a
-    `services/` package of its own (a common name), the child would import that one, and an
-    installed inferbus's workers would die with "No module named services.cli.main". So the
+    package named like one of inferbus's (`services`, `infra`, `scaler`, `schemas`,
+    `tracing`: common names), the child would import that one, and an installed inferbus's
+    workers would die with "No module named services.cli.main". So the
     child runs with `-P` (no such entry) unless this code is the working directory's own
     (a checkout run as is, found through it).
     """
-    safe = safe_path_flags(code_root(), Path.cwd())
+    try:
+        safe = safe_path_flags(code_root(), Path.cwd())
+    except OSError:  # the working directory was removed: it holds no packages either way
+        safe = ["-P"]
     return [sys.executable, *safe, "-m", "services.cli.main", *args]
 
 

@@ -51,11 +51,10 @@ def make_actuator(
         return ComposeActuator(
             compose_file, project=compose_project, project_dir=compose_project_dir
         )
-    from scaler.actuators.local import DEFAULT_COMMAND, LocalActuator
+    from scaler.actuators.local import LocalActuator
 
-    command = DEFAULT_COMMAND if worker_command is None else worker_command
     if worker_grace_s is None:
-        return LocalActuator(bootstrap, models_dir, command=command, log_dir=log_dir)
+        return LocalActuator(bootstrap, models_dir, command=worker_command, log_dir=log_dir)
     return LocalActuator(
-        bootstrap, models_dir, command=command, log_dir=log_dir, grace_s=worker_grace_s
+        bootstrap, models_dir, command=worker_command, log_dir=log_dir, grace_s=worker_grace_s
     )

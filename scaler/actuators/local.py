@@ -29,10 +29,13 @@ from scaler.actuators.base import Actuator, ActuatorError, parse_group
 
 log = logging.getLogger(__name__)
 
-DEFAULT_COMMAND: tuple[str, ...] = tuple(inferbus_command("worker"))
-"""`inferbus worker` run by this interpreter: `inferbus scaler run` started from a virtual
-environment that is not activated (`.venv/bin/inferbus`) found no `inferbus` on the PATH,
-and every start failed with "No such file or directory"."""
+
+def default_command() -> list[str]:
+    """`inferbus worker` run by this interpreter: `inferbus scaler run` started from a virtual
+    environment that is not activated (`.venv/bin/inferbus`) found no `inferbus` on the PATH,
+    and every start failed with "No such file or directory". Built when an actuator is,
+    from the working directory then (`inferbus_command`)."""
+    return inferbus_command("worker")
 
 
 METRICS_PORT_VARIABLE = "INFERBUS_WORKER_METRICS_PORT"
@@ -113,7 +116,7 @@ class LocalActuator(Actuator):
         bootstrap: str,
         models_dir: Path,
         *,
-        command: Sequence[str] = DEFAULT_COMMAND,
+        command: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
         log_dir: Path | None = None,
         grace_s: float = 30.0,
@@ -125,7 +128,7 @@ class LocalActuator(Actuator):
     ) -> None:
         self._bootstrap = bootstrap
         self._models_dir = Path(models_dir)
-        self._command = list(command)
+        self._command = default_command() if command is None else list(command)
         self._env = {**os.environ, **env} if env is not None else None
         self._log_dir = log_dir
         self._grace_s = grace_s

@@ -271,6 +271,7 @@ async def test_make_actuator(tmp_path: Path) -> None:
     # This interpreter's `inferbus worker`, whether or not `inferbus` is on the PATH.
     worker = inferbus_command("worker")
     assert worker[0] == sys.executable
+    assert worker[-3:] == ["-m", "services.cli.main", "worker"]
     assert local.argv("inferbus.workers.m.interactive")[: len(worker)] == worker
     await local.close()
     compose = make_actuator("compose", bootstrap="b:1", models_dir=tmp_path)

@@ -25,6 +25,22 @@ def test_the_working_directory_is_left_off_unless_it_is_the_code(
     assert safe_path_flags(Path(root), Path(cwd)) == flags
 
 
+def test_a_working_directory_linked_to_the_code_is_the_code(tmp_path: Path) -> None:
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "checkout")
+    assert safe_path_flags(tmp_path / "checkout", tmp_path / "link") == []
+
+
+def test_a_removed_working_directory_is_left_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert inferbus_command("worker")[1:4] == ["-P", "-m", "services.cli.main"]
+
+
 def test_a_project_with_its_own_services_package_does_not_shadow_ours(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
