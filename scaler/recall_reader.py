@@ -30,17 +30,17 @@ _POLL_MS = 500
 
 @dataclass(frozen=True)
 class ReadBack:
-    """Decision records read back, parsed as JSON (an undecodable one is the string
-    "undecodable", which `recall.recorded` refuses), and whether the read reached the log's
-    end as it was at the start (on Tansu, the end a 1 s fetch of the last batch showed:
-    `infra.log_end.log_spans`)."""
+    """Decision records read back, parsed as JSON (one with no JSON, a tombstone included, is
+    an `Unreadable`, which `recall.recorded` counts by its reason), and whether the read
+    reached the log's end as it was at the start (on Tansu, the end a 1 s fetch of the last
+    batch showed: `infra.log_end.log_spans`)."""
 
     records: list[Any]
     complete: bool
 
 
 def start_offset(found: int | None, *, first: int, end: int, most: int) -> int:
-    """Where to start reading: `found`, the broker's offset for the memory's start, but no
+    """Where to start reading: `found`, the broker's offset for the replay's start, but no
     more than `most` records before `end` (Tansu 0.6 answers the log's first offset for any
     time), and never before `first`. None, Kafka's answer for a time after the log's last
     record: nothing to read."""
@@ -125,5 +125,5 @@ def decoded(value: bytes | None) -> Any:
         return Unreadable("no value (a tombstone)")
     try:
         return json.loads(value)
-    except ValueError:  # UnicodeDecodeError included
+    except (ValueError, RecursionError):  # UnicodeDecodeError included; nested past the stack
         return Unreadable("not JSON")

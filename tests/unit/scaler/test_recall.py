@@ -365,6 +365,7 @@ def test_a_record_whose_acting_is_not_a_boolean_is_counted_as_such() -> None:
         pytest.param(b"[1]", [1], id="json-not-an-object"),
         pytest.param(b"{nope", Unreadable("not JSON"), id="not-json"),
         pytest.param(b"\xff\xfe", Unreadable("not JSON"), id="not-utf-8"),
+        pytest.param(b"[" * 100_000, Unreadable("not JSON"), id="nested-past-the-stack"),
         pytest.param(None, Unreadable("no value (a tombstone)"), id="tombstone"),
     ],
 )
