@@ -238,14 +238,14 @@ def _refuse_unused_pause(
         raise typer.BadParameter(f"{flag} applies to --pause-model {model} only")
 
 
-def _refuse_unused_recall(params: SimParams) -> None:
+def _refuse_unused_recall(params: SimParams, *, gap_given: bool) -> None:
     """`--no-recall` and `--scaler-restart-gap-s` say how the scaler restarts; with no
     restart they changed nothing."""
     if params.scaler_restart_at_s is not None:
         return
     if not params.scaler_recall:
         raise typer.BadParameter("--no-recall applies with --scaler-restart-at-s only")
-    if params.scaler_restart_gap_s:
+    if gap_given:
         raise typer.BadParameter("--scaler-restart-gap-s applies with --scaler-restart-at-s only")
 
 
@@ -349,7 +349,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         bool,
         typer.Option(
             "--recall/--no-recall",
-            help="A restarted scaler replays its last half hour of decisions (as live).",
+            help="A restarted scaler replays its last 45 minutes of decisions (as live).",
         ),
     ] = True,
 ) -> None:
@@ -400,7 +400,7 @@ def sim_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         }
         params = params.with_overrides({k: v for k, v in given.items() if v is not None})
         _refuse_unused_pause(params.pause_model, rebalance_pause_s, handover_pause_s)
-        _refuse_unused_recall(params)
+        _refuse_unused_recall(params, gap_given=scaler_restart_gap_s is not None)
         if slo_ms is not None:
             traced = {tier: slo_ms for tier in workload.tiers}
             params = dataclasses.replace(params, slo_p99_e2e_ms={**params.slo_p99_e2e_ms, **traced})

@@ -349,7 +349,9 @@ def replay_span_s(config: PolicyConfig) -> float:
     what they leave outlives the memory's windows (the scale-down window's recommendations,
     the learned spare, the regret factor). Started at the memory's edge, a replay after a
     30 s gap ended a few replicas apart from the memory the scaler had, and 0.8 points
-    apart on `pareto` by the hour's end; started a quarter hour earlier, the same run on
-    every trace measured (docs/benchmarks.md, stop 56).
+    apart on `pareto` by the hour's end; started a quarter hour earlier, it gives the run
+    of a scaler that had only paused on the 11 traces measured (`scripts/scaler_restart.py`;
+    docs/benchmarks.md, stop 56). The simulator's short scenarios do not tell the two apart:
+    only that benchmark does.
     """
     return (1 + REPLAY_WARM_UP_SHARE) * memory_s(config)

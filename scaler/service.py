@@ -187,7 +187,7 @@ class ScalerService:
             read = await read_decisions(
                 self.bootstrap, since=since, most=most, timeout_s=self.recall_timeout_s
             )
-            # Half an hour of six groups replays in about a second: off the event loop,
+            # 45 minutes of six groups replay in about two seconds: off the event loop,
             # where the registry and telemetry feeds are already reading.
             self.recalled = await asyncio.to_thread(
                 recall,

@@ -40,8 +40,9 @@ class ScalerSettings(BaseSettings):
     """An idle group's unchanged hold is written this often, not every tick (0: every
     tick); at most 30 s, the decisions a starting worker reads back (`IDLE_HOLD_EVERY_S`)."""
     recall_timeout_s: float = Field(default=RECALL_TIMEOUT_S, ge=0, le=300, allow_inf_nan=False)
-    """How long a starting scaler may read its last half hour of decision records back to
-    rebuild the policy's memory (`scaler/recall.py`); 0 starts with none."""
+    """How long a starting scaler may read its last 45 minutes of decision records back to
+    rebuild the policy's memory (`scaler/recall.py`: the half hour of memory and a warm-up
+    before it); 0 starts with none."""
     max_total_replicas: int | None = Field(default=None, ge=0)
     """Global replica budget shared by tier priority; None = no budget."""
     scale_down_window_s: float = Field(default=300.0, ge=0, allow_inf_nan=False)

@@ -4,8 +4,8 @@
                                      [--restart-at-s 1800] [--gap-s 0] [--seed 1]
 
 Runs `slo` on each trace from the same start: no restart; the scaler restarted at
-`--restart-at-s` with no memory (what a restart did before recall); restarted, its last half
-hour of decisions replayed (what the live scaler does at start). `--gap-s`: no scaler runs
+`--restart-at-s` with no memory (what a restart did before recall); restarted, its last 45
+minutes of decisions replayed (what the live scaler does at start). `--gap-s`: no scaler runs
 for that long from the restart (the new process starting), so nothing is decided then, and
 a fourth run pauses the scaler for the gap with the memory it had (no new process can): the
 gap's own cost, which recall is measured against. Writes OUT/restart.json
@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,35 +29,51 @@ from scaler.sim.report import compare
 from scaler.sim.workload import from_trace
 from schemas.topics import TIERS
 
-RUNS: dict[str, dict[str, bool] | None] = {
+
+@dataclass(frozen=True)
+class Restart:
+    """How the scaler restarts in one run (`SimParams.scaler_recall`, `..._keeps_memory`)."""
+
+    recall: bool = True
+    keeps_memory: bool = False
+
+
+RUNS: dict[str, Restart | None] = {
     "no restart": None,
-    "restart, no memory": {"scaler_recall": False},
-    "restart, recall": {"scaler_recall": True},
-    "pause, memory kept": {"scaler_restart_keeps_memory": True},
+    "restart, no memory": Restart(recall=False),
+    "restart, recall": Restart(),
+    "pause, memory kept": Restart(keeps_memory=True),
 }
-"""Each run by name: how the scaler restarts (None: it does not). The pause, run only with
-a gap (without one it is the run with no restart), is what recall is measured against: the
-gap's own cost, with the memory the scaler had."""
+"""Each run by name (None: no restart). The pause, run only with a gap (without one it is
+the run with no restart), is what recall is measured against: the gap's own cost, with the
+memory the scaler had."""
 
 
 def run_trace(
     path: Path, rate_scale: float, seed: int, restart_at_s: float, gap_s: float
 ) -> dict[str, Any]:
-    """The three runs of one trace, each as attainment % and cost ÷ oracle per tier."""
+    """The runs of one trace, each as attainment % and cost ÷ oracle per tier, and whether
+    its ticks are those of the run with no restart (and, with a gap, recall's those of the
+    pause)."""
     workload = from_trace(
         path, rate_scale=rate_scale, tiers=("interactive",), max_input_tokens=512, seed=seed
     )
     base = SimParams().with_overrides(workload.overrides)
     result: dict[str, Any] = {}
     still: SimRun | None = None
+    ticks: dict[str, Any] = {}
     for name, restart in RUNS.items():
-        if restart is not None and restart.get("scaler_restart_keeps_memory") and not gap_s:
+        if restart is not None and restart.keeps_memory and not gap_s:
             continue
         params = (
             base
             if restart is None
             else dataclasses.replace(
-                base, scaler_restart_at_s=restart_at_s, scaler_restart_gap_s=gap_s, **restart
+                base,
+                scaler_restart_at_s=restart_at_s,
+                scaler_restart_gap_s=gap_s,
+                scaler_recall=restart.recall,
+                scaler_restart_keeps_memory=restart.keeps_memory,
             )
         )
         comparison = compare(workload, params, ["slo"], PolicyConfig())
@@ -74,7 +91,11 @@ def run_trace(
         # Every tick's count and reading the same as without a restart: the same run.
         tiers["same_ticks_as_no_restart"] = run.ticks == still.ticks
         result[name] = tiers
+        ticks[name] = run.ticks
         print(f"{path.stem} x{rate_scale:g} {name}: {tiers}", file=sys.stderr, flush=True)
+    if "pause, memory kept" in ticks:
+        same = ticks["restart, recall"] == ticks["pause, memory kept"]
+        result["restart, recall"]["same_ticks_as_pause"] = same
     return result
 
 

@@ -180,7 +180,7 @@ class _Loop:
         self, signals: Sequence[GroupSignals], decision: Decision | None, now: float
     ) -> None:
         """The tick as the report shows it; with no decision (no scaler running), every
-        group as it is, decided on nothing (`stale_signals`)."""
+        group as it is, diagnosed `no_scaler`."""
         decided = (None,) * len(signals) if decision is None else decision.groups
         for s, d in zip(signals, decided, strict=True):
             self.ticks.append(
@@ -195,7 +195,7 @@ class _Loop:
                     desired_standby=(s.standby_replicas or 0) if d is None else d.standby,
                     queue_p99_ms=s.queue_p99_ms,
                     e2e_p99_ms=s.e2e_p99_ms,
-                    diagnosis="stale_signals" if d is None else d.diagnosis,
+                    diagnosis="no_scaler" if d is None else d.diagnosis,
                 )
             )
 

@@ -181,8 +181,9 @@ class SimParams:
     one starting): nothing is decided, the replicas stay as they are, and the new scaler's
     first tick is the first at or after the gap's end."""
     scaler_recall: bool = True
-    """A restarted scaler replays its decision records of the last half hour
-    (`scaler/recall.py`), as the live one does at start; False: it starts with no memory."""
+    """A restarted scaler replays its decision records of the last 45 minutes (its memory
+    and a warm-up, `recall.replay_span_s`), as the live one does at start; False: it starts
+    with no memory."""
     scaler_restart_keeps_memory: bool = False
     """The reference recall is measured against: the scaler only pauses (for
     `scaler_restart_gap_s`) and goes on with the memory it had, as no new process can."""

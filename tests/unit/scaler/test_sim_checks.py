@@ -287,6 +287,11 @@ def _app() -> typer.Typer:
             id="gap-without-a-restart",
         ),
         pytest.param(
+            ["sim", "--scaler-restart-gap-s", "0"],
+            "--scaler-restart-gap-s applies with --scaler-restart-at-s only",
+            id="no-gap-without-a-restart",
+        ),
+        pytest.param(
             ["sim", "--scaler-restart-at-s", "10", "--scaler-restart-gap-s", "-1"],
             "scaler_restart_gap_s (--scaler-restart-gap-s) must be >= 0",
             id="gap-negative",

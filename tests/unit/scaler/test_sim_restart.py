@@ -39,7 +39,7 @@ def test_a_restart_with_no_memory_starts_over() -> None:
     assert forgot.ticks != still.ticks
 
 
-def test_a_restart_past_the_memory_replays_only_the_memory() -> None:
+def test_a_restart_long_after_a_burst_replays_only_what_its_span_reaches() -> None:
     """With 10 minutes of memory, a restart at second 1,400 replays from second 500 (the
     memory and half of it again; the first burst, seconds 360 to 480, is not read): that
     is all the memory the policy had kept, and the run goes on as its own. A restart with
@@ -59,7 +59,7 @@ def test_no_scaler_decides_through_the_gap_before_the_new_one_starts() -> None:
     assert [t for t in gapped.ticks if t.t < 880.0] == [t for t in still.ticks if t.t < 880.0]
     gap = [t for t in gapped.ticks if 880.0 <= t.t < 920.0]
     assert len(gap) == 8
-    assert all(t.desired == t.replicas and t.diagnosis == "stale_signals" for t in gap)
+    assert all(t.desired == t.replicas and t.diagnosis == "no_scaler" for t in gap)
     assert not [line for line in gapped.lines if 880.0 <= float(line[2:9]) < 920.0]
     # Without the gap the burst was met within it; after it the new scaler meets it.
     assert any(t.desired > t.replicas for t in still.ticks if 900.0 <= t.t < 920.0)
