@@ -348,10 +348,10 @@ def replay_span_s(config: PolicyConfig) -> float:
     A replay starts from no state, and its first decisions are made on no history; some of
     what they leave outlives the memory's windows (the scale-down window's recommendations,
     the learned spare, the regret factor). Started at the memory's edge, a replay after a
-    30 s gap ended a few replicas apart from the memory the scaler had, and 0.8 points
+    30 s gap ended with another scale-down window than the scaler's own, and 0.8 points
     apart on `pareto` by the hour's end; started a quarter hour earlier, it gives the run
-    of a scaler that had only paused on the 11 traces measured (`scripts/scaler_restart.py`;
-    docs/benchmarks.md, stop 56). The simulator's short scenarios do not tell the two apart:
-    only that benchmark does.
+    of a scaler that had only paused on 10 of the 11 traces measured after a 30 s gap and
+    on 11 of 11 after 60 s (`scripts/scaler_restart.py`; docs/benchmarks.md, stop 56). The
+    simulator's short scenarios do not tell the two apart: only that benchmark does.
     """
     return (1 + REPLAY_WARM_UP_SHARE) * memory_s(config)
