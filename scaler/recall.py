@@ -287,11 +287,12 @@ def recall(
     for raw in raws:
         total += 1
         got = recorded(raw)
+        flag = raw.get("acting", True) if isinstance(raw, dict) else None
         if isinstance(got, str):
             why = got
-        elif not isinstance(raw.get("acting", True), bool):
+        elif not isinstance(flag, bool):
             why = "'acting' not a boolean"
-        elif raw.get("acting", True) is not acting:
+        elif flag is not acting:
             why = "a dry run's" if acting else "an acting scaler's"
         elif got.at < since:
             why = "older than the replay"

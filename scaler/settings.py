@@ -19,8 +19,9 @@ IDLE_HOLD_EVERY_MAX_S = 30.0
 (`scaler/recall.py`), whatever the scaler before it had set."""
 
 RECALL_TIMEOUT_S = 10.0
-"""How long a starting scaler reads its decision records back (`scaler/recall.py`): half
-an hour of five groups' records is ~1,800 small records, read in well under a second."""
+"""How long a starting scaler reads its decision records back (`scaler/recall.py`): 45
+minutes of five groups' records is at most ~2,700 small records, read in well under a
+second."""
 
 
 class ScalerSettings(BaseSettings):
