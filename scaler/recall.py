@@ -323,14 +323,14 @@ def to_resume(state: ScalerState) -> ScalerState:
     """The recalled memory without the predecessor's last signals of each group.
 
     The policy decides a group it remembers but did not collect on its last signals (stale:
-    hold their count). Recalled, those are up to half an hour old: a group whose first
-    collection in the new process failed would be set back to the count it had then. Until
-    this process collects a group, it gets no decision, as before recall.
+    hold their count). Recalled, those can be as old as the replay's span: a group whose
+    first collection in the new process failed would be set back to the count it had then.
+    Until this process collects a group, it gets no decision, as before recall. The last
+    ready count stays: the first collection compares with it, as the predecessor's would
+    have, to tell a membership change (`last_change_at`).
     """
     return ScalerState(
-        groups=tuple(
-            dataclasses.replace(g, last_signals=None, last_replicas=None) for g in state.groups
-        )
+        groups=tuple(dataclasses.replace(g, last_signals=None) for g in state.groups)
     )
 
 

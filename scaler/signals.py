@@ -203,8 +203,9 @@ class GroupState:
     """Recent (time s, desired before stabilization) for the scale-down window."""
     failed_collections: int = 0
     """Consecutive ticks with stale or missing signals."""
-    last_replicas: int | None = None
-    """Replicas at the last good collection (used when the group goes missing)."""
+    last_ready_replicas: int | None = None
+    """Ready replicas at the last good collection: a change is a membership change
+    (`last_change_at`). A restart's recall keeps it, unlike `last_signals`."""
     last_signals: GroupSignals | None = None
     """The last good snapshot, to carry a missing group's identity and bounds."""
     observed_since: float | None = None

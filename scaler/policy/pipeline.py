@@ -99,9 +99,9 @@ def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:
     if arriving is not None and (mu or arriving == 0):
         loads = (*loads, (s.collected_at, arriving / mu if mu else 0.0))
     loads = tuple((t, v) for t, v in loads if now - t <= config.burst_memory_s)
-    last = state.last_signals
+    last_ready = state.last_ready_replicas
     changing = plan.desired < s.replicas or (
-        last is not None and last.ready_replicas != s.ready_replicas
+        last_ready is not None and last_ready != s.ready_replicas
     )
     return dataclasses.replace(
         state,
@@ -111,7 +111,7 @@ def _remember(plan: Plan, config: PolicyConfig, now: float) -> GroupState:
         last_lag=None if s.lag is None else (s.collected_at, s.lag),
         last_change_at=now if changing else state.last_change_at,
         failed_collections=0,
-        last_replicas=s.replicas,
+        last_ready_replicas=s.ready_replicas,
         last_signals=s,
         observed_since=now if state.observed_since is None else state.observed_since,
     )

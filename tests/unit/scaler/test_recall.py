@@ -21,6 +21,7 @@ from scaler.recall import (
     recorded,
     replay_span_s,
     ticks_of,
+    to_resume,
 )
 from scaler.recall_reader import decoded, read_decisions, start_offset
 from scaler.settings import IDLE_HOLD_EVERY_MAX_S
@@ -341,6 +342,27 @@ def test_the_replay_reaches_past_the_longest_memory_by_half_of_it() -> None:
     longer = dataclasses.replace(config, headroom_memory_s=config.burst_memory_s + 60)
     assert memory_s(longer) == config.burst_memory_s + 60
     assert replay_span_s(longer) == 1.5 * (config.burst_memory_s + 60)
+
+
+def test_a_resumed_memory_tells_a_membership_change_as_its_predecessor_would() -> None:
+    """A worker of each group left during the restart: the new process's first collection
+    sees one ready replica fewer than the last record, a membership change
+    (`last_change_at`), as the old process would have seen it. `to_resume` drops the last
+    signals (no decision on them) but keeps the last ready count to compare with."""
+    records, live = _live(200, idle_every_s=0.0)
+    resumed = to_resume(_recall(records, until=START + 5.0 * 200).state)
+    now = START + 5.0 * 201
+    signals = []
+    for g in live.groups:
+        last = g.last_signals
+        assert last is not None and last.ready_replicas > 1
+        signals.append(
+            dataclasses.replace(last, collected_at=now, ready_replicas=last.ready_replicas - 1)
+        )
+    _, went_on = POLICIES["slo"](signals, live, PolicyConfig(), now)
+    _, came_back = POLICIES["slo"](signals, resumed, PolicyConfig(), now)
+    assert [g.last_change_at for g in went_on.groups] == [now, now]
+    assert [g.last_change_at for g in came_back.groups] == [now, now]
 
 
 def test_signals_survive_the_record_round_trip() -> None:

@@ -45,9 +45,7 @@ async def test_the_state_is_rebuilt_for_the_groups_the_scaler_runs(
     assert asked["since"] == 1000.0 + 5.0 * 41 - 2700.0
     assert asked["most"] == 1080  # two records an interval over that, one group
     assert service.recalled is not None and service.recalled.ticks == 40
-    assert service.state.groups == (
-        dataclasses.replace(live.get(BURSTY), last_signals=None, last_replicas=None),
-    )
+    assert service.state.groups == (dataclasses.replace(live.get(BURSTY), last_signals=None),)
     # A group this process has not collected yet gets no decision: decided on its
     # predecessor's last signals, it would be set back to the count it had then.
     decision, _ = service.policy([], service.state, service.config, 1000.0 + 5.0 * 41)
