@@ -5,9 +5,15 @@ now)`), and every decision record on `inferbus.scaler.decisions` carries the sig
 decided on and the tick's clock (`tick_at`). So the state a scaler built over the last half
 hour (arrival samples, the burst memory and a schedule read from it, the learned spare) is
 rebuilt by running the policy again over those records, tick by tick; what only older
-records taught it (the regret factor's earlier verdicts) starts over. A scaler that
+records taught it (the regret factor's earlier verdicts) starts over, unless a checkpoint
+(below) carries it. A scaler that
 restarts (an upgrade, a crash, a node drain) then meets the next burst as its predecessor
 would have, instead of relearning bursts and schedules from nothing.
+
+Every few minutes the records also carry each group's memory after the tick
+(`checkpoint.py`): the replay then starts from the newest complete checkpoint and replays
+only the ticks after it, which gives the memory exactly, where a replay from nothing can
+decide otherwise until its burst memory is full.
 
 Pure: records in, state out; `recall_reader.py` reads the records.
 """
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaler.actuators.decisions import DECISION_SCHEMA_VERSION, is_idle
+from scaler.checkpoint import Checkpoint, checkpoint_from_dict
 from scaler.config import PolicyConfig
 from scaler.policy.pipeline import PolicyFn
 from scaler.signals import GroupSignals, ScalerState, SignalsError, is_finite, is_json_number
@@ -39,6 +46,10 @@ class Recorded:
     """None: the group was not collected at that tick (the policy decided it stale)."""
     exact: bool
     """`at` is the tick's own clock, the same in every record of the tick."""
+    checkpoint: Checkpoint | None = None
+    """The group's memory after the tick, where the record carries one (`checkpoint.py`)."""
+    checkpoint_problem: str | None = None
+    """Why the record's checkpoint cannot be started from (the record is replayed)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,10 @@ class Recall:
     """Groups replayed but left out of the state: the scaler no longer runs them."""
     since: float | None
     """The first replayed tick's time; None when nothing was replayed."""
+    from_checkpoint: float | None = None
+    """The tick whose checkpoint the replay started from; None: it started from nothing."""
+    checkpoint_problems: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Checkpoints that could not be started from, by reason (their records replayed)."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +119,15 @@ def recorded(raw: Any) -> Recorded | str:
         return "signals the policy would refuse"
     if parsed.group != group:
         return "signals of another group"
-    return Recorded(when, group, parsed, exact=tick_at is not None)
+    record = Recorded(when, group, parsed, exact=tick_at is not None)
+    if raw.get("state") is None:
+        return record
+    if tick_at is None:
+        return dataclasses.replace(record, checkpoint_problem="a checkpoint without 'tick_at'")
+    got = checkpoint_from_dict(raw["state"], group=group, signals=parsed)
+    if isinstance(got, str):
+        return dataclasses.replace(record, checkpoint_problem=got)
+    return dataclasses.replace(record, checkpoint=got)
 
 
 def ticks_of(
@@ -242,15 +265,18 @@ def replay(
     config: PolicyConfig,
     *,
     forget_after_s: float = math.inf,
+    start: ScalerState | None = None,
+    start_at: float = -math.inf,
 ) -> ScalerState:
-    """The state the policy ends with after deciding `ticks` in order, from an empty one.
+    """The state the policy ends with after deciding `ticks` in order, from `start` (a
+    checkpoint's, as of the tick at `start_at`; by default none).
 
     A group with no record for `forget_after_s` is forgotten, as the scaler forgets a group
     it retired or stopped running: decided stale on its last signals tick after tick, it
     would hold a share of the budget that no tick gave it.
     """
-    state = ScalerState()
-    seen: dict[str, float] = {}
+    state = start if start is not None else ScalerState()
+    seen: dict[str, float] = dict.fromkeys((g.group for g in state.groups), start_at)
     for tick in ticks:
         seen.update(dict.fromkeys(tick.groups, tick.at))
         kept = tuple(g for g in state.groups if tick.at - seen[g.group] <= forget_after_s)
@@ -303,7 +329,19 @@ def recall(
             continue
         skipped[why] = skipped.get(why, 0) + 1
     ticks = ticks_of(kept, interval_s=interval_s, idle_every_s=idle_every_s, until=until)
-    state = replay(ticks, policy, config, forget_after_s=idle_every_s + 2 * interval_s)
+    problems: dict[str, int] = {}
+    for r in kept:
+        if r.checkpoint_problem is not None:
+            problems[r.checkpoint_problem] = problems.get(r.checkpoint_problem, 0) + 1
+    first, start = _newest_checkpoint(kept, ticks)
+    state = replay(
+        ticks[first:],
+        policy,
+        config,
+        forget_after_s=idle_every_s + 2 * interval_s,
+        start=start,
+        start_at=ticks[first - 1].at if start is not None else -math.inf,
+    )
     wanted = None if groups is None else set(groups)
     return Recall(
         state=ScalerState(
@@ -316,7 +354,34 @@ def recall(
             sorted(g.group for g in state.groups if wanted is not None and g.group not in wanted)
         ),
         since=ticks[0].at if ticks else None,
+        from_checkpoint=ticks[first - 1].at if start is not None else None,
+        checkpoint_problems=problems,
     )
+
+
+def _newest_checkpoint(
+    records: Sequence[Recorded], ticks: Sequence[PolicyTick]
+) -> tuple[int, ScalerState | None]:
+    """Where the replay starts: after the newest tick whose every group left a checkpoint
+    naming the same groups (the index of the next tick, and the memory then); else at the
+    first tick, with none. A tick some group's checkpoint is missing from (a record that
+    could not be written, one of another version) is incomplete: an older one is used."""
+    by_tick: dict[float, dict[str, Checkpoint]] = {}
+    for r in records:
+        if r.checkpoint is not None and r.exact:
+            by_tick.setdefault(r.at, {})[r.group] = r.checkpoint
+    index = {tick.at: i for i, tick in enumerate(ticks)}
+    for at in sorted(by_tick, reverse=True):
+        found, i = by_tick[at], index.get(at)
+        if i is None or ticks[i].groups != set(found):
+            continue
+        if any(c.of_groups != set(found) for c in found.values()):
+            continue
+        order = [s.group for s in ticks[i].signals]
+        if sorted(order) != sorted(found):
+            continue  # a group decided stale there: its memory is not the record's
+        return i + 1, ScalerState(groups=tuple(found[g].state for g in order))
+    return 0, None
 
 
 def to_resume(state: ScalerState) -> ScalerState:
@@ -353,6 +418,8 @@ def replay_span_s(config: PolicyConfig) -> float:
     apart on `pareto` by the hour's end; started a quarter hour earlier, it gives the run
     of a scaler that had only paused on 10 of the 11 traces measured after a 30 s gap and
     on 11 of 11 after 60 s (`scripts/scaler_restart.py`; docs/benchmarks.md, stop 56). The
-    simulator's short scenarios do not tell the two apart: only that benchmark does.
+    simulator's short scenarios do not tell the two apart: only that benchmark does. A
+    checkpoint among the records (`checkpoint.py`) makes the warm-up moot: the replay
+    starts from it.
     """
     return (1 + REPLAY_WARM_UP_SHARE) * memory_s(config)

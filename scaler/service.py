@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
@@ -26,6 +27,7 @@ from infra.tasks import wait_event
 from infra.topics import topic_names
 from scaler.actuators.base import Actuator, ActuatorError
 from scaler.actuators.decisions import Written, publish_decision, what_it_says, worth_writing
+from scaler.checkpoint import checkpoint_due, tick_checkpoints
 from scaler.collector.collector import (
     Collector,
     CollectorConfig,
@@ -146,6 +148,8 @@ class ScalerService:
         """What the start read back of the decision records (None: not read)."""
         self._written: dict[str, Written] = {}
         """Per group: what its last decision record said, and when (`worth_writing`)."""
+        self._checkpoint_at: float | None = None
+        """When the decision records last carried the memory (`scaler/checkpoint.py`)."""
         self._producer: AIOKafkaProducer | None = None
         self.sweeps = sweeps or OrphanSweeps(bootstrap)
         """Answer what retiring groups with no worker left hold (`_drop_if_retired`)."""
@@ -205,13 +209,17 @@ class ScalerService:
             log.warning("event=recall_failed error=%r starting=without_memory", exc)
             return
         self.state = to_resume(self.recalled.state)
+        start = self.recalled.from_checkpoint
         log.info(
-            "event=recalled read=%d ticks=%d since_s_ago=%s complete=%s skipped=%s dropped=%s",
+            "event=recalled read=%d ticks=%d since_s_ago=%s checkpoint_s_ago=%s complete=%s "
+            "skipped=%s checkpoints_unusable=%s dropped=%s",
             self.recalled.read,
             self.recalled.ticks,
             None if self.recalled.since is None else round(now - self.recalled.since),
+            None if start is None else round(now - start),
             read.complete,
             dict(self.recalled.skipped),
+            dict(self.recalled.checkpoint_problems),
             ",".join(self.recalled.dropped) or None,
         )
 
@@ -342,6 +350,8 @@ class ScalerService:
         if signals:
             decision, self.state = self.policy(signals, self.state, self.config, tick_at)
             decisions = {d.group: d for d in decision.groups}
+        checkpoints = self._checkpoints(collections, signals, tick_at)
+        written = True
         for collection in collections:
             chosen = decisions.get(collection.group)
             target = self.collector.target(collection.group)
@@ -382,14 +392,33 @@ class ScalerService:
                     error = repr(exc)
                     log.error("event=scale_failed group=%s error=%r", chosen.group, exc)
             if chosen is not None and self._producer is not None:
-                await self._publish(
-                    chosen, collection, applied=applied, error=error, tick_at=tick_at
+                written &= await self._publish(
+                    chosen,
+                    collection,
+                    applied=applied,
+                    error=error,
+                    tick_at=tick_at,
+                    checkpoint=None if checkpoints is None else checkpoints[chosen.group],
                 )
             self.views[collection.group] = GroupView(collection, chosen, applied, error)
             self._export(collection, chosen)
             if collection.retiring is not None:
                 await self._drop_if_retired(collection)
+        if checkpoints is not None and written:
+            self._checkpoint_at = tick_at
         await self._add_new_groups()
+
+    def _checkpoints(
+        self, collections: Sequence[GroupCollection], signals: Sequence[GroupSignals], now: float
+    ) -> dict[str, dict[str, Any]] | None:
+        """The memory to write beside this tick's decisions, where one is due and every
+        group's can be started from (`scaler/checkpoint.py`). Not while a group retires (it
+        leaves the memory during the tick) or without a producer (a decide-only run)."""
+        if self._producer is None or not checkpoint_due(now, self._checkpoint_at):
+            return None
+        if any(c.retiring is not None for c in collections):
+            return None
+        return tick_checkpoints(self.state, signals)
 
     async def _drop_if_retired(self, collection: GroupCollection) -> None:
         """A retiring group with no worker left is no longer collected or decided, once
@@ -455,17 +484,21 @@ class ScalerService:
         applied: bool,
         error: str | None,
         tick_at: float,
-    ) -> None:
+        checkpoint: dict[str, Any] | None = None,
+    ) -> bool:
         """The decision record; one that cannot be written (broker away) is logged and
-        the next tick writes a fresh one. What is left out is judged by when records are
-        written: a starting worker reads the last 30 s of them by that time."""
+        the next tick writes a fresh one (False). What is left out is judged by when records
+        are written: a starting worker reads the last 30 s of them by that time. A record
+        with the group's memory (`checkpoint`) is always written."""
         assert self._producer is not None
         now = time.time()
         said = what_it_says(chosen, applied=applied, error=error, acting=self.act)
         last = self._written.get(chosen.group)
         signals = collection.signals
-        if not worth_writing(said, signals, last, now=now, idle_every_s=self.idle_hold_every_s):
-            return
+        if checkpoint is None and not worth_writing(
+            said, signals, last, now=now, idle_every_s=self.idle_hold_every_s
+        ):
+            return True
         try:
             await publish_decision(
                 self._producer,
@@ -477,11 +510,13 @@ class ScalerService:
                 applied=applied,
                 error=error,
                 acting=self.act,
+                checkpoint=checkpoint,
             )
         except KafkaError as exc:
             log.warning("event=decision_publish_failed group=%s error=%r", chosen.group, exc)
-            return
+            return False
         self._written[chosen.group] = Written(said, now, signals)
+        return True
 
     @staticmethod
     def _export(collection: GroupCollection, decision: GroupDecision | None) -> None:

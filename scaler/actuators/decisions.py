@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -101,6 +102,7 @@ def decision_record(
     applied: bool = True,
     error: str | None = None,
     acting: bool = True,
+    checkpoint: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The JSON event: the decision, its inputs and whether the actuator applied it.
 
@@ -108,7 +110,8 @@ def decision_record(
     it, the same in every group's record of one tick (what a restart replays them at,
     `scaler/recall.py`). `acting`: the scaler acts on its decisions (not a dry run).
     Workers read `desired` of an acting scaler's decisions to know how many of them
-    consume (the rest stand by).
+    consume (the rest stand by). `checkpoint`: the group's policy memory after the tick,
+    every few minutes (`scaler/checkpoint.py`); null otherwise.
     """
     return {
         "schema_version": DECISION_SCHEMA_VERSION,
@@ -122,6 +125,7 @@ def decision_record(
         "acting": acting,
         "error": error,
         "signals": signals_to_dict(signals) if signals is not None else None,
+        "state": None if checkpoint is None else dict(checkpoint),
     }
 
 
@@ -136,6 +140,7 @@ async def publish_decision(
     applied: bool = True,
     error: str | None = None,
     acting: bool = True,
+    checkpoint: Mapping[str, Any] | None = None,
     topic: str = DECISIONS,
 ) -> None:
     """Log the decision's readable line and produce its record keyed by group."""
@@ -148,6 +153,7 @@ async def publish_decision(
         applied=applied,
         error=error,
         acting=acting,
+        checkpoint=checkpoint,
     )
     suffix = "" if applied else f" (not applied: {error or 'dry run'})"
     log.info("%s%s", decision.line(), suffix)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from scaler.actuators.decisions import Written, decision_record, what_it_says, worth_writing
+from scaler.checkpoint import checkpoint_due, tick_checkpoints
 from scaler.config import PolicyConfig
 from scaler.decision import Decision
 from scaler.policy import POLICIES
@@ -110,6 +111,8 @@ class _Loop:
         """The decision records a restarted scaler reads back, as the live one writes them
         (kept only while a restart is to come)."""
         self.written: dict[str, Written] = {}
+        self.checkpoint_at: float | None = None
+        """When the records last carried the memory (`scaler/checkpoint.py`)."""
         self.restart_at = params.scaler_restart_at_s
         self.last_arrival = max(
             (float(g.times[-1]) for g in self.groups if g.times.size), default=0.0
@@ -202,13 +205,27 @@ class _Loop:
     def _write(self, decision: Decision, signals: Sequence[GroupSignals], now: float) -> None:
         """The tick's decision records, left out and read back as the live scaler's are
         (`ScalerService._publish`; the read is the JSON the broker returns)."""
+        due = checkpoint_due(now, self.checkpoint_at)
+        checkpoints = tick_checkpoints(self.state, signals) if due else None
         for s, d in zip(signals, decision.groups, strict=True):
             said = what_it_says(d, applied=True, error=None, acting=True)
             last = self.written.get(s.group)
-            if worth_writing(said, s, last, now=now, idle_every_s=IDLE_HOLD_EVERY_S):
-                record = decision_record(d, policy=self.policy_name, at=now, tick_at=now, signals=s)
+            checkpoint = None if checkpoints is None else checkpoints[s.group]
+            if checkpoint is not None or worth_writing(
+                said, s, last, now=now, idle_every_s=IDLE_HOLD_EVERY_S
+            ):
+                record = decision_record(
+                    d,
+                    policy=self.policy_name,
+                    at=now,
+                    tick_at=now,
+                    signals=s,
+                    checkpoint=checkpoint,
+                )
                 self.records.append(json.loads(json.dumps(record)))
                 self.written[s.group] = Written(said, now, s)
+        if checkpoints is not None:
+            self.checkpoint_at = now
 
     def _recalls(self) -> bool:
         """The restart to come replays decision records: they are written until then."""

@@ -150,6 +150,9 @@ async def test_a_restarted_scaler_recalls_what_the_one_before_it_decided(
     try:
         assert second.recalled is not None
         assert second.recalled.ticks >= 6
+        # The first scaler's first tick carried its memory (`scaler/checkpoint.py`).
+        assert second.recalled.from_checkpoint is not None
+        assert second.recalled.checkpoint_problems == {}
         again = second.state.get(group)
         assert again.arrival_samples == before.arrival_samples
         assert again.recommendations == before.recommendations

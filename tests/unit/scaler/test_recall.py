@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from scaler.actuators.decisions import Written, decision_record, what_it_says, worth_writing
+from scaler.checkpoint import CHECKPOINT_EVERY_S, checkpoint_due, tick_checkpoints
 from scaler.config import PolicyConfig
 from scaler.policy import POLICIES
 from scaler.recall import (
@@ -42,17 +43,24 @@ def _arrivals(group: str, t: float) -> float:
 
 
 def _live(
-    ticks: int, *, idle_every_s: float, tick_at: bool = True, budget: int | None = None
+    ticks: int,
+    *,
+    idle_every_s: float,
+    tick_at: bool = True,
+    budget: int | None = None,
+    checkpoints: bool = False,
 ) -> tuple[list[Any], ScalerState]:
     """Run the slo policy as the service does: the records it writes (left out by
     `worth_writing`, written a few ms after the tick, a JSON round trip), and the state it
-    ends with. `tick_at` False: records as a scaler before `tick_at` wrote them."""
+    ends with. `tick_at` False: records as a scaler before `tick_at` wrote them.
+    `checkpoints`: the memory written beside the decisions every `CHECKPOINT_EVERY_S`."""
     decide = POLICIES["slo"]
     config = PolicyConfig(max_total_replicas=budget)
     state = ScalerState()
     replicas = {BURSTY: 4, STEADY: 4}
     written: dict[str, Written] = {}
     records: list[Any] = []
+    checkpoint_at: float | None = None
     for k in range(1, ticks + 1):
         now = START + 5.0 * k
         signals = []
@@ -75,15 +83,23 @@ def _live(
                 )
             )
         decision, state = decide(signals, state, config, now)
+        due = checkpoints and checkpoint_due(now, checkpoint_at)
+        memory = tick_checkpoints(state, signals) if due else None
+        if memory is not None:
+            checkpoint_at = now
         for n, (s, d) in enumerate(zip(signals, decision.groups, strict=True)):
             said = what_it_says(d, applied=True, error=None, acting=True)
-            if worth_writing(said, s, written.get(s.group), now=now, idle_every_s=idle_every_s):
+            kept = None if memory is None else memory[s.group]
+            if kept is not None or worth_writing(
+                said, s, written.get(s.group), now=now, idle_every_s=idle_every_s
+            ):
                 raw = decision_record(
                     d,
                     policy="slo",
                     at=now + 0.003 * (n + 1),
                     tick_at=now if tick_at else None,
                     signals=s,
+                    checkpoint=kept,
                 )
                 records.append(json.loads(json.dumps(raw)))
                 written[s.group] = Written(said, now, s)
@@ -112,15 +128,20 @@ def _recall(records: list[Any], **options: Any) -> Any:
         pytest.param(30.0, id="thinned-at-the-longest-cadence"),
     ],
 )
-def test_the_records_replay_into_the_state_the_scaler_had(idle_every_s: float, ticks: int) -> None:
+@pytest.mark.parametrize("checkpoints", [False, True], ids=["replayed", "from-a-checkpoint"])
+def test_the_records_replay_into_the_state_the_scaler_had(
+    idle_every_s: float, ticks: int, checkpoints: bool
+) -> None:
     """Restarted at the next tick's time, whether the run ended on a tick that wrote a
-    record or on holds left out (71 and 143 end idle)."""
-    records, live = _live(ticks, idle_every_s=idle_every_s)
+    record or on holds left out (71 and 143 end idle); replayed from the first record, or
+    from the newest checkpoint."""
+    records, live = _live(ticks, idle_every_s=idle_every_s, checkpoints=checkpoints)
     if idle_every_s:
         assert len(records) < 2 * ticks - 10, "the idle holds were thinned"
     got = _recall(records, until=START + 5.0 * ticks)
     assert got.ticks == ticks
     assert got.skipped == {}
+    assert (got.from_checkpoint is not None) is checkpoints
     assert got.state == live
 
 
@@ -363,6 +384,55 @@ def test_a_resumed_memory_tells_a_membership_change_as_its_predecessor_would() -
     _, came_back = POLICIES["slo"](signals, resumed, PolicyConfig(), now)
     assert [g.last_change_at for g in went_on.groups] == [now, now]
     assert [g.last_change_at for g in came_back.groups] == [now, now]
+
+
+def _newer_than(records: list[Any], t: float) -> list[Any]:
+    """The records a log kept after `t` (a retention shorter than the memory)."""
+    return [r for r in records if r["tick_at"] > t]
+
+
+def test_a_checkpoint_gives_back_the_memory_the_records_since_it_cannot() -> None:
+    """Only the last 90 ticks' records are left, less than the memory: replayed from
+    nothing they lose the bursts before them, started from the newest checkpoint among
+    them they give the scaler's memory exactly."""
+    records, live = _live(300, idle_every_s=25.0, checkpoints=True)
+    left = _newer_than(records, START + 5.0 * 210)
+    got = _recall(left, until=START + 5.0 * 300)
+    assert got.state == live
+    assert got.from_checkpoint is not None
+    assert got.from_checkpoint > START + 5.0 * 300 - CHECKPOINT_EVERY_S - 5.0
+    assert got.checkpoint_problems == {}
+    without = [{**r, "state": None} for r in left]
+    replayed = _recall(without, until=START + 5.0 * 300)
+    assert replayed.from_checkpoint is None
+    assert replayed.state.get(BURSTY).load_samples != live.get(BURSTY).load_samples
+
+
+def test_a_checkpoint_with_a_group_missing_is_passed_over_for_an_older_one() -> None:
+    """At the newest checkpoint's tick one group's record carries no memory: that tick is
+    incomplete, the one before it is started from, and the memory is still the scaler's."""
+    records, live = _live(300, idle_every_s=25.0, checkpoints=True)
+    newest = max(r["tick_at"] for r in records if r["state"] is not None)
+    left = [
+        {**r, "state": None} if r["tick_at"] == newest and r["group"] == STEADY else r
+        for r in records
+    ]
+    got = _recall(left, until=START + 5.0 * 300)
+    assert got.from_checkpoint is not None and got.from_checkpoint < newest
+    assert got.state == live
+
+
+def test_a_checkpoint_of_another_version_is_counted_and_replayed_over() -> None:
+    records, live = _live(300, idle_every_s=25.0, checkpoints=True)
+    other = [
+        r if r["state"] is None else {**r, "state": {**r["state"], "fields": {"v2": 1}}}
+        for r in records
+    ]
+    got = _recall(other, until=START + 5.0 * 300)
+    assert got.from_checkpoint is None
+    assert sum(got.checkpoint_problems.values()) == sum(r["state"] is not None for r in records)
+    assert got.checkpoint_problems.keys() == {"a checkpoint not of this version"}
+    assert got.state == live  # every record was still replayed, from the first
 
 
 def test_signals_survive_the_record_round_trip() -> None:

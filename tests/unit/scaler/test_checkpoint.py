@@ -1,0 +1,140 @@
+"""A group's memory written beside its decision record, and read back (`scaler/checkpoint.py`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from scaler.checkpoint import (
+    CHECKPOINT_EVERY_S,
+    Checkpoint,
+    checkpoint_due,
+    checkpoint_from_dict,
+    checkpoint_to_dict,
+    tick_checkpoints,
+)
+from scaler.signals import GroupState, ScalerState
+from tests.unit.scaler.conftest import make_signals
+
+GROUP = "inferbus.workers.m.interactive"
+OTHER = "inferbus.workers.m.batch"
+SIGNALS = make_signals(group=GROUP, collected_at=995.0)
+
+
+def _full_state() -> GroupState:
+    """A memory with every field away from its default, floats that JSON must keep exact."""
+    return GroupState(
+        group=GROUP,
+        arrival_samples=((980.0, 812.25), (995.0, 0.1 + 0.2)),
+        recommendations=((990.0, 5), (995.0, 4)),
+        failed_collections=2,
+        last_ready_replicas=4,
+        last_signals=SIGNALS,
+        observed_since=5.0,
+        last_scale_down_at=900.5,
+        last_step_down_at=901.0,
+        load_samples=((980.0, 2.7), (995.0, 1e-9)),
+        service_rps_per_replica=301.123456789,
+        last_lag=(995.0, 12),
+        last_change_at=960.0,
+        spare_samples=((700.0, 3.2),),
+        pending_downs=((900.5, 4),),
+        hold_factor=1.75,
+    )
+
+
+def _through_json(state: GroupState, of_groups: list[str]) -> Any:
+    return json.loads(json.dumps(checkpoint_to_dict(state, of_groups)))
+
+
+def test_every_field_of_the_memory_survives_the_record() -> None:
+    state = _full_state()
+    got = checkpoint_from_dict(_through_json(state, [OTHER, GROUP]), group=GROUP, signals=SIGNALS)
+    assert got == Checkpoint(state, frozenset({GROUP, OTHER}))
+
+
+def test_every_field_but_the_record_s_own_is_written() -> None:
+    """A field added to GroupState must be written (and read) too, or this fails: a
+    checkpoint without it would start the memory with its default."""
+    written = set(checkpoint_to_dict(GroupState(group=GROUP), [GROUP])["fields"])
+    fields = {f.name for f in dataclasses.fields(GroupState)}
+    assert written == fields - {"group", "last_signals"}
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    raw = _through_json(_full_state(), [GROUP])
+    raw["fields"].update(changes)
+    return raw
+
+
+def _without(name: str) -> dict[str, Any]:
+    raw = _through_json(_full_state(), [GROUP])
+    del raw["fields"][name]
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        pytest.param([], "not of this version", id="not-an-object"),
+        pytest.param({"fields": {}}, "not of this version", id="no-of-groups"),
+        pytest.param(_without("hold_factor"), "not of this version", id="a-field-missing"),
+        pytest.param(_with(new_field=1), "not of this version", id="a-field-unknown"),
+        pytest.param(
+            {**_with(), "of_groups": "g"}, "not a list of group names", id="of-groups-a-string"
+        ),
+        pytest.param({**_with(), "of_groups": [OTHER]}, "lacks its own group", id="not-its-own"),
+        pytest.param(_with(hold_factor="2"), "'hold_factor' unreadable", id="a-string-number"),
+        pytest.param(_with(observed_since=True), "'observed_since' unreadable", id="a-bool"),
+        pytest.param(
+            _with(failed_collections=-1), "'failed_collections' unreadable", id="negative-count"
+        ),
+        pytest.param(
+            _with(recommendations=[[1.0, 2.5]]), "'recommendations' unreadable", id="count-float"
+        ),
+        pytest.param(_with(load_samples=[[1.0]]), "'load_samples' unreadable", id="short-pair"),
+        pytest.param(_with(spare_samples={"a": 1}), "'spare_samples' unreadable", id="not-a-list"),
+        pytest.param(_with(last_lag=[1.0, 2, 3]), "'last_lag' unreadable", id="lag-of-three"),
+        pytest.param(_with(hold_factor=1e400), "'hold_factor' unreadable", id="infinite"),
+    ],
+)
+def test_a_checkpoint_this_version_cannot_start_from_says_why(raw: Any, why: str) -> None:
+    got = checkpoint_from_dict(raw, group=GROUP, signals=SIGNALS)
+    assert isinstance(got, str)
+    assert why in got
+
+
+def _state(*groups: GroupState) -> ScalerState:
+    return ScalerState(groups=groups)
+
+
+def test_a_tick_s_checkpoints_are_written_only_where_each_group_s_can_be_started_from() -> None:
+    other = make_signals(group=OTHER, tier="batch", collected_at=995.0)
+    ours = GroupState(group=GROUP, last_signals=SIGNALS)
+    theirs = GroupState(group=OTHER, last_signals=other)
+    both = tick_checkpoints(_state(ours, theirs), [SIGNALS, other])
+    assert both is not None and set(both) == {GROUP, OTHER}
+    assert both[GROUP]["of_groups"] == sorted([GROUP, OTHER])
+    # A group the memory holds but the tick did not collect (decided on older signals).
+    assert tick_checkpoints(_state(ours, theirs), [SIGNALS]) is None
+    # A group decided stale on signals it was given: its last signals are older.
+    older = GroupState(group=OTHER, last_signals=dataclasses.replace(other, collected_at=900.0))
+    assert tick_checkpoints(_state(ours, older), [SIGNALS, other]) is None
+    # Nothing to write: no group collected, none remembered.
+    assert tick_checkpoints(_state(), []) is None
+
+
+@pytest.mark.parametrize(
+    ("now", "last_at", "due"),
+    [
+        (1000.0, None, True),
+        (1000.0, 1000.0 - CHECKPOINT_EVERY_S, True),
+        (1000.0, 1000.0 - CHECKPOINT_EVERY_S + 5.0, False),
+    ],
+    ids=["never-written", "after-the-interval", "within-it"],
+)
+def test_when_a_checkpoint_is_due(now: float, last_at: float | None, due: bool) -> None:
+    assert checkpoint_due(now, last_at) is due

@@ -1,0 +1,94 @@
+"""The scaler writes its memory beside its decisions every few minutes, and only where a
+restart can start from it (`scaler/checkpoint.py`; read back in tests/unit/scaler/
+test_recall.py and, on the broker, tests/integration/test_recall.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaConnectionError
+
+import scaler.service
+from scaler.checkpoint import CHECKPOINT_EVERY_S
+from scaler.collector.collector import GroupCollection, GroupTarget
+from scaler.service import ScalerService
+from tests.unit.scaler.conftest import make_signals
+from tests.unit.scaler.test_retired_groups import Counted
+
+GROUP = "inferbus.workers.m.interactive"
+
+
+class Records:
+    """A producer that keeps what it is sent, or fails while `down`."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.down = False
+
+    async def send_and_wait(self, topic: str, value: bytes, key: bytes) -> None:
+        if self.down:
+            raise KafkaConnectionError("the broker went away")
+        self.sent.append(json.loads(value))
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[ScalerService, Records, Clock]:
+    (tmp_path / "models").mkdir()
+    service = ScalerService("127.0.0.1:1", tmp_path / "models", Counted(4))
+    await service.collector.add_targets([GroupTarget("m", "interactive")])
+    records, clock = Records(), Clock(1000.0)
+    service._producer = records  # type: ignore[assignment]
+    monkeypatch.setattr(scaler.service.time, "time", clock)
+    return service, records, clock
+
+
+async def _tick(service: ScalerService, clock: Clock, **changes: Any) -> None:
+    signals = make_signals(group=GROUP, collected_at=clock.now)
+    await service.on_tick([GroupCollection(GROUP, signals, 0, **changes)])
+
+
+async def test_the_memory_goes_with_the_first_tick_s_record_and_then_every_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, records, clock = await _service(tmp_path, monkeypatch)
+    for _ in range(int(CHECKPOINT_EVERY_S / 5) + 1):
+        await _tick(service, clock)
+        clock.now += 5.0
+    carried = [r["tick_at"] for r in records.sent if r["state"] is not None]
+    assert carried == [1000.0, 1000.0 + CHECKPOINT_EVERY_S]
+    first = next(r for r in records.sent if r["state"] is not None)
+    assert first["state"]["of_groups"] == [GROUP]
+    assert first["state"]["fields"]["observed_since"] == 1000.0
+
+
+async def test_a_checkpoint_that_could_not_be_written_is_written_at_the_next_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, records, clock = await _service(tmp_path, monkeypatch)
+    records.down = True
+    await _tick(service, clock)
+    records.down, clock.now = False, clock.now + 5.0
+    await _tick(service, clock)
+    assert [r["tick_at"] for r in records.sent if r["state"] is not None] == [1005.0]
+
+
+async def test_no_checkpoint_while_a_group_retires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retiring group leaves the memory during the tick: the memory written beside the
+    tick's records would not be the one the scaler goes on with."""
+    service, records, clock = await _service(tmp_path, monkeypatch)
+    await _tick(service, clock, retiring="model 'm' is gone", retired_answer="model_not_found")
+    assert records.sent and all(r["state"] is None for r in records.sent)
