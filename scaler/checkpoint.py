@@ -1,4 +1,4 @@
-"""A group's policy memory in its decision record, for a restart to start from.
+"""A group's memory in its decision record, for a restart to start from.
 
 A restart rebuilds the policy's memory by replaying the decision records (`recall.py`). A
 replay starts with no memory, and until its burst memory is full it can decide otherwise
@@ -12,21 +12,32 @@ Where there is none it can use, it replays from nothing, as before.
 
 The memory is written field by field as `GroupState` has them, but for `group` (the
 record's) and `last_signals` (the record's signals, which a checkpoint is only written
-beside). A checkpoint whose fields are not exactly this version's (another version wrote
-it) is not used: the restart replays instead of guessing a field.
+beside), with the policy's name and a digest of its configuration: a memory is only
+started from by the policy, configured alike, that built it. A checkpoint whose fields
+are not exactly this version's, or whose values the scaler could not have written, is
+not used: the restart replays instead of guessing a field.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scaler.config import PolicyConfig
 from scaler.signals import GroupSignals, GroupState, ScalerState, is_finite, is_json_number
 
 CHECKPOINT_EVERY_S = 300.0
 """How often the scaler writes its memory beside its decisions (at the first tick after)."""
+
+CHECKPOINT_RETRY_S = 30.0
+"""After a checkpoint tick whose records could not all be written, when to try again (a
+checkpoint forces every group's record, and a broker away fails them all)."""
+
+_KEYS = frozenset({"fields", "of_groups", "policy", "config"})
 
 
 @dataclass(frozen=True)
@@ -37,22 +48,55 @@ class Checkpoint:
     of_groups: frozenset[str]
     """The groups of the whole memory at that tick: the checkpoint is complete, and so
     usable, only where each of them has one at the same tick."""
+    policy: str
+    config: str
+    """`config_digest` of the configuration the memory was built under."""
+
+
+def config_digest(config: PolicyConfig) -> str:
+    """A short digest of every setting of `config`: memories built under other settings
+    (another window, another memory length) are not started from."""
+    text = json.dumps(dataclasses.asdict(config), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def why_no_checkpoint(state: ScalerState, signals: Sequence[GroupSignals]) -> str | None:
+    """Why the memory a tick decided on `signals` left (`state`) cannot be started from its
+    records (None: it can): every group it holds must have been collected at the tick and
+    decided on those signals (one decided stale keeps older last signals)."""
+    collected = {s.group: s for s in signals}
+    if not state.groups:
+        return "no group in the memory"
+    missing = sorted(g.group for g in state.groups if g.group not in collected)
+    if missing:
+        return f"not collected at this tick: {','.join(missing)}"
+    stale = sorted(g.group for g in state.groups if g.last_signals != collected[g.group])
+    if stale:
+        return f"decided on older signals: {','.join(stale)}"
+    return None
 
 
 def tick_checkpoints(
-    state: ScalerState, signals: Sequence[GroupSignals]
-) -> dict[str, dict[str, Any]] | None:
+    state: ScalerState, signals: Sequence[GroupSignals], *, policy: str, config: str
+) -> dict[str, dict[str, Any]] | str:
     """Each group's checkpoint for the records of a tick decided on `signals` that left
-    `state`; None where the memory could not be started from them: a group it holds that
-    was not collected at the tick, or one decided on other signals (stale: its last
-    signals are older than the record's), or where it holds none."""
+    `state`, or why there is none (`why_no_checkpoint`; or a value that would not read
+    back, a NaN that JSON writes but this module refuses)."""
+    why = why_no_checkpoint(state, signals)
+    if why is not None:
+        return why
     collected = {s.group: s for s in signals}
     groups = [g.group for g in state.groups]
-    if not groups or set(groups) != set(collected):
-        return None
-    if any(g.last_signals != collected[g.group] for g in state.groups):
-        return None
-    return {g.group: checkpoint_to_dict(g, groups) for g in state.groups}
+    written = {
+        g.group: checkpoint_to_dict(g, groups, policy=policy, config=config) for g in state.groups
+    }
+    for name, raw in written.items():
+        back = checkpoint_from_dict(
+            json.loads(json.dumps(raw)), group=name, signals=collected[name]
+        )
+        if isinstance(back, str):
+            return f"{name} would not read back: {back}"
+    return written
 
 
 def checkpoint_due(now: float, last_at: float | None) -> bool:
@@ -66,9 +110,32 @@ def _number(value: Any) -> float:
     return float(value)
 
 
+def _not_negative(value: Any) -> float:
+    number = _number(value)
+    if number < 0:
+        raise ValueError("negative")
+    return number
+
+
+def _positive(value: Any) -> float:
+    number = _number(value)
+    if number <= 0:
+        raise ValueError("not above 0")
+    return number
+
+
+def _at_least_one(value: Any) -> float:
+    number = _number(value)
+    if number < 1:
+        raise ValueError("under 1")
+    return number
+
+
 def _count(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError("not a count")
+    if not is_finite(value) or value < 0:
+        raise ValueError("not a count a float can hold")
     return value
 
 
@@ -97,45 +164,49 @@ def _lag(value: Any) -> tuple[float, int]:
 
 
 _READERS: Mapping[str, Callable[[Any], Any]] = {
-    "arrival_samples": _pairs(_number),
+    "arrival_samples": _pairs(_not_negative),
     "recommendations": _pairs(_count),
     "failed_collections": _count,
     "last_ready_replicas": _optional(_count),
     "observed_since": _optional(_number),
     "last_scale_down_at": _optional(_number),
     "last_step_down_at": _optional(_number),
-    "load_samples": _pairs(_number),
-    "service_rps_per_replica": _optional(_number),
+    "load_samples": _pairs(_not_negative),
+    "service_rps_per_replica": _optional(_positive),
     "last_lag": _optional(_lag),
     "last_change_at": _optional(_number),
-    "spare_samples": _pairs(_number),
+    "spare_samples": _pairs(_not_negative),
     "pending_downs": _pairs(_count),
-    "hold_factor": _number,
+    "hold_factor": _at_least_one,
 }
 """How each written field of `GroupState` is read back (`group` and `last_signals` are the
-record's own)."""
+record's own), within what the policy writes there."""
 
 _NOT_WRITTEN = ("group", "last_signals")
 
 
-def checkpoint_to_dict(state: GroupState, of_groups: Sequence[str]) -> dict[str, Any]:
+def checkpoint_to_dict(
+    state: GroupState, of_groups: Sequence[str], *, policy: str, config: str
+) -> dict[str, Any]:
     """The JSON of `state` for a decision record's `"state"` (`checkpoint_from_dict`)."""
     fields = {
         f.name: getattr(state, f.name)
         for f in dataclasses.fields(state)
         if f.name not in _NOT_WRITTEN
     }
-    return {"fields": fields, "of_groups": sorted(of_groups)}
+    return {"fields": fields, "of_groups": sorted(of_groups), "policy": policy, "config": config}
 
 
 def checkpoint_from_dict(raw: Any, *, group: str, signals: GroupSignals) -> Checkpoint | str:
     """The checkpoint in a record of `group` written beside `signals`, or why it is not
     one this version can start from."""
-    if not isinstance(raw, dict) or set(raw) != {"fields", "of_groups"}:
+    if not isinstance(raw, dict) or set(raw) != _KEYS:
         return "a checkpoint not of this version"
     fields, of_groups = raw["fields"], raw["of_groups"]
     if not isinstance(fields, dict) or set(fields) != set(_READERS):
         return "a checkpoint not of this version"
+    if not isinstance(raw["policy"], str) or not isinstance(raw["config"], str):
+        return "a checkpoint whose 'policy' or 'config' is not a string"
     if not isinstance(of_groups, list) or not all(isinstance(g, str) for g in of_groups):
         return "a checkpoint whose 'of_groups' is not a list of group names"
     if group not in of_groups:
@@ -147,4 +218,4 @@ def checkpoint_from_dict(raw: Any, *, group: str, signals: GroupSignals) -> Chec
         except ValueError as exc:
             return f"a checkpoint's {name!r} unreadable ({exc})"
     state = GroupState(group=group, last_signals=signals, **values)
-    return Checkpoint(state, frozenset(of_groups))
+    return Checkpoint(state, frozenset(of_groups), raw["policy"], raw["config"])

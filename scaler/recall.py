@@ -11,9 +11,10 @@ restarts (an upgrade, a crash, a node drain) then meets the next burst as its pr
 would have, instead of relearning bursts and schedules from nothing.
 
 Every few minutes the records also carry each group's memory after the tick
-(`checkpoint.py`): the replay then starts from the newest complete checkpoint and replays
-only the ticks after it, which gives the memory exactly, where a replay from nothing can
-decide otherwise until its burst memory is full.
+(`checkpoint.py`): the replay then starts from the newest complete checkpoint that this
+policy wrote under these settings, and replays only the ticks after it, which gives the
+memory exactly, where a replay from nothing can decide otherwise until its burst memory
+is full.
 
 Pure: records in, state out; `recall_reader.py` reads the records.
 """
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scaler.actuators.decisions import DECISION_SCHEMA_VERSION, is_idle
-from scaler.checkpoint import Checkpoint, checkpoint_from_dict
+from scaler.checkpoint import Checkpoint, checkpoint_from_dict, config_digest
 from scaler.config import PolicyConfig
 from scaler.policy.pipeline import PolicyFn
 from scaler.signals import GroupSignals, ScalerState, SignalsError, is_finite, is_json_number
@@ -68,6 +69,7 @@ class Recall:
 
     state: ScalerState
     ticks: int
+    """Ticks the records hold, those before the checkpoint started from included."""
     read: int
     """Records read, those left out included."""
     skipped: Mapping[str, int]
@@ -75,7 +77,7 @@ class Recall:
     dropped: tuple[str, ...]
     """Groups replayed but left out of the state: the scaler no longer runs them."""
     since: float | None
-    """The first replayed tick's time; None when nothing was replayed."""
+    """The first tick's time the records hold; None when they hold none."""
     from_checkpoint: float | None = None
     """The tick whose checkpoint the replay started from; None: it started from nothing."""
     checkpoint_problems: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -256,7 +258,7 @@ def _moved(record: Recorded, at: float) -> Recorded:
     s = record.signals
     assert s is not None
     later = dataclasses.replace(s, collected_at=s.collected_at + at - record.at)
-    return dataclasses.replace(record, at=at, signals=later)
+    return dataclasses.replace(record, at=at, signals=later, checkpoint=None)
 
 
 def replay(
@@ -297,9 +299,11 @@ def recall(
     idle_every_s: float,
     acting: bool = True,
     groups: Iterable[str] | None = None,
+    policy_name: str,
 ) -> Recall:
     """Replay the decision records of ticks from `since` to `until` (now); keep `groups`
-    (None: all) of the state.
+    (None: all) of the state. `policy` is named `policy_name`: only a checkpoint that policy
+    wrote under this `config` is started from (`checkpoint.py`).
 
     Only the records of a scaler like this one (`acting`, or a dry run) are replayed: a
     dry-run scaler beside an acting one writes its own ticks, and interleaved they would
@@ -330,18 +334,27 @@ def recall(
         skipped[why] = skipped.get(why, 0) + 1
     ticks = ticks_of(kept, interval_s=interval_s, idle_every_s=idle_every_s, until=until)
     problems: dict[str, int] = {}
-    for r in kept:
-        if r.checkpoint_problem is not None:
-            problems[r.checkpoint_problem] = problems.get(r.checkpoint_problem, 0) + 1
+    digest = config_digest(config)
+    kept = [_checked(r, policy_name, digest, problems) for r in kept]
+    forget_after_s = idle_every_s + 2 * interval_s
     first, start = _newest_checkpoint(kept, ticks)
-    state = replay(
-        ticks[first:],
-        policy,
-        config,
-        forget_after_s=idle_every_s + 2 * interval_s,
-        start=start,
-        start_at=ticks[first - 1].at if start is not None else -math.inf,
-    )
+    try:
+        state = replay(
+            ticks[first:],
+            policy,
+            config,
+            forget_after_s=forget_after_s,
+            start=start,
+            start_at=ticks[first - 1].at if start is not None else -math.inf,
+        )
+    except (ArithmeticError, ValueError) as exc:
+        if start is None:
+            raise
+        # Values this module reads but the policy cannot go on from: replay from nothing.
+        why = f"a checkpoint the policy could not go on from ({type(exc).__name__})"
+        problems[why] = problems.get(why, 0) + 1
+        first, start = 0, None
+        state = replay(ticks, policy, config, forget_after_s=forget_after_s)
     wanted = None if groups is None else set(groups)
     return Recall(
         state=ScalerState(
@@ -357,6 +370,20 @@ def recall(
         from_checkpoint=ticks[first - 1].at if start is not None else None,
         checkpoint_problems=problems,
     )
+
+
+def _checked(record: Recorded, policy_name: str, digest: str, problems: dict[str, int]) -> Recorded:
+    """`record` with a checkpoint this recall can start from, or without one (the reason
+    counted in `problems`): another policy's memory, or one built under other settings,
+    is not this policy's."""
+    why = record.checkpoint_problem
+    checkpoint = record.checkpoint
+    if checkpoint is not None and (checkpoint.policy, checkpoint.config) != (policy_name, digest):
+        why = "a checkpoint of another policy or configuration"
+    if why is None:
+        return record
+    problems[why] = problems.get(why, 0) + 1
+    return dataclasses.replace(record, checkpoint=None, checkpoint_problem=why)
 
 
 def _newest_checkpoint(
@@ -377,9 +404,8 @@ def _newest_checkpoint(
             continue
         if any(c.of_groups != set(found) for c in found.values()):
             continue
+        # Every group of the tick has signals there (a checkpoint is only read beside them).
         order = [s.group for s in ticks[i].signals]
-        if sorted(order) != sorted(found):
-            continue  # a group decided stale there: its memory is not the record's
         return i + 1, ScalerState(groups=tuple(found[g].state for g in order))
     return 0, None
 

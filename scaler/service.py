@@ -27,7 +27,13 @@ from infra.tasks import wait_event
 from infra.topics import topic_names
 from scaler.actuators.base import Actuator, ActuatorError
 from scaler.actuators.decisions import Written, publish_decision, what_it_says, worth_writing
-from scaler.checkpoint import checkpoint_due, tick_checkpoints
+from scaler.checkpoint import (
+    CHECKPOINT_EVERY_S,
+    CHECKPOINT_RETRY_S,
+    checkpoint_due,
+    config_digest,
+    tick_checkpoints,
+)
 from scaler.collector.collector import (
     Collector,
     CollectorConfig,
@@ -150,6 +156,7 @@ class ScalerService:
         """Per group: what its last decision record said, and when (`worth_writing`)."""
         self._checkpoint_at: float | None = None
         """When the decision records last carried the memory (`scaler/checkpoint.py`)."""
+        self._checkpoint_skip_said_at: float | None = None
         self._producer: AIOKafkaProducer | None = None
         self.sweeps = sweeps or OrphanSweeps(bootstrap)
         """Answer what retiring groups with no worker left hold (`_drop_if_retired`)."""
@@ -204,6 +211,7 @@ class ScalerService:
                 idle_every_s=IDLE_HOLD_EVERY_MAX_S,
                 acting=self.act,
                 groups=groups,
+                policy_name=self.policy_name,
             )
         except Exception as exc:  # said here; the scaler runs on without the memory
             log.warning("event=recall_failed error=%r starting=without_memory", exc)
@@ -404,8 +412,11 @@ class ScalerService:
             self._export(collection, chosen)
             if collection.retiring is not None:
                 await self._drop_if_retired(collection)
-        if checkpoints is not None and written:
-            self._checkpoint_at = tick_at
+        if checkpoints is not None:
+            # One that could not be written is tried again within CHECKPOINT_RETRY_S, not
+            # every tick: each forces every group's record.
+            retry_at = tick_at - CHECKPOINT_EVERY_S + CHECKPOINT_RETRY_S
+            self._checkpoint_at = tick_at if written else retry_at
         await self._add_new_groups()
 
     def _checkpoints(
@@ -413,12 +424,23 @@ class ScalerService:
     ) -> dict[str, dict[str, Any]] | None:
         """The memory to write beside this tick's decisions, where one is due and every
         group's can be started from (`scaler/checkpoint.py`). Not while a group retires (it
-        leaves the memory during the tick) or without a producer (a decide-only run)."""
+        may leave the memory during the tick) or without a producer (a decide-only run).
+        Why one is due but not written is said once a checkpoint interval."""
         if self._producer is None or not checkpoint_due(now, self._checkpoint_at):
             return None
-        if any(c.retiring is not None for c in collections):
+        retiring = sorted(c.group for c in collections if c.retiring is not None)
+        if retiring:
+            got: dict[str, dict[str, Any]] | str = f"retiring: {','.join(retiring)}"
+        else:
+            got = tick_checkpoints(
+                self.state, signals, policy=self.policy_name, config=config_digest(self.config)
+            )
+        if isinstance(got, str):
+            if checkpoint_due(now, self._checkpoint_skip_said_at):
+                log.info("event=checkpoint_skipped why=%r", got)
+                self._checkpoint_skip_said_at = now
             return None
-        return tick_checkpoints(self.state, signals)
+        return got
 
     async def _drop_if_retired(self, collection: GroupCollection) -> None:
         """A retiring group with no worker left is no longer collected or decided, once

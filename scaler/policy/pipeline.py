@@ -61,11 +61,15 @@ class Pipeline:
             for g in state.groups
             if g.group not in seen and g.last_signals is not None
         ]
+        # A group remembered with no signals at all (recalled at a restart, `to_resume`,
+        # and not collected yet) gets no decision, and keeps its memory until it is.
+        waiting = tuple(g for g in state.groups if g.group not in seen and g.last_signals is None)
         plans = [self._plan(s, state.get(s.group), config, now) for s in (*signals, *vanished)]
         if self.global_budget:
             plans = share_budget(plans, config.max_total_replicas)
         decision = Decision(policy=self.name, at=now, groups=tuple(p.to_decision() for p in plans))
-        return decision, ScalerState(groups=tuple(_remember(p, config, now) for p in plans))
+        remembered = tuple(_remember(p, config, now) for p in plans)
+        return decision, ScalerState(groups=(*remembered, *waiting))
 
     def _plan(
         self, signals: GroupSignals, state: GroupState, config: PolicyConfig, now: float

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from scaler.actuators.decisions import Written, decision_record, what_it_says, worth_writing
-from scaler.checkpoint import checkpoint_due, tick_checkpoints
+from scaler.checkpoint import checkpoint_due, config_digest, tick_checkpoints
 from scaler.config import PolicyConfig
 from scaler.decision import Decision
 from scaler.policy import POLICIES
@@ -204,9 +204,14 @@ class _Loop:
 
     def _write(self, decision: Decision, signals: Sequence[GroupSignals], now: float) -> None:
         """The tick's decision records, left out and read back as the live scaler's are
-        (`ScalerService._publish`; the read is the JSON the broker returns)."""
-        due = checkpoint_due(now, self.checkpoint_at)
-        checkpoints = tick_checkpoints(self.state, signals) if due else None
+        (`ScalerService._publish`; the read is the JSON the broker returns), each group's
+        memory in them every `CHECKPOINT_EVERY_S` (`scaler/checkpoint.py`)."""
+        checkpoints = None
+        if checkpoint_due(now, self.checkpoint_at):
+            got = tick_checkpoints(
+                self.state, signals, policy=self.policy_name, config=config_digest(self.config)
+            )
+            checkpoints = None if isinstance(got, str) else got
         for s, d in zip(signals, decision.groups, strict=True):
             said = what_it_says(d, applied=True, error=None, acting=True)
             last = self.written.get(s.group)
@@ -246,6 +251,7 @@ class _Loop:
             until=now,
             interval_s=self.params.collection_interval_s,
             idle_every_s=IDLE_HOLD_EVERY_MAX_S,
+            policy_name=self.policy_name,
         )
         self.records.clear()
         return to_resume(recalled.state)

@@ -83,6 +83,7 @@ async def test_the_records_since_a_time_are_read_back_and_replayed(broker: str) 
         until=time.time(),
         interval_s=5.0,
         idle_every_s=25.0,
+        policy_name="slo",
     )
     assert got.ticks == 15
     assert got.skipped.get("not JSON") == 1

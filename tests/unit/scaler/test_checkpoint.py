@@ -14,14 +14,17 @@ from scaler.checkpoint import (
     checkpoint_due,
     checkpoint_from_dict,
     checkpoint_to_dict,
+    config_digest,
     tick_checkpoints,
 )
+from scaler.config import PolicyConfig
 from scaler.signals import GroupState, ScalerState
 from tests.unit.scaler.conftest import make_signals
 
 GROUP = "inferbus.workers.m.interactive"
 OTHER = "inferbus.workers.m.batch"
 SIGNALS = make_signals(group=GROUP, collected_at=995.0)
+DIGEST = config_digest(PolicyConfig())
 
 
 def _full_state() -> GroupState:
@@ -47,19 +50,26 @@ def _full_state() -> GroupState:
 
 
 def _through_json(state: GroupState, of_groups: list[str]) -> Any:
-    return json.loads(json.dumps(checkpoint_to_dict(state, of_groups)))
+    written = checkpoint_to_dict(state, of_groups, policy="slo", config=DIGEST)
+    return json.loads(json.dumps(written))
 
 
 def test_every_field_of_the_memory_survives_the_record() -> None:
     state = _full_state()
     got = checkpoint_from_dict(_through_json(state, [OTHER, GROUP]), group=GROUP, signals=SIGNALS)
-    assert got == Checkpoint(state, frozenset({GROUP, OTHER}))
+    assert got == Checkpoint(state, frozenset({GROUP, OTHER}), "slo", DIGEST)
+
+
+def test_the_configuration_s_digest_tells_settings_apart() -> None:
+    assert config_digest(PolicyConfig()) == DIGEST
+    assert config_digest(PolicyConfig(burst_memory_s=900.0)) != DIGEST
 
 
 def test_every_field_but_the_record_s_own_is_written() -> None:
     """A field added to GroupState must be written (and read) too, or this fails: a
     checkpoint without it would start the memory with its default."""
-    written = set(checkpoint_to_dict(GroupState(group=GROUP), [GROUP])["fields"])
+    raw = checkpoint_to_dict(GroupState(group=GROUP), [GROUP], policy="slo", config=DIGEST)
+    written = set(raw["fields"])
     fields = {f.name for f in dataclasses.fields(GroupState)}
     assert written == fields - {"group", "last_signals"}
 
@@ -87,6 +97,7 @@ def _without(name: str) -> dict[str, Any]:
             {**_with(), "of_groups": "g"}, "not a list of group names", id="of-groups-a-string"
         ),
         pytest.param({**_with(), "of_groups": [OTHER]}, "lacks its own group", id="not-its-own"),
+        pytest.param({**_with(), "policy": None}, "is not a string", id="no-policy-name"),
         pytest.param(_with(hold_factor="2"), "'hold_factor' unreadable", id="a-string-number"),
         pytest.param(_with(observed_since=True), "'observed_since' unreadable", id="a-bool"),
         pytest.param(
@@ -99,6 +110,14 @@ def _without(name: str) -> dict[str, Any]:
         pytest.param(_with(spare_samples={"a": 1}), "'spare_samples' unreadable", id="not-a-list"),
         pytest.param(_with(last_lag=[1.0, 2, 3]), "'last_lag' unreadable", id="lag-of-three"),
         pytest.param(_with(hold_factor=1e400), "'hold_factor' unreadable", id="infinite"),
+        pytest.param(_with(hold_factor=0.5), "'hold_factor' unreadable (under 1)", id="factor"),
+        pytest.param(
+            _with(service_rps_per_replica=0), "'service_rps_per_replica' unreadable", id="mu-0"
+        ),
+        pytest.param(_with(load_samples=[[1.0, -2.0]]), "unreadable (negative)", id="load-below-0"),
+        pytest.param(
+            _with(last_lag=[1.0, 10**400]), "'last_lag' unreadable", id="count-past-a-float"
+        ),
     ],
 )
 def test_a_checkpoint_this_version_cannot_start_from_says_why(raw: Any, why: str) -> None:
@@ -115,16 +134,24 @@ def test_a_tick_s_checkpoints_are_written_only_where_each_group_s_can_be_started
     other = make_signals(group=OTHER, tier="batch", collected_at=995.0)
     ours = GroupState(group=GROUP, last_signals=SIGNALS)
     theirs = GroupState(group=OTHER, last_signals=other)
-    both = tick_checkpoints(_state(ours, theirs), [SIGNALS, other])
-    assert both is not None and set(both) == {GROUP, OTHER}
+    keys = {"policy": "slo", "config": DIGEST}
+    both = tick_checkpoints(_state(ours, theirs), [SIGNALS, other], **keys)
+    assert isinstance(both, dict) and set(both) == {GROUP, OTHER}
     assert both[GROUP]["of_groups"] == sorted([GROUP, OTHER])
+    assert (both[GROUP]["policy"], both[GROUP]["config"]) == ("slo", DIGEST)
     # A group the memory holds but the tick did not collect (decided on older signals).
-    assert tick_checkpoints(_state(ours, theirs), [SIGNALS]) is None
+    got = tick_checkpoints(_state(ours, theirs), [SIGNALS], **keys)
+    assert got == f"not collected at this tick: {OTHER}"
     # A group decided stale on signals it was given: its last signals are older.
     older = GroupState(group=OTHER, last_signals=dataclasses.replace(other, collected_at=900.0))
-    assert tick_checkpoints(_state(ours, older), [SIGNALS, other]) is None
+    got = tick_checkpoints(_state(ours, older), [SIGNALS, other], **keys)
+    assert got == f"decided on older signals: {OTHER}"
     # Nothing to write: no group collected, none remembered.
-    assert tick_checkpoints(_state(), []) is None
+    assert tick_checkpoints(_state(), [], **keys) == "no group in the memory"
+    # A value JSON writes but no reader takes back (NaN) is not written.
+    nan = dataclasses.replace(ours, hold_factor=float("nan"))
+    got = tick_checkpoints(_state(nan, theirs), [SIGNALS, other], **keys)
+    assert isinstance(got, str) and got.startswith(f"{GROUP} would not read back")
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from scaler.actuators.decisions import Written, decision_record, what_it_says, worth_writing
-from scaler.checkpoint import CHECKPOINT_EVERY_S, checkpoint_due, tick_checkpoints
+from scaler.checkpoint import CHECKPOINT_EVERY_S, checkpoint_due, config_digest, tick_checkpoints
 from scaler.config import PolicyConfig
 from scaler.policy import POLICIES
 from scaler.recall import (
@@ -84,7 +84,9 @@ def _live(
             )
         decision, state = decide(signals, state, config, now)
         due = checkpoints and checkpoint_due(now, checkpoint_at)
-        memory = tick_checkpoints(state, signals) if due else None
+        digest = config_digest(config)
+        got = tick_checkpoints(state, signals, policy="slo", config=digest) if due else None
+        memory = None if isinstance(got, str) else got
         if memory is not None:
             checkpoint_at = now
         for n, (s, d) in enumerate(zip(signals, decision.groups, strict=True)):
@@ -115,7 +117,7 @@ def _recall(records: list[Any], **options: Any) -> Any:
         "idle_every_s": IDLE_HOLD_EVERY_MAX_S,
         **options,
     }
-    return recall(records, POLICIES["slo"], PolicyConfig(), **kwargs)
+    return recall(records, POLICIES["slo"], PolicyConfig(), policy_name="slo", **kwargs)
 
 
 @pytest.mark.parametrize("ticks", [71, 143, 200, 300], ids=lambda n: f"{n}-ticks")
@@ -217,6 +219,7 @@ def test_a_group_gone_from_the_records_is_forgotten_as_the_scaler_forgot_it() ->
         until=math.inf,
         interval_s=5.0,
         idle_every_s=IDLE_HOLD_EVERY_MAX_S,
+        policy_name="slo",
     )
     assert [g.group for g in got.state.groups] == [BURSTY]
 
@@ -433,6 +436,103 @@ def test_a_checkpoint_of_another_version_is_counted_and_replayed_over() -> None:
     assert sum(got.checkpoint_problems.values()) == sum(r["state"] is not None for r in records)
     assert got.checkpoint_problems.keys() == {"a checkpoint not of this version"}
     assert got.state == live  # every record was still replayed, from the first
+
+
+@pytest.mark.parametrize(
+    ("options", "config"),
+    [
+        pytest.param({"policy_name": "keda-lag"}, PolicyConfig(), id="another-policy"),
+        pytest.param({}, PolicyConfig(burst_memory_s=900.0), id="another-configuration"),
+    ],
+)
+def test_a_memory_built_by_another_policy_or_settings_is_not_started_from(
+    options: dict[str, Any], config: PolicyConfig
+) -> None:
+    records, _ = _live(200, idle_every_s=25.0, checkpoints=True)
+    kwargs: dict[str, Any] = {
+        "since": 0.0,
+        "until": START + 5.0 * 200,
+        "interval_s": 5.0,
+        "idle_every_s": IDLE_HOLD_EVERY_MAX_S,
+        "policy_name": "slo",
+        **options,
+    }
+    got = recall(records, POLICIES["slo"], config, **kwargs)
+    assert got.from_checkpoint is None
+    assert got.checkpoint_problems.keys() == {"a checkpoint of another policy or configuration"}
+
+
+def test_a_checkpoint_without_the_tick_s_clock_is_not_started_from() -> None:
+    records, _ = _live(200, idle_every_s=25.0, checkpoints=True)
+    newest = max(r["tick_at"] for r in records if r["state"] is not None)
+    clockless = [
+        {**r, "tick_at": None, "at": r["tick_at"]} if r["tick_at"] == newest else r for r in records
+    ]
+    got = _recall(clockless, until=START + 5.0 * 200)
+    assert got.checkpoint_problems == {"a checkpoint without 'tick_at'": 2}
+    assert got.from_checkpoint is not None and got.from_checkpoint < newest
+
+
+def test_a_checkpoint_tick_one_group_s_record_is_missing_from_is_passed_over() -> None:
+    """One group's record of the newest checkpoint's tick could not be written (the broker
+    went away): the other's checkpoint names both groups, so that tick is incomplete."""
+    records, _ = _live(300, idle_every_s=25.0, checkpoints=True)
+    newest = max(r["tick_at"] for r in records if r["state"] is not None)
+    left = [r for r in records if not (r["tick_at"] == newest and r["group"] == STEADY)]
+    got = _recall(left, until=START + 5.0 * 300)
+    assert got.from_checkpoint is not None and got.from_checkpoint < newest
+
+
+def test_a_group_with_no_record_since_the_checkpoint_is_kept_for_the_forgetting_time() -> None:
+    """The steady group's records stop right after the checkpoint (its collections
+    failed): within the forgetting time it is remembered and decided stale, as the
+    scaler would, not forgotten at the first tick after the checkpoint."""
+    records, _ = _live(300, idle_every_s=0.0, checkpoints=True)
+    # A checkpoint where the steady group was busy (an idle one's hold is given again).
+    at = max(
+        r["tick_at"]
+        for r in records
+        if r["state"] is not None and r["group"] == STEADY and r["signals"]["arrival_rps"]
+    )
+    left = [r for r in records if r["tick_at"] <= at or r["group"] != STEADY]
+    left = [r for r in left if r["tick_at"] <= at + 10.0]
+    got = _recall(left, until=at + 10.0)
+    assert got.from_checkpoint == at
+    assert STEADY in {g.group for g in got.state.groups}
+
+
+def test_a_checkpoint_the_policy_cannot_go_on_from_falls_back_to_the_replay() -> None:
+    records, live = _live(200, idle_every_s=25.0, checkpoints=True)
+    decide = POLICIES["slo"]
+
+    def fails_on_a_checkpoint(
+        signals: Any, state: ScalerState, config: PolicyConfig, now: float
+    ) -> Any:
+        if any(g.hold_factor == 3.5 for g in state.groups):
+            raise OverflowError("int too large to convert to float")
+        return decide(signals, state, config, now)
+
+    forged = [
+        r
+        if r["state"] is None
+        else {**r, "state": {**r["state"], "fields": {**r["state"]["fields"], "hold_factor": 3.5}}}
+        for r in records
+    ]
+    got = recall(
+        forged,
+        fails_on_a_checkpoint,
+        PolicyConfig(),
+        since=0.0,
+        until=START + 5.0 * 200,
+        interval_s=5.0,
+        idle_every_s=IDLE_HOLD_EVERY_MAX_S,
+        policy_name="slo",
+    )
+    assert got.from_checkpoint is None
+    assert got.checkpoint_problems == {
+        "a checkpoint the policy could not go on from (OverflowError)": 1
+    }
+    assert got.state == live
 
 
 def test_signals_survive_the_record_round_trip() -> None:

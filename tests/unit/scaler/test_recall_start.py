@@ -47,9 +47,11 @@ async def test_the_state_is_rebuilt_for_the_groups_the_scaler_runs(
     assert service.recalled is not None and service.recalled.ticks == 40
     assert service.state.groups == (dataclasses.replace(live.get(BURSTY), last_signals=None),)
     # A group this process has not collected yet gets no decision: decided on its
-    # predecessor's last signals, it would be set back to the count it had then.
-    decision, _ = service.policy([], service.state, service.config, 1000.0 + 5.0 * 41)
+    # predecessor's last signals, it would be set back to the count it had then. Its
+    # memory waits for its first collection.
+    decision, after = service.policy([], service.state, service.config, 1000.0 + 5.0 * 41)
     assert decision.groups == ()
+    assert after == service.state
     assert "event=recalled read=" in caplog.text
     assert "dropped=inferbus.workers.m.batch" in caplog.text
 

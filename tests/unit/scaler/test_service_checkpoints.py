@@ -12,7 +12,7 @@ import pytest
 from aiokafka.errors import KafkaConnectionError
 
 import scaler.service
-from scaler.checkpoint import CHECKPOINT_EVERY_S
+from scaler.checkpoint import CHECKPOINT_EVERY_S, CHECKPOINT_RETRY_S
 from scaler.collector.collector import GroupCollection, GroupTarget
 from scaler.service import ScalerService
 from tests.unit.scaler.conftest import make_signals
@@ -49,7 +49,7 @@ async def _service(
     service = ScalerService("127.0.0.1:1", tmp_path / "models", Counted(4))
     await service.collector.add_targets([GroupTarget("m", "interactive")])
     records, clock = Records(), Clock(1000.0)
-    service._producer = records  # type: ignore[assignment]
+    service._producer = records
     monkeypatch.setattr(scaler.service.time, "time", clock)
     return service, records, clock
 
@@ -73,15 +73,36 @@ async def test_the_memory_goes_with_the_first_tick_s_record_and_then_every_inter
     assert first["state"]["fields"]["observed_since"] == 1000.0
 
 
-async def test_a_checkpoint_that_could_not_be_written_is_written_at_the_next_tick(
+async def test_an_idle_group_s_hold_left_out_is_written_when_it_carries_the_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An idle group's unchanged hold is written once per `idle_hold_every_s` (25 s); the
+    tick a checkpoint falls on writes it whatever that says."""
+    service, records, clock = await _service(tmp_path, monkeypatch)
+    idle = {"arrival_rps": 0.0, "lag": 0, "queue_p99_ms": None, "e2e_p99_ms": None}
+    for _ in range(int(CHECKPOINT_EVERY_S / 5) + 1):
+        signals = make_signals(group=GROUP, collected_at=clock.now, utilization=0.0, **idle)
+        await service.on_tick([GroupCollection(GROUP, signals, 0)])
+        clock.now += 5.0
+    written = [r["tick_at"] for r in records.sent]
+    assert len(written) < CHECKPOINT_EVERY_S / 5, "idle holds were left out"
+    carried = [r["tick_at"] for r in records.sent if r["state"] is not None]
+    assert carried == [1000.0, 1000.0 + CHECKPOINT_EVERY_S]
+
+
+async def test_a_checkpoint_that_could_not_be_written_is_tried_again_within_its_retry_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not at every tick: each forces every group's record (a broker away fails them all)."""
     service, records, clock = await _service(tmp_path, monkeypatch)
     records.down = True
     await _tick(service, clock)
-    records.down, clock.now = False, clock.now + 5.0
-    await _tick(service, clock)
-    assert [r["tick_at"] for r in records.sent if r["state"] is not None] == [1005.0]
+    records.down = False
+    for _ in range(int(CHECKPOINT_RETRY_S / 5)):
+        clock.now += 5.0
+        await _tick(service, clock)
+    retried = 1000.0 + CHECKPOINT_RETRY_S
+    assert [r["tick_at"] for r in records.sent if r["state"] is not None] == [retried]
 
 
 async def test_no_checkpoint_while_a_group_retires(
@@ -92,3 +113,6 @@ async def test_no_checkpoint_while_a_group_retires(
     service, records, clock = await _service(tmp_path, monkeypatch)
     await _tick(service, clock, retiring="model 'm' is gone", retired_answer="model_not_found")
     assert records.sent and all(r["state"] is None for r in records.sent)
+    clock.now += 5.0
+    await _tick(service, clock)
+    assert [r["tick_at"] for r in records.sent if r["state"] is not None] == [1005.0]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
+import scaler.sim.engine as engine
 from scaler.config import PolicyConfig
+from scaler.recall import Recall
 from scaler.sim.engine import SimRun, simulate
 from scaler.sim.params import SimParams
 from scaler.sim.scenarios import scenario
@@ -29,6 +32,26 @@ def test_a_restart_that_recalls_decides_as_if_it_had_not_stopped() -> None:
     recalled = _run(scaler_restart_at_s=700.0)
     assert recalled.ticks == still.ticks
     assert recalled.lines == still.lines
+
+
+def test_the_simulated_restart_starts_from_the_newest_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the live scaler's: the records carry the memory every 5 minutes."""
+    recalls: list[Recall] = []
+    real = engine.recall
+
+    def recording(*args: Any, **kwargs: Any) -> Recall:
+        recalls.append(real(*args, **kwargs))
+        return recalls[-1]
+
+    still = _run()
+    monkeypatch.setattr(engine, "recall", recording)
+    recalled = _run(scaler_restart_at_s=700.0)
+    (got,) = recalls
+    assert got.from_checkpoint is not None and 700.0 - 300.0 <= got.from_checkpoint < 700.0
+    assert got.checkpoint_problems == {}
+    assert recalled.ticks == still.ticks
 
 
 def test_a_restart_with_no_memory_starts_over() -> None:
