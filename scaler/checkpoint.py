@@ -55,22 +55,34 @@ class Checkpoint:
 
 def config_digest(config: PolicyConfig) -> str:
     """A short digest of every setting of `config`: memories built under other settings
-    (another window, another memory length) are not started from."""
-    text = json.dumps(dataclasses.asdict(config), sort_keys=True)
+    (another window, another memory length) are not started from. Numbers are hashed as
+    floats: a settings file's 1800 is the default's 1800.0."""
+    values = {
+        name: float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+        for name, v in dataclasses.asdict(config).items()
+    }
+    text = json.dumps(values, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _decided(state: ScalerState) -> list[GroupState]:
+    """The groups the policy decides: a recalled group not collected yet (no last signals,
+    `recall.to_resume`) only waits, and no checkpoint can carry it."""
+    return [g for g in state.groups if g.last_signals is not None]
 
 
 def why_no_checkpoint(state: ScalerState, signals: Sequence[GroupSignals]) -> str | None:
     """Why the memory a tick decided on `signals` left (`state`) cannot be started from its
-    records (None: it can): every group it holds must have been collected at the tick and
-    decided on those signals (one decided stale keeps older last signals)."""
+    records (None: it can): every group it decides must have been collected at the tick
+    and decided on those signals (one decided stale keeps older last signals)."""
     collected = {s.group: s for s in signals}
-    if not state.groups:
+    decided = _decided(state)
+    if not decided:
         return "no group in the memory"
-    missing = sorted(g.group for g in state.groups if g.group not in collected)
+    missing = sorted(g.group for g in decided if g.group not in collected)
     if missing:
         return f"not collected at this tick: {','.join(missing)}"
-    stale = sorted(g.group for g in state.groups if g.last_signals != collected[g.group])
+    stale = sorted(g.group for g in decided if g.last_signals != collected[g.group])
     if stale:
         return f"decided on older signals: {','.join(stale)}"
     return None
@@ -79,16 +91,19 @@ def why_no_checkpoint(state: ScalerState, signals: Sequence[GroupSignals]) -> st
 def tick_checkpoints(
     state: ScalerState, signals: Sequence[GroupSignals], *, policy: str, config: str
 ) -> dict[str, dict[str, Any]] | str:
-    """Each group's checkpoint for the records of a tick decided on `signals` that left
-    `state`, or why there is none (`why_no_checkpoint`; or a value that would not read
-    back, a NaN that JSON writes but this module refuses)."""
+    """Each decided group's checkpoint for the records of a tick decided on `signals` that
+    left `state`, or why there is none (`why_no_checkpoint`; or a value that would not read
+    back, a NaN that JSON writes but this module refuses). A group waiting for its first
+    collection since a restart is left out: a restart from this checkpoint forgets it, as
+    a replay forgets a group with no records."""
     why = why_no_checkpoint(state, signals)
     if why is not None:
         return why
     collected = {s.group: s for s in signals}
-    groups = [g.group for g in state.groups]
+    decided = _decided(state)
+    groups = [g.group for g in decided]
     written = {
-        g.group: checkpoint_to_dict(g, groups, policy=policy, config=config) for g in state.groups
+        g.group: checkpoint_to_dict(g, groups, policy=policy, config=config) for g in decided
     }
     for name, raw in written.items():
         back = checkpoint_from_dict(

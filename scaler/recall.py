@@ -258,7 +258,7 @@ def _moved(record: Recorded, at: float) -> Recorded:
     s = record.signals
     assert s is not None
     later = dataclasses.replace(s, collected_at=s.collected_at + at - record.at)
-    return dataclasses.replace(record, at=at, signals=later, checkpoint=None)
+    return dataclasses.replace(record, at=at, signals=later)
 
 
 def replay(
@@ -335,10 +335,16 @@ def recall(
     ticks = ticks_of(kept, interval_s=interval_s, idle_every_s=idle_every_s, until=until)
     problems: dict[str, int] = {}
     digest = config_digest(config)
-    kept = [_checked(r, policy_name, digest, problems) for r in kept]
+    unique = {(r.at, r.group): r for r in kept}.values()  # one written twice counts once
+    kept = [_checked(r, policy_name, digest, problems) for r in unique]
     forget_after_s = idle_every_s + 2 * interval_s
     first, start = _newest_checkpoint(kept, ticks)
     try:
+        if start is not None and first == len(ticks):
+            # The checkpoint is the last tick: nothing replayed after it would show that
+            # the policy cannot go on from it, so it decides one tick more, thrown away.
+            last = ticks[-1]
+            policy(last.signals, start, config, last.at + interval_s)
         state = replay(
             ticks[first:],
             policy,

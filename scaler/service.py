@@ -413,8 +413,8 @@ class ScalerService:
             if collection.retiring is not None:
                 await self._drop_if_retired(collection)
         if checkpoints is not None:
-            # One that could not be written is tried again within CHECKPOINT_RETRY_S, not
-            # every tick: each forces every group's record.
+            # One that could not be written is tried again at the first tick
+            # CHECKPOINT_RETRY_S later, not every tick: each forces every group's record.
             retry_at = tick_at - CHECKPOINT_EVERY_S + CHECKPOINT_RETRY_S
             self._checkpoint_at = tick_at if written else retry_at
         await self._add_new_groups()

@@ -63,6 +63,8 @@ def test_every_field_of_the_memory_survives_the_record() -> None:
 def test_the_configuration_s_digest_tells_settings_apart() -> None:
     assert config_digest(PolicyConfig()) == DIGEST
     assert config_digest(PolicyConfig(burst_memory_s=900.0)) != DIGEST
+    # A settings file's 1800 is the default's 1800.0.
+    assert config_digest(PolicyConfig(burst_memory_s=1800)) == DIGEST
 
 
 def test_every_field_but_the_record_s_own_is_written() -> None:
@@ -116,6 +118,12 @@ def _without(name: str) -> dict[str, Any]:
         ),
         pytest.param(_with(load_samples=[[1.0, -2.0]]), "unreadable (negative)", id="load-below-0"),
         pytest.param(
+            _with(arrival_samples=[[1.0, -0.5]]), "'arrival_samples' unreadable", id="rate-below-0"
+        ),
+        pytest.param(
+            _with(spare_samples=[[1.0, -1.0]]), "'spare_samples' unreadable", id="spare-below-0"
+        ),
+        pytest.param(
             _with(last_lag=[1.0, 10**400]), "'last_lag' unreadable", id="count-past-a-float"
         ),
     ],
@@ -148,6 +156,11 @@ def test_a_tick_s_checkpoints_are_written_only_where_each_group_s_can_be_started
     assert got == f"decided on older signals: {OTHER}"
     # Nothing to write: no group collected, none remembered.
     assert tick_checkpoints(_state(), [], **keys) == "no group in the memory"
+    # A group recalled and not collected yet only waits: the others are written.
+    waiting = GroupState(group=OTHER)
+    alone = tick_checkpoints(_state(ours, waiting), [SIGNALS], **keys)
+    assert isinstance(alone, dict) and set(alone) == {GROUP}
+    assert alone[GROUP]["of_groups"] == [GROUP]
     # A value JSON writes but no reader takes back (NaN) is not written.
     nan = dataclasses.replace(ours, hold_factor=float("nan"))
     got = tick_checkpoints(_state(nan, theirs), [SIGNALS, other], **keys)

@@ -501,8 +501,14 @@ def test_a_group_with_no_record_since_the_checkpoint_is_kept_for_the_forgetting_
     assert STEADY in {g.group for g in got.state.groups}
 
 
-def test_a_checkpoint_the_policy_cannot_go_on_from_falls_back_to_the_replay() -> None:
-    records, live = _live(200, idle_every_s=25.0, checkpoints=True)
+@pytest.mark.parametrize("cut", [False, True], ids=["ticks-after-it", "the-last-tick"])
+def test_a_checkpoint_the_policy_cannot_go_on_from_falls_back_to_the_replay(cut: bool) -> None:
+    """Whether ticks follow the checkpoint or it is the last one read (a restart within a
+    tick of it), a memory the policy fails on is replayed over."""
+    records, live = _live(200, idle_every_s=0.0, checkpoints=True)
+    newest = max(r["tick_at"] for r in records if r["state"] is not None)
+    until = newest if cut else START + 5.0 * 200
+    records = [r for r in records if r["tick_at"] <= until]
     decide = POLICIES["slo"]
 
     def fails_on_a_checkpoint(
@@ -523,7 +529,7 @@ def test_a_checkpoint_the_policy_cannot_go_on_from_falls_back_to_the_replay() ->
         fails_on_a_checkpoint,
         PolicyConfig(),
         since=0.0,
-        until=START + 5.0 * 200,
+        until=until,
         interval_s=5.0,
         idle_every_s=IDLE_HOLD_EVERY_MAX_S,
         policy_name="slo",
@@ -532,7 +538,7 @@ def test_a_checkpoint_the_policy_cannot_go_on_from_falls_back_to_the_replay() ->
     assert got.checkpoint_problems == {
         "a checkpoint the policy could not go on from (OverflowError)": 1
     }
-    assert got.state == live
+    assert got.state == (live if not cut else _recall(records, until=until).state)
 
 
 def test_signals_survive_the_record_round_trip() -> None:

@@ -5,6 +5,7 @@ test_recall.py and, on the broker, tests/integration/test_recall.py)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,12 @@ import scaler.service
 from scaler.checkpoint import CHECKPOINT_EVERY_S, CHECKPOINT_RETRY_S
 from scaler.collector.collector import GroupCollection, GroupTarget
 from scaler.service import ScalerService
+from scaler.signals import GroupState, ScalerState
 from tests.unit.scaler.conftest import make_signals
 from tests.unit.scaler.test_retired_groups import Counted
 
 GROUP = "inferbus.workers.m.interactive"
+OTHER = "inferbus.workers.m.batch"
 
 
 class Records:
@@ -116,3 +119,31 @@ async def test_no_checkpoint_while_a_group_retires(
     clock.now += 5.0
     await _tick(service, clock)
     assert [r["tick_at"] for r in records.sent if r["state"] is not None] == [1005.0]
+
+
+async def test_why_a_due_checkpoint_is_not_written_is_said_once_an_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    service, records, clock = await _service(tmp_path, monkeypatch)
+    with caplog.at_level(logging.INFO, logger="scaler.service"):
+        for _ in range(int(CHECKPOINT_EVERY_S / 5) + 1):
+            await _tick(service, clock, retiring="model 'm' is gone")
+            clock.now += 5.0
+    said = [r.getMessage() for r in caplog.records if "checkpoint_skipped" in r.getMessage()]
+    assert said == [f"event=checkpoint_skipped why='retiring: {GROUP}'"] * 2
+    assert all(r["state"] is None for r in records.sent)
+
+
+async def test_a_recalled_group_not_collected_yet_waits_outside_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group the restart recalled whose collections have failed since: it keeps its
+    memory (no decision) and the collected group's checkpoint is still written."""
+    service, records, clock = await _service(tmp_path, monkeypatch)
+    waiting = GroupState(group=OTHER, arrival_samples=((990.0, 40.0),), hold_factor=2.0)
+    service.state = ScalerState(groups=(waiting,))
+    await _tick(service, clock)
+    carried = [r for r in records.sent if r["state"] is not None]
+    assert [r["group"] for r in carried] == [GROUP]
+    assert carried[0]["state"]["of_groups"] == [GROUP]
+    assert service.state.get(OTHER) == waiting
