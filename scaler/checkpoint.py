@@ -125,25 +125,21 @@ def _number(value: Any) -> float:
     return float(value)
 
 
-def _not_negative(value: Any) -> float:
-    number = _number(value)
-    if number < 0:
-        raise ValueError("negative")
-    return number
+def _number_where(holds: Callable[[float], bool], otherwise: str) -> Callable[[Any], float]:
+    """A reader of finite numbers for which `holds`; `otherwise` says why one is refused."""
+
+    def read(value: Any) -> float:
+        number = _number(value)
+        if not holds(number):
+            raise ValueError(otherwise)
+        return number
+
+    return read
 
 
-def _positive(value: Any) -> float:
-    number = _number(value)
-    if number <= 0:
-        raise ValueError("not above 0")
-    return number
-
-
-def _at_least_one(value: Any) -> float:
-    number = _number(value)
-    if number < 1:
-        raise ValueError("under 1")
-    return number
+_not_negative = _number_where(lambda x: x >= 0, "negative")
+_positive = _number_where(lambda x: x > 0, "not above 0")
+_at_least_one = _number_where(lambda x: x >= 1, "under 1")
 
 
 def _count(value: Any) -> int:
