@@ -140,7 +140,8 @@ def table_command(
     typer.echo(markdown(found))
 
 
-def _tiers(value: str) -> list[Tier]:
+def parse_tiers(value: str) -> list[Tier]:
+    """`--tiers`: a comma list of distinct tiers (`sim`, `scripts/scaler_restart.py`)."""
     tiers = [t.strip() for t in value.split(",") if t.strip()]
     bad = [t for t in tiers if t not in TIERS]
     if bad or not tiers:
@@ -164,7 +165,7 @@ def _workload(
         return from_trace(
             trace,
             rate_scale=1.0 if rate_scale is None else rate_scale,
-            tiers=_tiers(tiers or "interactive"),
+            tiers=parse_tiers(tiers or "interactive"),
             max_input_tokens=512,
             seed=seed,
         )

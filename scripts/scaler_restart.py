@@ -24,8 +24,11 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
+import typer
+
+from scaler.cli import parse_tiers
 from scaler.config import PolicyConfig
 from scaler.sim.engine import SimRun
 from scaler.sim.params import SimParams
@@ -168,16 +171,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiers", default="interactive")
     parser.add_argument("--max-total-replicas", type=int, default=None)
     args = parser.parse_args(argv)
-    tiers = tuple(t.strip() for t in args.tiers.split(","))
-    unknown = [t for t in tiers if t not in TIERS]
-    if unknown:
-        parser.error(f"--tiers: {unknown} not among {list(TIERS)}")
+    try:
+        tiers = tuple(parse_tiers(args.tiers))  # as `inferbus sim --tiers` reads them
+    except typer.BadParameter as exc:
+        parser.error(str(exc))
     setup = Setup(
         rate_scale=args.rate_scale,
         seed=args.seed,
         restart_at_s=args.restart_at_s,
         gap_s=args.gap_s,
-        tiers=cast(tuple[Tier, ...], tiers),
+        tiers=tiers,
         max_total_replicas=args.max_total_replicas,
     )
     args.out.mkdir(parents=True, exist_ok=True)
