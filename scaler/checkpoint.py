@@ -71,10 +71,20 @@ def _decided(state: ScalerState) -> list[GroupState]:
     return [g for g in state.groups if g.last_signals is not None]
 
 
+def _left_by(state: GroupState, signals: GroupSignals) -> bool:
+    """`state` is what a decision on `signals` left: its last signals are them, or, where
+    the collector could not read the group and gave its last signals again flagged stale,
+    the ones they repeat. The policy keeps those (it learns nothing from stale ones) and
+    reads them only flagged stale (`pipeline.py`'s vanished groups), so a memory started
+    from the repeat decides as the one that kept the original."""
+    last = state.last_signals
+    return last == signals or (signals.stale and last == dataclasses.replace(signals, stale=False))
+
+
 def why_no_checkpoint(state: ScalerState, signals: Sequence[GroupSignals]) -> str | None:
     """Why the memory a tick decided on `signals` left (`state`) cannot be started from its
     records (None: it can): every group it decides must have been collected at the tick
-    and decided on those signals (one decided stale keeps older last signals)."""
+    and its memory left by a decision on those signals (`_left_by`)."""
     collected = {s.group: s for s in signals}
     decided = _decided(state)
     if not decided:
@@ -82,9 +92,9 @@ def why_no_checkpoint(state: ScalerState, signals: Sequence[GroupSignals]) -> st
     missing = sorted(g.group for g in decided if g.group not in collected)
     if missing:
         return f"not collected at this tick: {','.join(missing)}"
-    stale = sorted(g.group for g in decided if g.last_signals != collected[g.group])
-    if stale:
-        return f"decided on older signals: {','.join(stale)}"
+    older = sorted(g.group for g in decided if not _left_by(g, collected[g.group]))
+    if older:
+        return f"decided on older signals: {','.join(older)}"
     return None
 
 

@@ -154,6 +154,15 @@ def test_a_tick_s_checkpoints_are_written_only_where_each_group_s_can_be_started
     older = GroupState(group=OTHER, last_signals=dataclasses.replace(other, collected_at=900.0))
     got = tick_checkpoints(_state(ours, older), [SIGNALS, other], **keys)
     assert got == f"decided on older signals: {OTHER}"
+    # Signals it was given flagged stale, but not the ones it keeps: older too.
+    repeat = dataclasses.replace(other, collected_at=900.0, stale=True)
+    got = tick_checkpoints(_state(ours, theirs), [SIGNALS, repeat], **keys)
+    assert got == f"decided on older signals: {OTHER}"
+    # A group the collector could not read, given its last signals again flagged stale:
+    # the memory it keeps is the one those repeat, and it is written beside the repeat.
+    stale = dataclasses.replace(other, stale=True)
+    kept = tick_checkpoints(_state(ours, theirs), [SIGNALS, stale], **keys)
+    assert isinstance(kept, dict) and set(kept) == {GROUP, OTHER}
     # Nothing to write: no group collected, none remembered.
     assert tick_checkpoints(_state(), [], **keys) == "no group in the memory"
     # A group recalled and not collected yet only waits: the others are written.

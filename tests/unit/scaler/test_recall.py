@@ -49,11 +49,14 @@ def _live(
     tick_at: bool = True,
     budget: int | None = None,
     checkpoints: bool = False,
+    steady_unread: range = range(0),
 ) -> tuple[list[Any], ScalerState]:
     """Run the slo policy as the service does: the records it writes (left out by
     `worth_writing`, written a few ms after the tick, a JSON round trip), and the state it
     ends with. `tick_at` False: records as a scaler before `tick_at` wrote them.
-    `checkpoints`: the memory written beside the decisions every `CHECKPOINT_EVERY_S`."""
+    `checkpoints`: the memory written beside the decisions every `CHECKPOINT_EVERY_S`.
+    `steady_unread`: the ticks at which the steady group's collection fails, and the
+    collector gives its last signals again, flagged stale."""
     decide = POLICIES["slo"]
     config = PolicyConfig(max_total_replicas=budget)
     state = ScalerState()
@@ -61,27 +64,30 @@ def _live(
     written: dict[str, Written] = {}
     records: list[Any] = []
     checkpoint_at: float | None = None
+    collected: dict[str, GroupSignals] = {}
     for k in range(1, ticks + 1):
         now = START + 5.0 * k
         signals = []
         for group in (BURSTY, STEADY):
             rps = _arrivals(group, now)
-            signals.append(
-                make_signals(
-                    group=group,
-                    tier="interactive" if group == BURSTY else "batch",
-                    # Collected a moment before the tick; a power of two, so that a hold
-                    # given again at a later tick is moved there exactly.
-                    collected_at=now - 0.25,
-                    replicas=replicas[group],
-                    ready_replicas=replicas[group],
-                    arrival_rps=rps,
-                    lag=0 if rps == 0 else 10,
-                    utilization=min(1.0, rps / (300.0 * replicas[group])),
-                    queue_p99_ms=None if rps == 0 else 20.0,
-                    e2e_p99_ms=None if rps == 0 else 180.0,
-                )
+            if group == STEADY and k in steady_unread:
+                signals.append(dataclasses.replace(collected[group], stale=True))
+                continue
+            collected[group] = make_signals(
+                group=group,
+                tier="interactive" if group == BURSTY else "batch",
+                # Collected a moment before the tick; a power of two, so that a hold
+                # given again at a later tick is moved there exactly.
+                collected_at=now - 0.25,
+                replicas=replicas[group],
+                ready_replicas=replicas[group],
+                arrival_rps=rps,
+                lag=0 if rps == 0 else 10,
+                utilization=min(1.0, rps / (300.0 * replicas[group])),
+                queue_p99_ms=None if rps == 0 else 20.0,
+                e2e_p99_ms=None if rps == 0 else 180.0,
             )
+            signals.append(collected[group])
         decision, state = decide(signals, state, config, now)
         due = checkpoints and checkpoint_due(now, checkpoint_at)
         digest = config_digest(config)
@@ -409,6 +415,25 @@ def test_a_checkpoint_gives_back_the_memory_the_records_since_it_cannot() -> Non
     replayed = _recall(without, until=START + 5.0 * 300)
     assert replayed.from_checkpoint is None
     assert replayed.state.get(BURSTY).load_samples != live.get(BURSTY).load_samples
+
+
+def test_a_checkpoint_at_a_tick_a_group_could_not_be_read_is_started_from() -> None:
+    """The steady group's collections fail from tick 238 to 245, over the checkpoint due at
+    tick 241: its memory is written beside the signals the collector gave again, flagged
+    stale, and started from, the scaler's memory exactly."""
+    unread = range(238, 246)
+    records, live = _live(300, idle_every_s=25.0, checkpoints=True, steady_unread=unread)
+    stale = [r for r in records if r["group"] == STEADY and r["signals"]["stale"]]
+    assert {r["tick_at"] for r in stale} == {START + 5.0 * k for k in unread}
+    due = START + 5.0 * 241
+    assert {r["group"] for r in records if r["state"] is not None and r["tick_at"] == due} == {
+        BURSTY,
+        STEADY,
+    }
+    got = _recall(_newer_than(records, START + 5.0 * 230), until=START + 5.0 * 300)
+    assert got.from_checkpoint == due
+    assert got.checkpoint_problems == {}
+    assert got.state == live
 
 
 def test_a_checkpoint_with_a_group_missing_is_passed_over_for_an_older_one() -> None:

@@ -4,6 +4,7 @@ test_recall.py and, on the broker, tests/integration/test_recall.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -147,3 +148,22 @@ async def test_a_recalled_group_not_collected_yet_waits_outside_the_checkpoint(
     assert [r["group"] for r in carried] == [GROUP]
     assert carried[0]["state"]["of_groups"] == [GROUP]
     assert service.state.get(OTHER) == waiting
+
+
+async def test_a_group_the_collector_could_not_read_is_written_with_its_last_signals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collection that fails at a checkpoint's tick gives the group's last signals again,
+    flagged stale: the policy holds on them and keeps its memory, and the checkpoint is
+    written beside the repeat, not skipped for an interval."""
+    service, records, clock = await _service(tmp_path, monkeypatch)
+    last = make_signals(group=GROUP, collected_at=clock.now)
+    await service.on_tick([GroupCollection(GROUP, last, 0)])
+    clock.now += CHECKPOINT_EVERY_S
+    repeat = dataclasses.replace(last, stale=True)
+    await service.on_tick([GroupCollection(GROUP, repeat, 1, error="KafkaTimeoutError()")])
+    carried = [r for r in records.sent if r["state"] is not None]
+    assert [r["tick_at"] for r in carried] == [1000.0, 1000.0 + CHECKPOINT_EVERY_S]
+    assert carried[-1]["signals"]["stale"] is True
+    assert carried[-1]["state"]["fields"]["failed_collections"] == 1
+    assert service.state.get(GROUP).last_signals == last
