@@ -125,8 +125,10 @@ def tick_checkpoints(
 
 
 def checkpoint_due(now: float, last_at: float | None) -> bool:
-    """A checkpoint is written at the first tick `CHECKPOINT_EVERY_S` after the last one."""
-    return last_at is None or now - last_at >= CHECKPOINT_EVERY_S
+    """A checkpoint is written at the first tick `CHECKPOINT_EVERY_S` after the last one,
+    or at once where the clock is now before it (a clock stepped back would otherwise
+    put the next one off by the step)."""
+    return last_at is None or not 0 <= now - last_at < CHECKPOINT_EVERY_S
 
 
 def _number(value: Any) -> float:

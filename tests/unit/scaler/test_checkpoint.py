@@ -182,8 +182,10 @@ def test_a_tick_s_checkpoints_are_written_only_where_each_group_s_can_be_started
         (1000.0, None, True),
         (1000.0, 1000.0 - CHECKPOINT_EVERY_S, True),
         (1000.0, 1000.0 - CHECKPOINT_EVERY_S + 5.0, False),
+        (1000.0, 1000.0, False),
+        (1000.0, 1000.5, True),
     ],
-    ids=["never-written", "after-the-interval", "within-it"],
+    ids=["never-written", "after-the-interval", "within-it", "at-it", "clock-stepped-back"],
 )
 def test_when_a_checkpoint_is_due(now: float, last_at: float | None, due: bool) -> None:
     assert checkpoint_due(now, last_at) is due
