@@ -30,7 +30,7 @@ from scaler.sim.summary import markdown, rows
 from scaler.sim.traffic import FAMILIES, generate, write_csv
 from scaler.sim.workload import Workload, WorkloadError, from_trace
 from scaler.snapshot import load_snapshot
-from schemas.topics import TIERS, Tier
+from schemas.topics import Tier, parse_tiers
 
 scaler_app = typer.Typer(
     help="The scaler: run it, decide on a signals snapshot, write traffic traces.",
@@ -140,16 +140,11 @@ def table_command(
     typer.echo(markdown(found))
 
 
-def parse_tiers(value: str) -> list[Tier]:
-    """`--tiers`: a comma list of distinct tiers (`sim`, `scripts/scaler_restart.py`)."""
-    tiers = [t.strip() for t in value.split(",") if t.strip()]
-    bad = [t for t in tiers if t not in TIERS]
-    if bad or not tiers:
-        raise typer.BadParameter(f"tiers must be a comma list of {TIERS}")
-    twice = sorted({t for t in tiers if tiers.count(t) > 1})
-    if twice:
-        raise typer.BadParameter(f"--tiers names {', '.join(twice)} more than once")
-    return tiers  # type: ignore[return-value]
+def _tiers(value: str) -> list[Tier]:
+    try:
+        return parse_tiers(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"--tiers {exc}") from exc
 
 
 def _workload(
@@ -165,7 +160,7 @@ def _workload(
         return from_trace(
             trace,
             rate_scale=1.0 if rate_scale is None else rate_scale,
-            tiers=parse_tiers(tiers or "interactive"),
+            tiers=_tiers(tiers or "interactive"),
             max_input_tokens=512,
             seed=seed,
         )

@@ -9,6 +9,23 @@ Tier = Literal["critical", "interactive", "batch"]
 TIERS: tuple[Tier, ...] = ("critical", "interactive", "batch")
 """Tiers in priority order: critical first."""
 
+
+def parse_tiers(value: str) -> list[Tier]:
+    """A comma list of distinct tiers (`--tiers interactive,batch`), in the order given.
+    ValueError says what is wrong, worded to follow the flag's name ("--tiers names …")."""
+    names = [t.strip() for t in value.split(",") if t.strip()]
+    if not names:
+        raise ValueError(f"names no tier (tiers: {', '.join(TIERS)})")
+    unknown = [t for t in names if t not in TIERS]
+    if unknown:
+        listed = ", ".join(repr(t) for t in unknown)
+        raise ValueError(f"names {listed}, not a tier (tiers: {', '.join(TIERS)})")
+    twice = sorted({t for t in names if names.count(t) > 1})
+    if twice:
+        raise ValueError(f"names {', '.join(twice)} more than once")
+    return names  # type: ignore[return-value]
+
+
 Lane = Literal["stable", "canary"]
 LANES: tuple[Lane, ...] = ("stable", "canary")
 """The two sides of a model's rollout (model.yaml `rollout`): each has its own tier topics

@@ -26,15 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import typer
-
-from scaler.cli import parse_tiers
 from scaler.config import PolicyConfig
 from scaler.sim.engine import SimRun
 from scaler.sim.params import SimParams
 from scaler.sim.report import compare
 from scaler.sim.workload import from_trace
-from schemas.topics import TIERS, Tier
+from schemas.topics import TIERS, Tier, parse_tiers
 
 
 @dataclass(frozen=True)
@@ -173,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         tiers = tuple(parse_tiers(args.tiers))  # as `inferbus sim --tiers` reads them
-    except typer.BadParameter as exc:
-        parser.error(str(exc))
+    except ValueError as exc:
+        parser.error(f"--tiers {exc}")
     setup = Setup(
         rate_scale=args.rate_scale,
         seed=args.seed,

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from schemas.errors import ModelNotFound
-from schemas.topics import RESULTS, TIERS, Tier
+from schemas.topics import RESULTS, Tier, parse_tiers
 from services.cli.common import run, setup_logging
 from services.load import limits
 from services.load.driver import INTERRUPT_WAIT_S, LoadError, RunOptions, Status
@@ -37,11 +37,10 @@ _APPLIES: dict[str, tuple[str, ...]] = {
 
 
 def _tiers(value: str) -> list[Tier]:
-    tiers = [t.strip() for t in value.split(",") if t.strip()]
-    unknown = [t for t in tiers if t not in TIERS]
-    if unknown or not tiers or len(set(tiers)) != len(tiers):
-        raise LoadError(f"--tiers must be distinct tiers from {', '.join(TIERS)}; got {value!r}")
-    return tiers  # type: ignore[return-value]
+    try:
+        return parse_tiers(value)
+    except ValueError as exc:
+        raise LoadError(f"--tiers {exc}") from exc
 
 
 def _source(

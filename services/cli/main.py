@@ -12,7 +12,7 @@ import typer
 from infra import eventloop
 from infra.files import AlreadyRunning, hold_lock
 from infra.gc_tuning import tune_for_service
-from schemas.topics import TIERS, Tier
+from schemas.topics import Tier, parse_tiers
 from services.cli.common import (
     BootstrapOption,
     OneLineErrors,
@@ -63,12 +63,12 @@ def _duration(value: float | None) -> float | None:
     return value
 
 
-def _tiers(value: str) -> list[Tier]:
-    tiers = [t.strip() for t in value.split(",") if t.strip()]
-    unknown = [t for t in tiers if t not in TIERS]
-    if unknown or not tiers:
-        raise typer.BadParameter(f"tiers must be from {', '.join(TIERS)}; got {value!r}")
-    return tiers  # type: ignore[return-value]
+def _tiers(value: str, flag: str) -> list[Tier]:
+    """`flag`'s comma list of distinct tiers (`schemas.topics.parse_tiers`)."""
+    try:
+        return parse_tiers(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{flag} {exc}") from exc
 
 
 @app.command()
@@ -171,7 +171,7 @@ def worker_settings(
 
     flags = given(
         model=model,
-        tiers=_tiers(tier) if tier is not None else None,
+        tiers=_tiers(tier, "--tier") if tier is not None else None,
         models_dir=models,
         model_version=version,
         lane=lane,
@@ -254,14 +254,15 @@ def infer(
     """Send one request and print its result JSON (exit 1 unless status is ok)."""
     from services.cli.infer import infer_once, printable, read_inputs
 
+    tiers = _tiers(tier, "--tier")
+    if len(tiers) != 1:
+        raise typer.BadParameter(f"--tier takes one tier; got {tier!r}")
     setup_logging("WARNING", kafka_level="CRITICAL")
     try:
         payload = json.loads(read_inputs(json_inputs, sys.stdin))
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"--json is not valid JSON: {exc}") from exc
-    result = run(
-        infer_once(bootstrap, models, model, payload, tier=_tiers(tier)[0], timeout_s=timeout)
-    )
+    result = run(infer_once(bootstrap, models, model, payload, tier=tiers[0], timeout_s=timeout))
     typer.echo(printable(result).model_dump_json(indent=2, exclude_none=True))
     raise typer.Exit(0 if result.ok else 1)
 
@@ -319,7 +320,7 @@ def up(
         headless=headless or not sys.stdout.isatty(),
         duration_s=duration,
         with_scaler=scaler,
-        tiers=_tiers(tiers) if tiers is not None else None,
+        tiers=_tiers(tiers, "--tiers") if tiers is not None else None,
         broker_port=port,
         log_dir=log_dir,
         ingest_instances=ingest,

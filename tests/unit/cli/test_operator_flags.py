@@ -36,7 +36,8 @@ def _no_stack(*args: object, **kwargs: object) -> None:
         pytest.param(["--duration", "inf"], "--duration", id="duration-inf"),
         pytest.param(["--duration", "0"], "--duration", id="duration-0"),
         pytest.param(["--duration", "-1"], "--duration", id="duration-negative"),
-        pytest.param(["--tiers", ""], "tiers must be from", id="tiers-empty"),
+        pytest.param(["--tiers", ""], "--tiers names no tier", id="tiers-empty"),
+        pytest.param(["--tiers", "batch,batch"], "batch more than once", id="tiers-twice"),
         pytest.param(["--port", "70000"], "--port", id="port-too-high"),
         pytest.param(["--port", "-5"], "--port", id="port-negative"),
         pytest.param(["--bootstrap", "127.0.0.1:abc"], "--bootstrap", id="bootstrap-port"),
@@ -77,6 +78,23 @@ def test_a_service_refuses_an_address_that_is_no_port(command: list[str]) -> Non
     result = CliRunner().invoke(app, command)
     assert result.exit_code == 2, result.output
     assert "--bootstrap" in result.output or "--port" in result.output
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["worker", "--tier", "gold"], "--tier names 'gold', not a tier"),
+        (["infer", "m", "--json", "{}", "--tier", "interactive,batch"], "--tier takes one tier"),
+        (["infer", "m", "--json", "{}", "--tier", ""], "--tier names no tier"),
+    ],
+    ids=" ".join,
+)
+def test_a_tier_flag_that_names_no_tier_it_can_use_is_refused(
+    command: list[str], said: str
+) -> None:
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert said in " ".join(result.output.split())
 
 
 @pytest.mark.parametrize(

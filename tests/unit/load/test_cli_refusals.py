@@ -47,6 +47,8 @@ def trace(tmp_path: Path) -> Path:
         (["--scenario", "burst", "--tiers", "batch"], "--tiers applies to --rate and --trace"),
         (["--scenario", "burst", "--tokens", "8"], "--tokens applies to --rate only"),
         (["--rate", "5", "--reply-to", "inferbus.ingest.interactive"], "is not a topic results"),
+        (["--rate", "5", "--tiers", "batch,batch"], "--tiers names batch more than once"),
+        (["--rate", "5", "--tiers", "gold"], "--tiers names 'gold', not a tier"),
     ],
     ids=[
         "nan-rate", "inf-rate", "nan-rate-scale", "inf-scenario-scale", "scenario-over-cap",
@@ -54,7 +56,7 @@ def trace(tmp_path: Path) -> Path:
         "negative-grace", "nan-grace", "tokens-over-model-max", "zero-tokens",
         "tokens-without-sequence", "tokens-with-trace", "trace-start-with-rate",
         "token-scale-with-rate", "tiers-with-scenario", "tokens-with-scenario",
-        "reply-to-an-ingest-topic",
+        "reply-to-an-ingest-topic", "tier-twice", "no-such-tier",
     ],
 )  # fmt: skip
 def test_refused_with_one_error_line(
