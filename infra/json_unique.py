@@ -20,5 +20,11 @@ def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads_unique_keys(text: str | bytes) -> Any:
-    """`json.loads`, raising RepeatedKeyError for an object that names a key twice."""
-    return json.loads(text, object_pairs_hook=_refuse_repeated_keys)
+    """`json.loads`, raising RepeatedKeyError for an object that names a key twice, and
+    JSONDecodeError for nesting deeper than the parser's stack (RecursionError, a traceback
+    for whoever called it with a file of `[[[[…`)."""
+    try:
+        return json.loads(text, object_pairs_hook=_refuse_repeated_keys)
+    except RecursionError:
+        doc = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        raise json.JSONDecodeError("nested deeper than this parser reads", doc, 0) from None

@@ -241,6 +241,15 @@ class SimParams:
                 else f"warm_replicas {self.warm_replicas}"
             )
             raise WorkloadError(f"max_replicas {self.max_replicas} < {which}")
+        if (
+            self.max_replicas is not None
+            and self.initial_replicas is not None
+            and self.initial_replicas > self.max_replicas
+        ):
+            raise WorkloadError(
+                f"initial_replicas {self.initial_replicas} > max_replicas {self.max_replicas}: "
+                "no policy may run more"
+            )
 
     def check_span(self, duration_s: float) -> None:
         """WorkloadError when `duration_s` of arrivals (plus the drain) take more policy ticks

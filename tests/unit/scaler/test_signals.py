@@ -153,3 +153,12 @@ def test_a_snapshot_that_is_not_text(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe{}")
     with pytest.raises(SignalsError, match="is not UTF-8 text"):
         load_snapshot(path)
+
+
+def test_a_snapshot_nested_past_the_parser_s_stack_is_no_json_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.json"
+    path.write_text('{"groups": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(SignalsError, match="is not valid JSON: nested deeper than this parser"):
+        load_snapshot(path)

@@ -124,6 +124,11 @@ def test_simulated_cluster_stays_within_its_budget(policy: str, shares_budget: b
         ),
         pytest.param({"max_replicas": 0}, "max_replicas 0 < min_replicas 1", id="max-below-min"),
         pytest.param({"warm_replicas": -1}, "warm_replicas must be >= 0", id="warm-negative"),
+        pytest.param(
+            {"max_replicas": 8, "initial_replicas": 100_000},
+            "initial_replicas 100000 > max_replicas 8",
+            id="start-above-max",
+        ),
     ],
 )
 def test_sim_params_refuse(change: dict[str, Any], message: str) -> None:
