@@ -58,6 +58,7 @@ def standard_topics(
         TopicSpec(topics.TELEMETRY, 1),
         TopicSpec(topics.INSTANCES, 1, {"cleanup.policy": "compact"}),
         TopicSpec(topics.DECISIONS, 1),
+        TopicSpec(topics.SCALER_LEASE, 1),
         TopicSpec(topics.ROLLOUTS, 1, {"cleanup.policy": "compact"}),
     ]
     for model in sorted(set(models)):

@@ -6,12 +6,14 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 from pathlib import Path
 
 from infra.processes import StopDeadline
 from scaler.actuators.factory import choose_kind, make_actuator
 from scaler.collector.collector import CollectorConfig
 from scaler.config import PolicyConfig
+from scaler.lease_keeper import LeaseKeeper
 from scaler.service import ScalerService
 from scaler.settings import ScalerSettings
 from tracing.health import HEALTH
@@ -52,33 +54,44 @@ async def run_scaler(
     worker_grace_s: float | None = None,
 ) -> None:
     """Collect → decide → act every interval until SIGTERM/SIGINT. `worker_grace_s`: how
-    long a local scale-in waits for a worker's stop (`WorkerSettings.stop_grace_s`)."""
+    long a local scale-in waits for a worker's stop (`WorkerSettings.stop_grace_s`).
+
+    With a lease (`settings.lease_s`, not a dry run) the scaler acts only while it holds
+    it (`scaler/lease.py`): it waits as a standby while another scaler holds it, and one
+    that loses it stops acting and waits again; each time it takes the lease it starts
+    afresh, its memory recalled from the decision records."""
     kind = choose_kind(settings.actuator, os.environ)
-    actuator = make_actuator(
-        kind,
-        bootstrap=bootstrap,
-        models_dir=models_dir,
-        namespace=settings.namespace,
-        compose_file=settings.compose_file,
-        compose_project=settings.compose_project,
-        compose_project_dir=settings.compose_project_dir,
-        worker_grace_s=worker_grace_s,
-    )
     config = PolicyConfig(
         max_total_replicas=settings.max_total_replicas,
         scale_down_window_s=settings.scale_down_window_s,
     )
-    service = ScalerService(
-        bootstrap,
-        models_dir,
-        actuator,
-        policy=settings.policy,
-        config=config,
-        collector_config=CollectorConfig(interval_s=settings.interval_s),
-        act=not settings.dry_run,
-        idle_hold_every_s=settings.idle_hold_every_s,
-        recall_timeout_s=settings.recall_timeout_s,
-    )
+
+    def new_service() -> ScalerService:
+        # An actuator a term: the local one's workers are this process's children, and
+        # one that stands down stops them (the next holder starts its own).
+        actuator = make_actuator(
+            kind,
+            bootstrap=bootstrap,
+            models_dir=models_dir,
+            namespace=settings.namespace,
+            compose_file=settings.compose_file,
+            compose_project=settings.compose_project,
+            compose_project_dir=settings.compose_project_dir,
+            worker_grace_s=worker_grace_s,
+        )
+        return ScalerService(
+            bootstrap,
+            models_dir,
+            actuator,
+            policy=settings.policy,
+            config=config,
+            collector_config=CollectorConfig(interval_s=settings.interval_s),
+            act=not settings.dry_run,
+            idle_hold_every_s=settings.idle_hold_every_s,
+            recall_timeout_s=settings.recall_timeout_s,
+        )
+
+    instance_id = f"scaler-{socket.gethostname()}-{os.getpid()}"
     init_tracing("inferbus-scaler", instance_id=f"scaler-{os.getpid()}")
     start_metrics_server(settings.metrics_port)
     stop = asyncio.Event()
@@ -95,26 +108,80 @@ async def run_scaler(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
-    beat = HEALTH.serve(service.readiness)
-    await service.start()
-    log.info(
-        "event=scaler_started actuator=%s policy=%s groups=%s",
-        kind,
-        settings.policy,
-        ",".join(service.collector.groups),
-    )
-    ticking = asyncio.create_task(service.run(stop), name="scaler-ticks")
+    lease = None
+    if settings.lease_s > 0 and not settings.dry_run:
+        lease = LeaseKeeper(bootstrap, holder=instance_id, lease_s=settings.lease_s)
+    acting: list[ScalerService] = []
+    beat = HEALTH.serve(lambda: _readiness(acting, lease))
+    try:
+        if lease is not None:
+            await lease.start()
+        while not stop.is_set():
+            if lease is not None and not await lease.acquire(stop):
+                break
+            acting.append(new_service())
+            try:
+                await _act(acting[0], stop, lease, kind, settings.policy)
+            finally:
+                await acting.pop().actuator.close()
+            if not stop.is_set():
+                log.warning("event=scaler_stood_down (it lost the lease; it waits to take it)")
+    finally:
+        beat.cancel()
+        if lease is not None:
+            await lease.release()
+            await lease.close()
+        shutdown_tracing()
+
+
+def _readiness(acting: list[ScalerService], lease: LeaseKeeper | None) -> tuple[bool, str]:
+    """The acting service's readiness; a standby is ready to take over."""
+    if acting:
+        return acting[0].readiness()
+    if lease is None:
+        return False, "starting"
+    holder = lease.view.holder
+    return True, f"standby: {holder} acts" if holder else "standby: taking the lease"
+
+
+async def _act(
+    service: ScalerService, stop: asyncio.Event, lease: LeaseKeeper | None, kind: str, policy: str
+) -> None:
+    """Run `service` until `stop`, or until the lease is lost: then the tick in progress is
+    cut at once (another scaler may act soon), not given the stop's time to finish."""
+    ticking: asyncio.Task[None] | None = None
     deadline: StopDeadline | None = None
     try:
-        deadline = await tick_until(stop, ticking)
+        await service.start()
+        log.info(
+            "event=scaler_started actuator=%s policy=%s groups=%s",
+            kind,
+            policy,
+            ",".join(service.collector.groups),
+        )
+        ticking = asyncio.create_task(service.run(stop), name="scaler-ticks")
+        if lease is None or not await _lost_first(ticking, stop, lease.lost):
+            deadline = await tick_until(stop, ticking)
     finally:
-        ticking.cancel()
-        beat.cancel()
+        if ticking is not None:
+            ticking.cancel()
         if deadline is None:
             await service.close()
         else:
             await deadline.step("disconnect", service.close(), "a clean disconnect")
-        await actuator.close()
-        shutdown_tracing()
-    if deadline is not None:
-        log.info("event=scaler_stopped gave_up=%s", deadline.gave_up or "nothing")
+    gave_up = None if deadline is None else deadline.gave_up
+    log.info("event=scaler_stopped gave_up=%s", gave_up or "nothing")
+
+
+async def _lost_first(
+    ticking: asyncio.Task[None], stop: asyncio.Event, lost: asyncio.Event
+) -> bool:
+    """Wait until the ticks end, a stop is asked for or the lease is lost; True where the
+    lease was lost first."""
+    waits = [asyncio.create_task(stop.wait()), asyncio.create_task(lost.wait())]
+    try:
+        await asyncio.wait({ticking, *waits}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    return lost.is_set() and not stop.is_set() and not ticking.done()

@@ -63,6 +63,18 @@ class ScalerSettings(BaseSettings):
     """Prometheus /metrics port; 0 turns it off."""
     dry_run: bool = False
     """Decide and publish, but never change replicas."""
+    lease_s: float = Field(default=10.0, ge=0, le=300, allow_inf_nan=False)
+    """Seconds a standby scaler waits after the acting one's last renewal before it takes
+    over (`scaler/lease.py`): only the lease's holder acts, so a second `scaler run` waits
+    instead of fighting it. At least 2; 0 runs without a lease (one scaler only). A dry
+    run holds none."""
+
+    @field_validator("lease_s")
+    @classmethod
+    def _lease_long_enough(cls, value: float) -> float:
+        if 0 < value < 2:
+            raise ValueError("a lease is 0 (none) or at least 2 s (renewed every third)")
+        return value
 
     @field_validator("compose_project_dir", mode="before")
     @classmethod

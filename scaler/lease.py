@@ -1,0 +1,178 @@
+"""Which scaler acts: a lease whose holder the order of one log decides.
+
+Several `inferbus scaler run` may run against one installation: a standby kept for a fast
+takeover, a second one started by mistake, a rollout that overlaps the old pod. Two acting
+scalers fight (each sets the replica counts it decided, and each writes the records the
+workers read their `desired` from), so only the holder of the lease acts; the others wait.
+
+The lease is a log of records on `inferbus.scaler.lease` (one partition), each a claim of a
+term, a renewal of one or a release. Every scaler folds the same records in the same order
+(`fold`), so they agree on the holder without a clock in common:
+
+- the first claim of term n + 1 in the log takes the lease; a claim that lost the race,
+  one of a term already taken, and renewals of an older term change nothing;
+- the holder renews every `RENEW_SHARE` of the lease; a reader that heard no renewal for
+  the whole lease (by its own clock, from when it read the last one) may claim the next
+  term (`claimable`);
+- the holder stops acting once the newest renewal the broker acknowledged was sent
+  `FENCE_SHARE` of the lease ago (`fenced`): a reader claims no sooner than the whole
+  lease after it read that renewal, so the two never act at once; a holder cut off from
+  the broker fences itself while it cannot renew, and one that reads a newer term's
+  claim knows at once;
+- a release (a clean stop) frees the lease at once.
+
+A reader that starts reads the log's last records; what it finds there it did not hear
+live, so it waits one renewal's time, and claims early only where the holder's own clock
+(with `CLOCK_SKEW_S` to spare) says its last renewal is older than the lease. Only a
+claim's winner renews, so a renewal of a newer term than a reader knows (one that started
+mid-log, a log the broker began again) names the holder; a claim read before the reader
+knows the term it follows, which may have lost its race, names none, but where the reader
+reads the log from its first record: a broker that came back without its logs begins
+it with whatever term the first claim after it names.
+
+Pure: records in, a view out; `lease_keeper.py` reads and writes the log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+LeaseKind = Literal["claim", "renew", "release"]
+KINDS: tuple[LeaseKind, ...] = ("claim", "renew", "release")
+
+LEASE_SCHEMA_VERSION = 1
+
+RENEW_SHARE = 1 / 3
+"""The holder renews every this share of the lease: two renewals may be lost in a row."""
+
+FENCE_SHARE = 0.6
+"""The holder stops acting once its newest acknowledged renewal was sent this share of the
+lease ago: well before a reader, which counts the whole lease from when it read it, may
+claim (a lease of 10 s leaves 4 s for the reader's fetch and a slow clock)."""
+
+CLOCK_SKEW_S = 5.0
+"""How far apart two hosts' clocks may be for a starting reader to trust the holder's own
+time on its last record (`claimable`)."""
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """One record of the lease log."""
+
+    kind: LeaseKind
+    holder: str
+    """The instance that claims, renews or releases (unique per process)."""
+    term: int
+    lease_s: float
+    written_at: float
+    """The writer's wall clock (s), for a reader that did not hear the record live."""
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """The lease as the log read so far says it is."""
+
+    holder: str | None = None
+    term: int = 0
+    """The newest term taken (a released lease keeps it: the next claim is term + 1)."""
+    lease_s: float = 0.0
+    heard_at: float | None = None
+    """The reader's monotonic clock when it read the holder's newest claim or renewal
+    live; None where it read it from the log's past (`written_at` tells its age)."""
+    written_at: float | None = None
+    from_start: bool = False
+    """The reader reads the log from its first record (a new log, or one the broker began
+    again): there the first claim, whatever its term, is the first to be made."""
+
+
+def fold(view: LeaseView, record: LeaseRecord, *, heard_at: float | None) -> LeaseView:
+    """`view` after `record`, read at `heard_at` (None: read from the log's past)."""
+    taken = LeaseView(record.holder, record.term, record.lease_s, heard_at, record.written_at)
+    if record.kind == "claim":
+        first = view.from_start and view.term == 0
+        return taken if first or record.term == view.term + 1 else view
+    if record.kind == "renew":
+        # Only a claim's winner renews: a renewal of a newer term than this reader knows
+        # (it started mid-log, or the broker began the log again) names the holder.
+        same = record.holder == view.holder and record.term == view.term
+        return taken if same or record.term > view.term else view
+    if record.holder == view.holder and record.term == view.term:
+        return LeaseView(term=view.term)
+    return view
+
+
+def reading_from(offset: int) -> LeaseView:
+    """The view of a reader that starts at `offset` of the log, before any record."""
+    return LeaseView(from_start=offset == 0)
+
+
+def claimable(view: LeaseView, *, now: float, wall_now: float, caught_up_at: float) -> bool:
+    """Whether a reader may claim the next term at `now` (its monotonic clock; `wall_now`
+    its wall clock), having read the log's past by `caught_up_at`."""
+    if view.holder is None:
+        return True
+    if view.heard_at is not None:
+        return now - view.heard_at >= view.lease_s
+    waited = now - caught_up_at
+    if waited >= view.lease_s:
+        return True
+    # Heard only in the log's past. A live holder renews within one renewal's time, and
+    # then it is heard; with no renewal by then, the holder's own clock may tell its age.
+    old = view.written_at is not None and wall_now - view.written_at >= view.lease_s + (
+        CLOCK_SKEW_S
+    )
+    return old and waited >= view.lease_s * RENEW_SHARE + 1.0
+
+
+def fenced(acked_sent_at: float | None, *, now: float, lease_s: float) -> bool:
+    """Whether the holder must stop acting: its newest claim or renewal the broker
+    acknowledged was sent at `acked_sent_at` (its monotonic clock), too long ago."""
+    return acked_sent_at is None or now - acked_sent_at >= FENCE_SHARE * lease_s
+
+
+def record_to_json(record: LeaseRecord) -> bytes:
+    """The record's value on the lease log."""
+    return json.dumps(
+        {
+            "schema_version": LEASE_SCHEMA_VERSION,
+            "kind": record.kind,
+            "holder": record.holder,
+            "term": record.term,
+            "lease_s": record.lease_s,
+            "written_at": record.written_at,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+_FIELDS = frozenset({"schema_version", "kind", "holder", "term", "lease_s", "written_at"})
+
+
+def record_from_json(value: bytes | None) -> LeaseRecord | str:
+    """The record in a lease log value, or why it is not one (it is then left out)."""
+    try:
+        raw: Any = json.loads(value) if value is not None else None
+    except (ValueError, RecursionError):  # UnicodeDecodeError included; nested past the stack
+        return "not JSON"
+    if not isinstance(raw, dict) or set(raw) != _FIELDS:
+        return "not a lease record of this version"
+    if raw["schema_version"] != LEASE_SCHEMA_VERSION:
+        return "not a lease record of this version"
+    kind, holder, term = raw["kind"], raw["holder"], raw["term"]
+    if kind not in KINDS:
+        return f"an unknown kind {kind!r}"
+    if not isinstance(holder, str) or not holder:
+        return "no holder"
+    if not isinstance(term, int) or isinstance(term, bool) or term < 1:
+        return "a term that is not a count from 1"
+    numbers = (raw["lease_s"], raw["written_at"])
+    if not all(_finite(n) for n in numbers) or raw["lease_s"] <= 0:
+        return "a lease or a time that is not a finite number (a lease above 0)"
+    return LeaseRecord(kind, holder, term, float(raw["lease_s"]), float(raw["written_at"]))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,105 @@
+"""Two scalers on the real broker: one acts, the other waits and takes over
+(`scaler/lease.py`, `scaler/lease_keeper.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+
+from infra.kafka import make_producer
+from scaler.lease import LeaseRecord, record_to_json
+from scaler.lease_keeper import LeaseKeeper
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 2.0
+
+
+async def _started(broker: str, topic: str, holder: str) -> LeaseKeeper:
+    keeper = LeaseKeeper(broker, holder=holder, lease_s=LEASE_S, topic=topic)
+    await keeper.start()
+    return keeper
+
+
+async def _acquired_within(keeper: LeaseKeeper, seconds: float) -> float:
+    """Seconds `keeper` took to hold the lease; fails the test past `seconds`."""
+    started = time.monotonic()
+    assert await asyncio.wait_for(keeper.acquire(asyncio.Event()), seconds)
+    return time.monotonic() - started
+
+
+async def test_a_standby_takes_over_when_the_holder_dies_and_at_once_when_it_releases(
+    broker: str,
+) -> None:
+    topic = f"lease-{uuid.uuid4().hex[:8]}"
+    first = await _started(broker, topic, "first")
+    second = third = None
+    try:
+        await _acquired_within(first, 10.0)
+        assert (first.view.holder, first.view.term) == ("first", 1)
+        second = await _started(broker, topic, "second")
+        stop = asyncio.Event()
+        waiting = asyncio.create_task(second.acquire(stop))
+        await asyncio.sleep(2 * LEASE_S)  # the holder renews: the standby waits
+        assert not waiting.done()
+        assert second.view.holder == "first"
+        # The holder dies without a word: the standby takes the next term once the lease
+        # runs out after the last renewal it read.
+        died_at = time.monotonic()
+        await first.close()
+        await asyncio.wait_for(waiting, LEASE_S + 5.0)
+        assert waiting.result() is True
+        assert time.monotonic() - died_at >= LEASE_S * 0.6
+        assert (second.view.holder, second.view.term) == ("second", 2)
+        # A third starts while the second holds it: it waits, until a clean stop's release.
+        third = await _started(broker, topic, "third")
+        waiting = asyncio.create_task(third.acquire(stop))
+        await asyncio.sleep(LEASE_S)
+        assert not waiting.done()
+        released_at = time.monotonic()
+        await second.release()
+        await asyncio.wait_for(waiting, LEASE_S)
+        assert time.monotonic() - released_at < LEASE_S
+        assert (third.view.holder, third.view.term) == ("third", 3)
+    finally:
+        for keeper in (first, second, third):
+            if keeper is not None:
+                await keeper.close()
+
+
+async def test_the_holder_stops_acting_when_the_log_names_another(broker: str) -> None:
+    """A claim of the next term is written while the holder holds it (a standby that
+    judged the lease run out): the holder reads it and stops acting at once."""
+    topic = f"lease-{uuid.uuid4().hex[:8]}"
+    holder = await _started(broker, topic, "holder")
+    producer = make_producer(broker, client_id="lease-test")
+    await producer.start()
+    try:
+        await _acquired_within(holder, 10.0)
+        assert not holder.lost.is_set()
+        claim = LeaseRecord("claim", "other", 2, LEASE_S, time.time())
+        await producer.send_and_wait(topic, record_to_json(claim), key=b"lease")
+        await asyncio.wait_for(holder.lost.wait(), 2.0)
+        assert (holder.view.holder, holder.view.term) == ("other", 2)
+    finally:
+        await producer.stop()
+        await holder.close()
+
+
+async def test_a_standby_stops_waiting_when_asked_to(broker: str) -> None:
+    topic = f"lease-{uuid.uuid4().hex[:8]}"
+    holder = await _started(broker, topic, "holder")
+    standby = await _started(broker, topic, "standby")
+    try:
+        await _acquired_within(holder, 10.0)
+        stop = asyncio.Event()
+        waiting = asyncio.create_task(standby.acquire(stop))
+        await asyncio.sleep(0.5)
+        stop.set()
+        assert await asyncio.wait_for(waiting, 2.0) is False
+    finally:
+        await standby.close()
+        await holder.close()

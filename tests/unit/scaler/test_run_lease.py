@@ -1,0 +1,77 @@
+"""`inferbus scaler run` with a lease: a lost lease cuts the tick in progress at once (the
+next holder may act soon), where a stop gives it its limit (`scaler/run.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from scaler import run as scaler_run
+
+
+class SlowTicks:
+    """A service whose tick in progress waits on a broker that is away."""
+
+    def __init__(self) -> None:
+        self.collector = SimpleNamespace(groups=["inferbus.workers.m.interactive"])
+        self.closed = False
+        self.cancelled = False
+
+    async def start(self) -> None:
+        return None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("cause", ["lost", "stop"])
+async def test_a_lost_lease_cuts_the_tick_where_a_stop_gives_it_its_limit(
+    cause: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(scaler_run, "STOP_LIMIT_S", 0.6)
+    service, stop = SlowTicks(), asyncio.Event()
+    lease = SimpleNamespace(lost=asyncio.Event())
+    asyncio.get_running_loop().call_later(0.05, (lease.lost if cause == "lost" else stop).set)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO):
+        act: Any = scaler_run._act
+        await asyncio.wait_for(act(service, stop, lease, "local", "slo"), 5.0)
+    took = time.monotonic() - started
+    assert service.cancelled and service.closed
+    if cause == "lost":
+        assert took < 0.4  # cut at once, not given STOP_LIMIT_S
+        assert "event=scaler_stopped gave_up=nothing" in caplog.text
+    else:
+        assert took >= 0.6
+        assert "step=tick_in_progress after_s=0.6" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("0", True), ("2", True), ("10", True), ("1.5", False), ("-1", False), ("nan", False)],
+)
+def test_a_lease_is_none_or_long_enough_to_renew(
+    value: str, ok: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pydantic import ValidationError
+
+    from scaler.settings import ScalerSettings
+
+    monkeypatch.setenv("INFERBUS_SCALER_LEASE_S", value)
+    if ok:
+        assert ScalerSettings().lease_s == float(value)
+    else:
+        with pytest.raises(ValidationError, match="lease_s"):
+            ScalerSettings()
