@@ -14,12 +14,17 @@ term, a renewal of one or a release. Every scaler folds the same records in the 
 - the holder renews every `RENEW_SHARE` of the lease; a reader that heard no renewal for
   the whole lease (by its own clock, from when it read the last one) may claim the next
   term (`claimable`);
-- the holder stops acting once the newest renewal the broker acknowledged was sent
+- the holder stops acting once the newest renewal it read back from the log was sent
   `FENCE_SHARE` of the lease ago (`fenced`): a reader claims no sooner than the whole
-  lease after it read that renewal, so the two never act at once; a holder cut off from
-  the broker fences itself while it cannot renew, and one that reads a newer term's
-  claim knows at once;
+  lease after it read that renewal, and only after reading the log to the end it asked
+  the broker for, so while the holder's renewals are written and read in time no other
+  claims; a holder cut off from the broker (or whose reads stall) stops while it cannot
+  renew, and one that reads a newer term's claim stops at once;
 - a release (a clean stop) frees the lease at once.
+
+The margins assume a process is not paused for longer than the fence leaves (a holder
+frozen between its last check and an action) and that monotonic clocks run at the same
+rate; the early claim below also trusts wall clocks to within `CLOCK_SKEW_S`.
 
 A reader that starts reads the log's last records; what it finds there it did not hear
 live, so it waits one renewal's time, and claims early only where the holder's own clock
@@ -49,7 +54,7 @@ RENEW_SHARE = 1 / 3
 """The holder renews every this share of the lease: two renewals may be lost in a row."""
 
 FENCE_SHARE = 0.6
-"""The holder stops acting once its newest acknowledged renewal was sent this share of the
+"""The holder stops acting once its newest renewal read back was sent this share of the
 lease ago: well before a reader, which counts the whole lease from when it read it, may
 claim (a lease of 10 s leaves 4 s for the reader's fetch and a slow clock)."""
 
@@ -109,14 +114,19 @@ def reading_from(offset: int) -> LeaseView:
     return LeaseView(from_start=offset == 0)
 
 
-def claimable(view: LeaseView, *, now: float, wall_now: float, caught_up_at: float) -> bool:
+def claimable(
+    view: LeaseView, *, now: float, wall_now: float, caught_up_at: float, lease_s: float
+) -> bool:
     """Whether a reader may claim the next term at `now` (its monotonic clock; `wall_now`
-    its wall clock), having read the log's past by `caught_up_at`."""
+    its wall clock), having read the log's past by `caught_up_at`; `lease_s` is its own
+    lease, for a log that names none yet."""
+    waited = now - caught_up_at
     if view.holder is None:
-        return True
+        # Released: at once. A log that never named a holder (a new one, or one a broker
+        # began again before the holder's next renewal): one renewal's time first.
+        return view.term > 0 or waited >= lease_s * RENEW_SHARE + 1.0
     if view.heard_at is not None:
         return now - view.heard_at >= view.lease_s
-    waited = now - caught_up_at
     if waited >= view.lease_s:
         return True
     # Heard only in the log's past. A live holder renews within one renewal's time, and
@@ -127,9 +137,19 @@ def claimable(view: LeaseView, *, now: float, wall_now: float, caught_up_at: flo
     return old and waited >= view.lease_s * RENEW_SHARE + 1.0
 
 
+def began_again(view: LeaseView, *, now: float) -> LeaseView:
+    """The view of a reader whose log the broker began again (it lost its logs) at `now`:
+    the holder it knew is kept, heard now, so that none claims before a whole lease with
+    no renewal on the new log; the new log's first records fold on top."""
+    heard_at = now if view.holder is not None else view.heard_at
+    return LeaseView(view.holder, view.term, view.lease_s, heard_at, view.written_at, True)
+
+
 def fenced(acked_sent_at: float | None, *, now: float, lease_s: float) -> bool:
-    """Whether the holder must stop acting: its newest claim or renewal the broker
-    acknowledged was sent at `acked_sent_at` (its monotonic clock), too long ago."""
+    """Whether the holder must stop acting: its newest claim or renewal that it read back
+    from the log, still naming it, was sent at `acked_sent_at` (its monotonic clock), too
+    long ago. Read back, not only acknowledged: a holder whose reads stall would not see
+    a newer term's claim."""
     return acked_sent_at is None or now - acked_sent_at >= FENCE_SHARE * lease_s
 
 

@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaError
 
 from infra.kafka import make_consumer, make_producer, start_with_retry, stop_producer_within
 from infra.log_end import LogEndProbe, rewind_restarted_logs
-from infra.tasks import end_and_say, wait_event
+from infra.tasks import cancel_and_wait, say_failure, wait_event
 from infra.topics import TopicSpec, ensure_topics
 from scaler.lease import (
     FENCE_SHARE,
@@ -27,6 +27,7 @@ from scaler.lease import (
     LeaseKind,
     LeaseRecord,
     LeaseView,
+    began_again,
     claimable,
     fenced,
     fold,
@@ -101,6 +102,11 @@ class LeaseKeeper:
         self._term: int | None = None
         """The term this keeper holds, None while it holds none."""
         self._acked_sent_at: float | None = None
+        """When this keeper sent its newest claim or renewal read back still naming it."""
+        self._sent: dict[float, float] = {}
+        """Its claims and renewals not read back yet: `written_at` → when sent (monotonic)."""
+        self._next_offset = 0
+        """The offset after the newest record read."""
         self._tasks: list[asyncio.Task[None]] = []
         self._holding: list[asyncio.Task[None]] = []
 
@@ -123,6 +129,7 @@ class LeaseKeeper:
         start = max(first, end - PAST_RECORDS)
         self._consumer.seek(self._tp, start)
         self.view = reading_from(start)
+        self._next_offset = start
         self._tasks.append(asyncio.create_task(self._reading(end), name="scaler-lease-reader"))
 
     async def _reading(self, end: int) -> None:
@@ -135,6 +142,7 @@ class LeaseKeeper:
             batches = await self._consumer.getmany(self._tp, timeout_ms=READ_WAIT_MS)
             for message in batches.get(self._tp, []):
                 self._fold(message.value, live=caught_up)
+                self._next_offset = message.offset + 1
                 if not caught_up and message.offset + 1 >= end:
                     caught_up = True
             if not caught_up and not batches:
@@ -144,10 +152,12 @@ class LeaseKeeper:
             if batches:
                 self._read.set()
             self._check_holding()
-            if self._clock() - checked_at >= LOG_END_CHECK_S:
+            if self._clock() - checked_at >= min(LOG_END_CHECK_S, self.lease_s * RENEW_SHARE):
                 checked_at = self._clock()
                 if await rewind_restarted_logs(self._consumer, self._log_ends, what="lease"):
-                    self.view = reading_from(0)  # the broker began the log again
+                    # The broker began the log again: the holder known is kept, heard now.
+                    self.view = began_again(self.view, now=self._clock())
+                    self._next_offset = 0
 
     def _fold(self, value: bytes | None, *, live: bool) -> None:
         record = record_from_json(value)
@@ -157,42 +167,77 @@ class LeaseKeeper:
                 log.warning("event=lease_record_unreadable why=%r (left out)", record)
             return
         self.view = fold(self.view, record, heard_at=self._clock() if live else None)
+        sent_at = self._sent.pop(record.written_at, None)
+        if sent_at is not None and self._holds(record.term):
+            # Its own claim or renewal read back, still naming it: the fence counts from
+            # its sending (`fenced`).
+            self._acked_sent_at = max(self._acked_sent_at or sent_at, sent_at)
+
+    def _holds(self, term: int) -> bool:
+        return self._term == term and self.view.holder == self.holder and self.view.term == term
 
     async def acquire(self, stop: asyncio.Event) -> bool:
         """Wait until this keeper holds the lease (True), or until `stop` (False)."""
         said: tuple[str | None, int] | None = None
         while not stop.is_set():
-            if self._tasks and self._tasks[0].done():
-                self._tasks[0].result()  # the reader died: its error ends the wait
-            if self._caught_up_at is not None:
-                view = self.view
-                now = self._clock()
-                if claimable(view, now=now, wall_now=self._wall(), caught_up_at=self._caught_up_at):
-                    if await self._claim(view.term + 1):
-                        return True
-                elif said != (view.holder, view.term):
-                    said = (view.holder, view.term)
-                    log.info(
-                        "event=scaler_standby holder=%s term=%d (%s)",
-                        view.holder,
-                        view.term,
-                        "this scaler's own term, no longer renewed: it claims the next "
-                        "when it runs out"
-                        if view.holder == self.holder
-                        else "it acts; this one waits to take over",
-                    )
+            self._raise_if_reader_died()
+            if self._caught_up_at is not None and self._claimable():
+                # Only what the log held when the broker was asked may say it ran out: a
+                # reader that stalled (or a process that was paused) has not read it yet.
+                ready = await self._read_to_end() and self._claimable()
+                if ready and await self._claim(self.view.term + 1, stop):
+                    return True
+            elif self._caught_up_at is not None and said != (self.view.holder, self.view.term):
+                said = (self.view.holder, self.view.term)
+                log.info(
+                    "event=scaler_standby holder=%s term=%d (%s)",
+                    self.view.holder,
+                    self.view.term,
+                    _waits_why(self.view.holder, self.holder),
+                )
             self._read.clear()
             await wait_event(self._read, min(1.0, self.lease_s * RENEW_SHARE / 2))
         return False
 
-    async def _claim(self, term: int) -> bool:
+    def _claimable(self) -> bool:
+        assert self._caught_up_at is not None
+        return claimable(
+            self.view,
+            now=self._clock(),
+            wall_now=self._wall(),
+            caught_up_at=self._caught_up_at,
+            lease_s=self.lease_s,
+        )
+
+    def _raise_if_reader_died(self) -> None:
+        if self._tasks and self._tasks[0].done():
+            self._tasks[0].result()  # its error ends the wait, raised once (and said by run)
+            raise LeaseError("the lease log's reader stopped")
+
+    async def _read_to_end(self) -> bool:
+        """Read the log up to the end the broker reports now; False (said) where that takes
+        longer than a renewal's time."""
+        try:
+            async with asyncio.timeout(self.lease_s * RENEW_SHARE):
+                end = (await self._consumer.end_offsets([self._tp]))[self._tp]
+                while self._next_offset < end:
+                    self._read.clear()
+                    await wait_event(self._read, READ_WAIT_MS / 1000)
+        except (KafkaError, TimeoutError) as exc:
+            log.warning("event=lease_read_behind error=%r (no claim this time)", exc)
+            return False
+        return True
+
+    async def _claim(self, term: int, stop: asyncio.Event) -> bool:
         """Claim `term`; True where the log's order gave it to this keeper."""
         sent_at = self._clock()
-        if not await self._send("claim", term):
+        written_at = self._wall()
+        self._sent[written_at] = sent_at
+        if not await self._send("claim", term, written_at):
             await asyncio.sleep(min(1.0, self.lease_s * RENEW_SHARE))
             return False
         deadline = self._clock() + self.lease_s
-        while self.view.term < term and self._clock() < deadline:
+        while self.view.term < term and self._clock() < deadline and not stop.is_set():
             self._read.clear()
             await wait_event(self._read, READ_WAIT_MS / 1000)
         if self.view.holder != self.holder or self.view.term != term:
@@ -201,22 +246,28 @@ class LeaseKeeper:
         self._term, self._acked_sent_at = term, sent_at
         self.lost.clear()
         self._holding = [
-            asyncio.create_task(self._renewing(term), name="scaler-lease-renew"),
+            asyncio.create_task(self._renewing(term, sent_at), name="scaler-lease-renew"),
             asyncio.create_task(self._watching(), name="scaler-lease-watch"),
         ]
+        for task in self._holding:
+            say_failure(task, log)
         log.info("event=lease_taken term=%d lease_s=%g", term, self.lease_s)
         return True
 
-    async def _renewing(self, term: int) -> None:
+    async def _renewing(self, term: int, sent_at: float) -> None:
+        """Renew every `RENEW_SHARE` of the lease, counted from each renewal's sending (a
+        slow acknowledgement does not push the next one back)."""
         while True:
-            await asyncio.sleep(self.lease_s * RENEW_SHARE)
+            await asyncio.sleep(max(0.0, sent_at + self.lease_s * RENEW_SHARE - self._clock()))
             sent_at = self._clock()
-            if await self._send("renew", term):
-                self._acked_sent_at = sent_at
+            written_at = self._wall()
+            self._sent = {w: t for w, t in self._sent.items() if sent_at - t < self.lease_s}
+            self._sent[written_at] = sent_at
+            await self._send("renew", term, written_at)
 
-    async def _send(self, kind: LeaseKind, term: int) -> bool:
+    async def _send(self, kind: LeaseKind, term: int, written_at: float) -> bool:
         """Write one record; False (said) where the broker did not acknowledge it in time."""
-        record = LeaseRecord(kind, self.holder, term, self.lease_s, self._wall())
+        record = LeaseRecord(kind, self.holder, term, self.lease_s, written_at)
         try:
             async with asyncio.timeout(self.lease_s * FENCE_SHARE):
                 await self._producer.send_and_wait(self.topic, record_to_json(record), key=_KEY)
@@ -226,8 +277,8 @@ class LeaseKeeper:
         return True
 
     def _check_holding(self) -> None:
-        """Set `lost` where the holder must stop acting: a newer term read, or no renewal
-        acknowledged for `FENCE_SHARE` of the lease."""
+        """Set `lost` where the holder must stop acting: a newer term read, no renewal read
+        back for `FENCE_SHARE` of the lease, or the log's reader stopped."""
         term = self._term
         if term is None:
             return
@@ -235,7 +286,9 @@ class LeaseKeeper:
         if self.view.holder != self.holder or self.view.term != term:
             why = f"term {self.view.term} is {self.view.holder}'s"
         elif fenced(self._acked_sent_at, now=self._clock(), lease_s=self.lease_s):
-            why = "no renewal acknowledged within its share of the lease"
+            why = "no renewal written and read back within its share of the lease"
+        elif self._tasks and self._tasks[0].done():
+            why = "the lease log's reader stopped"
         if why is not None:
             log.warning("event=lease_lost term=%d why=%r (this scaler stops acting)", term, why)
             self._let_go()
@@ -263,7 +316,7 @@ class LeaseKeeper:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(RELEASE_WAIT_S):
-                if await self._send("release", term):
+                if await self._send("release", term, self._wall()):
                     log.info("event=lease_released term=%d", term)
                     return
         log.warning("event=lease_release_unsent term=%d (it runs out instead)", term)
@@ -272,8 +325,16 @@ class LeaseKeeper:
         """Stop reading and writing (`release` first for a clean stop)."""
         self._let_go()
         for task in self._tasks:
-            await end_and_say(task, log)
+            await cancel_and_wait(task)
         self._tasks = []
         await self._consumer.stop()
         await stop_producer_within(self._producer, RELEASE_WAIT_S)
         await self._log_ends.close()
+
+
+def _waits_why(holder: str | None, me: str) -> str:
+    if holder is None:
+        return "a log that names no holder yet: it claims after one renewal's wait"
+    if holder == me:
+        return "this scaler's own term, no longer renewed: it claims the next when it runs out"
+    return "it acts; this one waits to take over"

@@ -7,9 +7,11 @@ import logging
 import os
 import signal
 import socket
+import uuid
 from pathlib import Path
 
 from infra.processes import StopDeadline
+from infra.tasks import cancel_and_wait
 from scaler.actuators.factory import choose_kind, make_actuator
 from scaler.collector.collector import CollectorConfig
 from scaler.config import PolicyConfig
@@ -28,9 +30,12 @@ the disconnects. With the broker away each decision record of a tick waited the 
 client's 30 s request timeout, one group after another: a stop took minutes."""
 
 
-async def tick_until(stop: asyncio.Event, ticking: asyncio.Task[None]) -> StopDeadline | None:
+async def tick_until(
+    stop: asyncio.Event, ticking: asyncio.Task[None], *, cut: asyncio.Event | None = None
+) -> StopDeadline | None:
     """Wait for `stop` (or `ticking` to end, its error raised); then give the tick in progress
-    until the stop's deadline, which is returned for the rest of the stop."""
+    until the stop's deadline, which is returned for the rest of the stop. `cut` (the lease
+    lost meanwhile) ends that tick at once: another scaler may act soon."""
     stopping = asyncio.create_task(stop.wait(), name="stop-requested")
     try:
         await asyncio.wait({ticking, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -41,9 +46,25 @@ async def tick_until(stop: asyncio.Event, ticking: asyncio.Task[None]) -> StopDe
         return None
     deadline = StopDeadline("scaler", STOP_LIMIT_S)
     await deadline.step(
-        "tick_in_progress", ticking, "the rest of this tick's decisions and their records"
+        "tick_in_progress",
+        ticking if cut is None else _unless_cut(ticking, cut),
+        "the rest of this tick's decisions and their records",
     )
     return deadline
+
+
+async def _unless_cut(ticking: asyncio.Task[None], cut: asyncio.Event) -> None:
+    """`ticking` to its end, or cancelled when `cut` is set first."""
+    cutting = asyncio.create_task(cut.wait(), name="lease-lost")
+    try:
+        await asyncio.wait({ticking, cutting}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cutting.cancel()
+    if ticking.done():
+        ticking.result()
+        return
+    ticking.cancel()
+    log.warning("event=tick_cut why='the lease was lost while the stop waited on it'")
 
 
 async def run_scaler(
@@ -91,7 +112,8 @@ async def run_scaler(
             recall_timeout_s=settings.recall_timeout_s,
         )
 
-    instance_id = f"scaler-{socket.gethostname()}-{os.getpid()}"
+    # Unique per process: in containers every scaler may be pid 1 on the same host name.
+    instance_id = f"scaler-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     init_tracing("inferbus-scaler", instance_id=f"scaler-{os.getpid()}")
     start_metrics_server(settings.metrics_port)
     stop = asyncio.Event()
@@ -117,7 +139,7 @@ async def run_scaler(
         if lease is not None:
             await lease.start()
         while not stop.is_set():
-            if lease is not None and not await lease.acquire(stop):
+            if lease is not None and (not await lease.acquire(stop) or stop.is_set()):
                 break
             acting.append(new_service())
             try:
@@ -160,8 +182,13 @@ async def _act(
             ",".join(service.collector.groups),
         )
         ticking = asyncio.create_task(service.run(stop), name="scaler-ticks")
-        if lease is None or not await _lost_first(ticking, stop, lease.lost):
-            deadline = await tick_until(stop, ticking)
+        lost = None if lease is None else lease.lost
+        if lost is not None and await _lost_first(ticking, stop, lost):
+            # Cut, not given the stop's time: another scaler may act soon.
+            deadline = StopDeadline("scaler", STOP_LIMIT_S)
+            await deadline.step("tick_cut", cancel_and_wait(ticking), "the cut tick's end")
+        else:
+            deadline = await tick_until(stop, ticking, cut=lost)
     finally:
         if ticking is not None:
             ticking.cancel()

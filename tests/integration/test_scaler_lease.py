@@ -103,3 +103,68 @@ async def test_a_standby_stops_waiting_when_asked_to(broker: str) -> None:
     finally:
         await standby.close()
         await holder.close()
+
+
+async def test_two_scalers_starting_together_on_a_new_log_one_holds_it(broker: str) -> None:
+    topic = f"lease-{uuid.uuid4().hex[:8]}"
+    keepers = [await _started(broker, topic, name) for name in ("left", "right")]
+    stop = asyncio.Event()
+    tries = [asyncio.create_task(k.acquire(stop)) for k in keepers]
+    try:
+        done, pending = await asyncio.wait(tries, timeout=10.0, return_when="FIRST_COMPLETED")
+        assert len(done) == 1
+        await asyncio.sleep(2 * LEASE_S)  # the other keeps waiting: the holder renews
+        assert all(not t.done() for t in pending)
+        (won,) = [k for k, t in zip(keepers, tries, strict=True) if t in done]
+        assert {k.view.holder for k in keepers} == {won.holder}
+        assert {k.view.term for k in keepers} == {1}
+    finally:
+        stop.set()
+        await asyncio.gather(*tries, return_exceptions=True)
+        for keeper in keepers:
+            await keeper.close()
+
+
+async def test_a_holder_that_cannot_read_the_log_stops_acting(broker: str) -> None:
+    """Its renewals are still written (acknowledged), but it reads nothing back, so it
+    would not see a newer term's claim: it stops acting within the fence."""
+    topic = f"lease-{uuid.uuid4().hex[:8]}"
+    holder = await _started(broker, topic, "holder")
+    try:
+        await _acquired_within(holder, 10.0)
+        holder._consumer.pause(holder._tp)
+        paused_at = time.monotonic()
+        await asyncio.wait_for(holder.lost.wait(), LEASE_S)
+        took = time.monotonic() - paused_at
+        assert took <= 0.6 * LEASE_S + 0.5
+    finally:
+        await holder.close()
+
+
+async def test_a_standby_that_cannot_read_the_log_does_not_claim(broker: str) -> None:
+    """The standby's reads stall while the holder renews: the renewals it has not read are
+    past the end it asks the broker for, so it does not claim, though it has heard no
+    renewal for longer than the lease; when it reads again it waits on."""
+    topic = f"lease-{uuid.uuid4().hex[:8]}"
+    holder = await _started(broker, topic, "holder")
+    standby = await _started(broker, topic, "standby")
+    stop = asyncio.Event()
+    waiting = None
+    try:
+        await _acquired_within(holder, 10.0)
+        waiting = asyncio.create_task(standby.acquire(stop))
+        await asyncio.sleep(LEASE_S / 2)
+        standby._consumer.pause(standby._tp)
+        await asyncio.sleep(2 * LEASE_S)
+        assert not waiting.done()
+        assert not holder.lost.is_set()
+        standby._consumer.resume(standby._tp)
+        await asyncio.sleep(LEASE_S)
+        assert not waiting.done() and not holder.lost.is_set()
+        assert (standby.view.holder, standby.view.term) == ("holder", 1)
+    finally:
+        stop.set()
+        if waiting is not None:
+            await asyncio.gather(waiting, return_exceptions=True)
+        await standby.close()
+        await holder.close()

@@ -14,6 +14,7 @@ from scaler.lease import (
     LeaseKind,
     LeaseRecord,
     LeaseView,
+    began_again,
     claimable,
     fenced,
     fold,
@@ -153,11 +154,14 @@ OLD = 1000.0 - LEASE_S - CLOCK_SKEW_S
 @pytest.mark.parametrize(
     ("view", "now", "wall_now", "claim"),
     [
-        pytest.param(LeaseView(), 0.0, 1000.0, True, id="no-holder"),
-        pytest.param(LeaseView(term=3), 0.0, 1000.0, True, id="released"),
+        # Read from the log's past at t = 100 (caught up then).
+        pytest.param(LeaseView(), 100.0, 1000.0, False, id="a-log-that-named-none-at-first"),
+        pytest.param(
+            LeaseView(), 100.0 + WAIT_FOR_A_RENEWAL, 1000.0, True, id="named-none-after-a-wait"
+        ),
+        pytest.param(LeaseView(term=3), 100.0, 1000.0, True, id="released-at-once"),
         pytest.param(_live(100.0), 100.0 + LEASE_S - 0.1, 1000.0, False, id="heard-within-lease"),
         pytest.param(_live(100.0), 100.0 + LEASE_S, 1000.0, True, id="silent-a-whole-lease"),
-        # Read from the log's past at t = 100 (caught up then).
         pytest.param(_past(OLD), 100.0, 1000.0, False, id="past-old-but-no-wait-yet"),
         pytest.param(
             _past(OLD), 100.0 + WAIT_FOR_A_RENEWAL, 1000.0, True, id="past-old-and-no-renewal"
@@ -176,7 +180,8 @@ OLD = 1000.0 - LEASE_S - CLOCK_SKEW_S
     ],
 )
 def test_when_a_reader_may_claim(view: LeaseView, now: float, wall_now: float, claim: bool) -> None:
-    assert claimable(view, now=now, wall_now=wall_now, caught_up_at=100.0) is claim
+    got = claimable(view, now=now, wall_now=wall_now, caught_up_at=100.0, lease_s=LEASE_S)
+    assert got is claim
 
 
 @pytest.mark.parametrize(
@@ -191,11 +196,35 @@ def test_when_the_holder_stops_acting(acked_sent_at: float | None, now: float, s
     assert fenced(acked_sent_at, now=now, lease_s=LEASE_S) is stop
 
 
-def test_the_holder_stops_before_any_reader_may_claim() -> None:
-    """A renewal sent at 0 and read at once: the holder, unable to renew again, stops
-    before the reader's lease from that read runs out."""
-    assert fenced(0.0, now=FENCE_SHARE * LEASE_S, lease_s=LEASE_S)
-    assert not claimable(_live(0.0), now=FENCE_SHARE * LEASE_S, wall_now=0.0, caught_up_at=0.0)
+@pytest.mark.parametrize("read_after_s", [0.0, 1.0, (1 - FENCE_SHARE) * LEASE_S - 0.01])
+def test_the_holder_stops_before_any_reader_may_claim(read_after_s: float) -> None:
+    """A renewal sent at 0 and read by a standby `read_after_s` later: the holder, unable
+    to renew again, has stopped by the time the standby may claim, with the fence's margin
+    to spare for the standby's fetch."""
+    claim_at = read_after_s + LEASE_S
+    assert not claimable(
+        _live(read_after_s), now=claim_at - 0.01, wall_now=0.0, caught_up_at=0.0, lease_s=LEASE_S
+    )
+    assert claimable(
+        _live(read_after_s), now=claim_at, wall_now=0.0, caught_up_at=0.0, lease_s=LEASE_S
+    )
+    stopped_at = FENCE_SHARE * LEASE_S
+    assert fenced(0.0, now=stopped_at, lease_s=LEASE_S)
+    assert claim_at - stopped_at >= (1 - FENCE_SHARE) * LEASE_S
+
+
+def test_a_log_begun_again_keeps_the_holder_known_for_a_whole_lease() -> None:
+    """The broker lost its logs: the holder a reader knew stays, heard now, so none claims
+    at once on the empty log; its renewal of the same term on the new log is heard."""
+    view = began_again(_live(100.0), now=200.0)
+    assert (view.holder, view.term, view.heard_at, view.from_start) == ("a", 1, 200.0, True)
+    assert not claimable(
+        view, now=200.0 + LEASE_S - 0.1, wall_now=0.0, caught_up_at=0.0, lease_s=LEASE_S
+    )
+    assert fold(view, _r("renew", "a", 1), heard_at=205.0).heard_at == 205.0
+    assert (fold(view, _r("claim", "b", 2), heard_at=205.0).holder) == "b"
+    released = began_again(LeaseView(term=4), now=200.0)
+    assert released.heard_at is None and released.term == 4
 
 
 def test_a_record_survives_its_json() -> None:

@@ -75,3 +75,22 @@ def test_a_lease_is_none_or_long_enough_to_renew(
     else:
         with pytest.raises(ValidationError, match="lease_s"):
             ScalerSettings()
+
+
+async def test_a_lease_lost_while_a_stop_waits_on_the_tick_cuts_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM first gives the tick its time; the lease lost meanwhile ends it at once."""
+    monkeypatch.setattr(scaler_run, "STOP_LIMIT_S", 5.0)
+    service, stop = SlowTicks(), asyncio.Event()
+    lease = SimpleNamespace(lost=asyncio.Event())
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.05, stop.set)
+    loop.call_later(0.3, lease.lost.set)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO):
+        act: Any = scaler_run._act
+        await asyncio.wait_for(act(service, stop, lease, "local", "slo"), 5.0)
+    assert 0.3 <= time.monotonic() - started < 1.0
+    assert service.cancelled and service.closed
+    assert "event=tick_cut" in caplog.text
