@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,93 +168,34 @@ class PolicyConfig:
         if infinite:
             # Every range check below is false for NaN: it would pass them all.
             raise SignalsError("invalid policy config: " + "; ".join(infinite))
-        problems: list[str] = []
-        if not 0 < self.target_utilization <= 1:
-            problems.append("target_utilization must be in (0, 1]")
-        if not 0 <= self.utilization_band < self.target_utilization:
-            problems.append("utilization_band must be in [0, target_utilization)")
-        if self.target_utilization + self.utilization_band > 1 + 1e-9:
-            problems.append("target_utilization + utilization_band must be <= 1")
-        if self.scale_down_window_s < 0 or self.stale_after_s <= 0:
-            problems.append("scale_down_window_s must be >= 0 and stale_after_s > 0")
-        if self.forecast_horizon_s is not None and self.forecast_horizon_s < 0:
-            problems.append("forecast_horizon_s must be >= 0")
-        if self.forecast_window_s <= 0 or self.default_time_to_ready_s < 0:
-            problems.append("forecast_window_s must be > 0, default_time_to_ready_s >= 0")
-        if self.forecast_min_t < 0 or self.rate_step_z <= 0:
-            problems.append("forecast_min_t must be >= 0 and rate_step_z > 0")
-        if not 0 <= self.engine_bound_queue_share < 1:
-            problems.append("engine_bound_queue_share must be in [0, 1)")
-        if self.max_total_replicas is not None and self.max_total_replicas < 0:
-            problems.append("max_total_replicas must be >= 0")
-        if self.failed_collections_before_fallback < 1 or self.fallback_replicas < 0:
-            problems.append("failed_collections_before_fallback >= 1, fallback_replicas >= 0")
-        if not 0 <= self.hpa_tolerance < 1:
-            problems.append("hpa_tolerance must be in [0, 1)")
-        if self.keda_lag_threshold <= 0 or self.keda_activation_lag_threshold < 0:
-            problems.append("keda_lag_threshold > 0, keda_activation_lag_threshold >= 0")
-        problems.extend(self._slo_problems())
+        problems = [
+            f"{name} must be {wording}, got {shown(value)}"
+            for name, holds, wording in _RANGES
+            if (value := getattr(self, name)) is not None and not holds(value)
+        ]
+        problems.extend(self._across_fields())
         if problems:
             raise SignalsError("invalid policy config: " + "; ".join(problems))
 
-    def _slo_problems(self) -> list[str]:
-        """Cross-field checks of the SLO policy's own knobs."""
+    def _across_fields(self) -> list[str]:
+        """The checks that tie one field to another."""
         problems: list[str] = []
-        if not (self.scale_up_min_step_share >= 0 and 0 <= self.scale_down_min_step_share < 1):
-            problems.append("scale_up_min_step_share >= 0, scale_down_min_step_share in [0, 1)")
-        for name in ("busiest_max_utilization", "burst_floor_busiest_max_utilization"):
-            most = getattr(self, name)
-            if most is not None and most <= 0:
-                problems.append(f"{name} must be > 0 or null")
-        if not (
-            self.regret_window_s > 0
-            and self.regret_hold_growth >= 1
-            and self.regret_hold_decay >= 1
-            and self.max_regret_hold_factor >= 1
-        ):
+        if self.utilization_band >= self.target_utilization:
             problems.append(
-                "regret_window_s > 0; regret_hold_growth, regret_hold_decay and "
-                "max_regret_hold_factor >= 1"
+                f"utilization_band must be under target_utilization "
+                f"({shown(self.target_utilization)}), got {shown(self.utilization_band)}"
             )
-        holds = (self.scale_down_hold_s, self.scale_down_gap_hold_s, self.cap_hold_s)
-        if any(h is not None and h < 0 for h in holds):
-            problems.append("scale_down_hold_s, scale_down_gap_hold_s and cap_hold_s must be >= 0")
-        if self.rebalance_settle_s < 0 or self.rebalance_pause_s < 0:
-            problems.append("rebalance_settle_s and rebalance_pause_s must be >= 0")
-        if self.backlog_drain_s <= 0 or self.metrics_window_s <= 0:
-            problems.append("backlog_drain_s and metrics_window_s must be > 0")
+        if self.target_utilization + self.utilization_band > 1 + 1e-9:
+            problems.append("target_utilization + utilization_band must be <= 1")
         spares = (self.min_spare_replicas, self.initial_spare_replicas, self.max_spare_replicas)
-        if not 0 <= spares[0] <= spares[1] <= spares[2]:
+        if not spares[0] <= spares[1] <= spares[2]:
             problems.append(
-                "need 0 <= min_spare_replicas <= initial_spare_replicas <= max_spare_replicas"
+                "need min_spare_replicas <= initial_spare_replicas <= max_spare_replicas, got "
+                + " <= ".join(shown(v) for v in spares)
             )
-        if self.light_load_spare_beta < 0:
-            problems.append("light_load_spare_beta must be >= 0")
-        if self.headroom_memory_s < 0 or not 0 < self.headroom_quantile <= 1:
-            problems.append("headroom_memory_s >= 0 and headroom_quantile in (0, 1]")
-        if not 0 <= self.headroom_min_share < 1:
-            problems.append("headroom_min_share must be in [0, 1)")
-        if self.panic_growth_share < 0 or self.burst_memory_s < 0:
-            problems.append("panic_growth_share and burst_memory_s must be >= 0")
         if self.cap_hold_s > self.burst_memory_s:
             # The loads it looks back on are the burst memory's.
             problems.append("cap_hold_s must be <= burst_memory_s")
-        if not 0 < self.burst_low_share < 0.5 or self.burst_keep_factor < 0:
-            problems.append("burst_low_share in (0, 0.5), burst_keep_factor >= 0")
-        if not 0 < self.burst_peak_quantile <= 1:
-            problems.append("burst_peak_quantile must be in (0, 1]")
-        if self.burst_min_ratio < 1:
-            problems.append("burst_min_ratio must be >= 1")
-        if self.burst_min_count < 1:
-            problems.append("burst_min_count must be >= 1")
-        if self.burst_schedule_intervals < 0:
-            problems.append("burst_schedule_intervals must be >= 0")
-        if not 0 <= self.burst_schedule_tolerance_share < 1:
-            problems.append("burst_schedule_tolerance_share must be in [0, 1)")
-        if self.burst_unknown_margin < 0:
-            problems.append("burst_unknown_margin must be >= 0")
-        if self.standby_after_gap_s is not None and self.standby_after_gap_s < 0:
-            problems.append("standby_after_gap_s must be >= 0")
         return problems
 
     def time_to_ready_s(self, signals: GroupSignals) -> float:
@@ -297,6 +238,72 @@ class PolicyConfig:
         if self.forecast_horizon_s is not None:
             return self.forecast_horizon_s
         return self.reaction_s(signals) + self.metrics_window_s / 2
+
+
+def _at_least(low: float) -> Callable[[float], bool]:
+    return lambda v: v >= low
+
+
+def _above(low: float) -> Callable[[float], bool]:
+    return lambda v: v > low
+
+
+def _within(low: float, high: float) -> Callable[[float], bool]:
+    """[low, high)"""
+    return lambda v: low <= v < high
+
+
+_RANGES: tuple[tuple[str, Callable[[float], bool], str], ...] = (
+    ("target_utilization", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("utilization_band", _at_least(0), ">= 0"),
+    ("scale_down_window_s", _at_least(0), ">= 0"),
+    ("stale_after_s", _above(0), "> 0"),
+    ("forecast_horizon_s", _at_least(0), ">= 0"),
+    ("forecast_window_s", _above(0), "> 0"),
+    ("default_time_to_ready_s", _at_least(0), ">= 0"),
+    ("forecast_min_t", _at_least(0), ">= 0"),
+    ("rate_step_z", _above(0), "> 0"),
+    ("engine_bound_queue_share", _within(0, 1), "in [0, 1)"),
+    ("max_total_replicas", _at_least(0), ">= 0"),
+    ("failed_collections_before_fallback", _at_least(1), ">= 1"),
+    ("fallback_replicas", _at_least(0), ">= 0"),
+    ("hpa_tolerance", _within(0, 1), "in [0, 1)"),
+    ("keda_lag_threshold", _above(0), "> 0"),
+    ("keda_activation_lag_threshold", _at_least(0), ">= 0"),
+    ("scale_up_min_step_share", _at_least(0), ">= 0"),
+    ("scale_down_min_step_share", _within(0, 1), "in [0, 1)"),
+    ("busiest_max_utilization", _above(0), "> 0 or null"),
+    ("burst_floor_busiest_max_utilization", _above(0), "> 0 or null"),
+    ("regret_window_s", _above(0), "> 0"),
+    ("regret_hold_growth", _at_least(1), ">= 1"),
+    ("regret_hold_decay", _at_least(1), ">= 1"),
+    ("max_regret_hold_factor", _at_least(1), ">= 1"),
+    ("scale_down_hold_s", _at_least(0), ">= 0"),
+    ("scale_down_gap_hold_s", _at_least(0), ">= 0"),
+    ("cap_hold_s", _at_least(0), ">= 0"),
+    ("rebalance_settle_s", _at_least(0), ">= 0"),
+    ("rebalance_pause_s", _at_least(0), ">= 0"),
+    ("backlog_drain_s", _above(0), "> 0"),
+    ("metrics_window_s", _above(0), "> 0"),
+    ("min_spare_replicas", _at_least(0), ">= 0"),
+    ("light_load_spare_beta", _at_least(0), ">= 0"),
+    ("headroom_memory_s", _at_least(0), ">= 0"),
+    ("headroom_quantile", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("headroom_min_share", _within(0, 1), "in [0, 1)"),
+    ("panic_growth_share", _at_least(0), ">= 0"),
+    ("burst_memory_s", _at_least(0), ">= 0"),
+    ("burst_low_share", lambda v: 0 < v < 0.5, "in (0, 0.5)"),
+    ("burst_keep_factor", _at_least(0), ">= 0"),
+    ("burst_peak_quantile", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("burst_min_ratio", _at_least(1), ">= 1"),
+    ("burst_min_count", _at_least(1), ">= 1"),
+    ("burst_schedule_intervals", _at_least(0), ">= 0"),
+    ("burst_schedule_tolerance_share", _within(0, 1), "in [0, 1)"),
+    ("burst_unknown_margin", _at_least(0), ">= 0"),
+    ("standby_after_gap_s", _at_least(0), ">= 0 or null"),
+)
+"""Each field's own range, where it has one (None passes: those say "never" or "none");
+a refusal names the field and its value."""
 
 
 def _infinite_fields(config: PolicyConfig) -> list[str]:

@@ -216,7 +216,9 @@ class SimParams:
             *_must_reach(0, rebalance_pause_s=self.rebalance_pause_s),
             *_must_reach(0, handover_pause_s=self.handover_pause_s),
             *_must_reach(0, standby_promote_s=self.standby_promote_s),
-            *_must_reach(0, min_replicas=self.min_replicas, warm_replicas=self.warm_replicas),
+            *_must_reach(0, min_replicas=self.min_replicas),
+            # `sim --min-replicas` sets both: the same value refused once.
+            *_must_reach(0, **self._warm_if_its_own()),
             *_must_reach(0, initial_replicas=self.initial_replicas or 0),
             *_must_reach(0, max_total_replicas=self.max_total_replicas or 0),
             *_must_reach(0, scaler_restart_at_s=self.scaler_restart_at_s or 0.0),
@@ -250,6 +252,10 @@ class SimParams:
                 f"initial_replicas {self.initial_replicas} > max_replicas {self.max_replicas}: "
                 "no policy may run more"
             )
+
+    def _warm_if_its_own(self) -> dict[str, float]:
+        same = self.warm_replicas == self.min_replicas
+        return {} if same else {"warm_replicas": self.warm_replicas}
 
     def check_span(self, duration_s: float) -> None:
         """WorkloadError when `duration_s` of arrivals (plus the drain) take more policy ticks

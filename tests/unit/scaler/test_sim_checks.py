@@ -339,6 +339,16 @@ def _app() -> typer.Typer:
             ["sim", "--interval-s", "0.0001"], "the simulator runs at most", id="ticks-past-bound"
         ),
         pytest.param(
+            ["sim", "--min-replicas", "-1"],
+            "error: min_replicas (--min-replicas) must be >= 0, got -1\n",
+            id="floor-refused-once",
+        ),
+        pytest.param(
+            ["sim", "--max-replicas", "4", "--initial-replicas", "10"],
+            "initial_replicas (--initial-replicas) 10 > max_replicas (--max-replicas) 4",
+            id="start-above-max",
+        ),
+        pytest.param(
             ["sim", "--json", "file.csv/report.json"],
             "is a file, not a folder",
             id="json-parent",

@@ -184,6 +184,56 @@ def test_config_refuses_non_finite(raw: dict[str, Any], message: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("raw", "said", "not_said"),
+    [
+        pytest.param(
+            {"scale_down_window_s": -5},
+            "scale_down_window_s must be >= 0, got -5",
+            "stale_after_s",
+            id="one-field-named-with-its-value",
+        ),
+        pytest.param(
+            {"fallback_replicas": -1},
+            "fallback_replicas must be >= 0, got -1",
+            "failed_collections_before_fallback",
+            id="its-pair-not-named",
+        ),
+        pytest.param(
+            {"burst_low_share": 0.7},
+            "burst_low_share must be in (0, 0.5), got 0.7",
+            "burst_keep_factor",
+            id="an-open-range",
+        ),
+        pytest.param(
+            {"busiest_max_utilization": 0},
+            "busiest_max_utilization must be > 0 or null, got 0",
+            "burst_floor",
+            id="or-null",
+        ),
+        pytest.param(
+            {"min_spare_replicas": 3, "initial_spare_replicas": 2},
+            "need min_spare_replicas <= initial_spare_replicas <= max_spare_replicas, got 3 <= 2",
+            "min_spare_replicas must be",
+            id="across-fields",
+        ),
+        pytest.param(
+            {"utilization_band": 0.8},
+            "utilization_band must be under target_utilization (0.7), got 0.8",
+            "utilization_band must be >=",
+            id="under-another-field",
+        ),
+    ],
+)
+def test_config_names_the_field_out_of_range_and_its_value(
+    raw: dict[str, Any], said: str, not_said: str
+) -> None:
+    with pytest.raises(SignalsError) as refused:
+        config_from_dict(raw)
+    assert said in str(refused.value)
+    assert not_said not in str(refused.value)
+
+
+@pytest.mark.parametrize(
     "field",
     ["stale_after_s", "target_utilization", "backlog_drain_s", "standby_after_gap_s"],
 )
