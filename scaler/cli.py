@@ -160,7 +160,7 @@ def _workload(
         return from_trace(
             trace,
             rate_scale=1.0 if rate_scale is None else rate_scale,
-            tiers=_tiers(tiers or "interactive"),
+            tiers=_tiers("interactive" if tiers is None else tiers),
             max_input_tokens=512,
             seed=seed,
         )

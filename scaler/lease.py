@@ -50,13 +50,15 @@ KINDS: tuple[LeaseKind, ...] = ("claim", "renew", "release")
 
 LEASE_SCHEMA_VERSION = 1
 
-RENEW_SHARE = 1 / 3
-"""The holder renews every this share of the lease: two renewals may be lost in a row."""
+RENEW_SHARE = 1 / 4
+"""The holder renews every this share of the lease: with `FENCE_SHARE`, one renewal may be
+lost (or read back late) without the holder stopping, if the next is read back within
+0.2 of the lease; a standby waits out three lost renewals."""
 
-FENCE_SHARE = 0.6
+FENCE_SHARE = 0.7
 """The holder stops acting once its newest renewal read back was sent this share of the
-lease ago: well before a reader, which counts the whole lease from when it read it, may
-claim (a lease of 10 s leaves 4 s for the reader's fetch and a slow clock)."""
+lease ago: before a reader, which counts the whole lease from when it read it, may claim
+(a lease of 10 s leaves 3 s for the reader's fetch and a slow clock)."""
 
 CLOCK_SKEW_S = 5.0
 """How far apart two hosts' clocks may be for a starting reader to trust the holder's own

@@ -2,8 +2,9 @@
 
 A `LeaseKeeper` tails `inferbus.scaler.lease` from its last records, claims the lease when
 `claimable` says it may, and while it holds it renews it and watches for the moment it must
-stop acting (`lost`): its renewals not acknowledged for `FENCE_SHARE` of the lease, or a
-newer term's claim read from the log. It releases the lease at a clean stop.
+stop acting (`lost`): no renewal of its own read back for `FENCE_SHARE` of the lease, or a
+newer term's claim read from the log. It releases the lease at a clean stop. Every record
+goes to partition 0, the one it reads, whatever partitions the topic was made with.
 """
 
 from __future__ import annotations
@@ -229,9 +230,11 @@ class LeaseKeeper:
         return True
 
     async def _claim(self, term: int, stop: asyncio.Event) -> bool:
-        """Claim `term`; True where the log's order gave it to this keeper."""
+        """Claim `term`; True where the log's order gave it to this keeper. A stop before
+        the claim is read back releases it, in case it won."""
         sent_at = self._clock()
         written_at = self._wall()
+        self._forget_sent_before(sent_at - self.lease_s)
         self._sent[written_at] = sent_at
         if not await self._send("claim", term, written_at):
             await asyncio.sleep(min(1.0, self.lease_s * RENEW_SHARE))
@@ -240,6 +243,12 @@ class LeaseKeeper:
         while self.view.term < term and self._clock() < deadline and not stop.is_set():
             self._read.clear()
             await wait_event(self._read, READ_WAIT_MS / 1000)
+        if stop.is_set() and self.view.term < term:
+            # Not read back yet: it may win. A release of it frees the lease at once then
+            # (and changes nothing where another claim came first).
+            log.info("event=lease_claim_abandoned term=%d (stopping)", term)
+            await self._send("release", term, self._wall())
+            return False
         if self.view.holder != self.holder or self.view.term != term:
             log.info("event=lease_claim_lost term=%d holder=%s", term, self.view.holder)
             return False
@@ -261,16 +270,22 @@ class LeaseKeeper:
             await asyncio.sleep(max(0.0, sent_at + self.lease_s * RENEW_SHARE - self._clock()))
             sent_at = self._clock()
             written_at = self._wall()
-            self._sent = {w: t for w, t in self._sent.items() if sent_at - t < self.lease_s}
+            self._forget_sent_before(sent_at - self.lease_s)
             self._sent[written_at] = sent_at
             await self._send("renew", term, written_at)
+
+    def _forget_sent_before(self, at: float) -> None:
+        """Drop records sent before `at` never read back (the fence is long past them)."""
+        self._sent = {w: t for w, t in self._sent.items() if t >= at}
 
     async def _send(self, kind: LeaseKind, term: int, written_at: float) -> bool:
         """Write one record; False (said) where the broker did not acknowledge it in time."""
         record = LeaseRecord(kind, self.holder, term, self.lease_s, written_at)
         try:
             async with asyncio.timeout(self.lease_s * FENCE_SHARE):
-                await self._producer.send_and_wait(self.topic, record_to_json(record), key=_KEY)
+                await self._producer.send_and_wait(
+                    self.topic, record_to_json(record), key=_KEY, partition=0
+                )
         except (KafkaError, TimeoutError) as exc:
             log.warning("event=lease_write_failed kind=%s term=%d error=%r", kind, term, exc)
             return False

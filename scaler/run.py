@@ -63,8 +63,8 @@ async def _unless_cut(ticking: asyncio.Task[None], cut: asyncio.Event) -> None:
     if ticking.done():
         ticking.result()
         return
-    ticking.cancel()
     log.warning("event=tick_cut why='the lease was lost while the stop waited on it'")
+    await cancel_and_wait(ticking)
 
 
 async def run_scaler(
@@ -114,7 +114,7 @@ async def run_scaler(
 
     # Unique per process: in containers every scaler may be pid 1 on the same host name.
     instance_id = f"scaler-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    init_tracing("inferbus-scaler", instance_id=f"scaler-{os.getpid()}")
+    init_tracing("inferbus-scaler", instance_id=instance_id)
     start_metrics_server(settings.metrics_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -73,7 +73,7 @@ class ScalerSettings(BaseSettings):
     @classmethod
     def _lease_long_enough(cls, value: float) -> float:
         if 0 < value < 2:
-            raise ValueError("a lease is 0 (none) or at least 2 s (renewed every third)")
+            raise ValueError("a lease is 0 (none) or at least 2 s (renewed every quarter)")
         return value
 
     @field_validator("compose_project_dir", mode="before")

@@ -360,14 +360,15 @@ def load_command(  # noqa: PLR0917 (typer maps each option to a parameter)
         workload = trace_workload(
             trace, start_s=trace_start or 0.0, duration_s=120.0 if duration is None else duration,
             rate_scale=rate_scale, token_scale=0.125 if token_scale is None else token_scale,
-            max_tokens=max_input_tokens(config), tiers=_tiers(tiers or "interactive"), seed=seed,
+            max_tokens=max_input_tokens(config), seed=seed,
+            tiers=_tiers("interactive" if tiers is None else tiers),
         )  # fmt: skip
     else:
         assert rate is not None
         workload = rate_workload(
             rate * rate_scale,
             60.0 if duration is None else duration,
-            _tiers(tiers or "interactive"),
+            _tiers("interactive" if tiers is None else tiers),
             tokens=64 if tokens is None else tokens,
             seed=seed,
         )

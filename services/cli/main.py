@@ -262,6 +262,8 @@ def infer(
         payload = json.loads(read_inputs(json_inputs, sys.stdin))
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"--json is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise typer.BadParameter("--json is not valid JSON: nested deeper than it reads") from None
     result = run(infer_once(bootstrap, models, model, payload, tier=tiers[0], timeout_s=timeout))
     typer.echo(printable(result).model_dump_json(indent=2, exclude_none=True))
     raise typer.Exit(0 if result.ok else 1)

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from infra.kafka import make_producer
-from scaler.lease import LeaseRecord, record_to_json
+from scaler.lease import RENEW_SHARE, LeaseRecord, record_to_json
 from scaler.lease_keeper import LeaseKeeper
 
 pytestmark = pytest.mark.integration
@@ -168,3 +168,27 @@ async def test_a_standby_that_cannot_read_the_log_does_not_claim(broker: str) ->
             await asyncio.gather(waiting, return_exceptions=True)
         await standby.close()
         await holder.close()
+
+
+async def test_a_stop_before_a_claim_is_read_back_releases_it(broker: str) -> None:
+    """The claim is written but its reader stalls; a stop then releases the claim, which
+    won on the log: the next scaler takes the lease at once, not a lease later."""
+    topic = f"lease-{uuid.uuid4().hex[:8]}"
+    first = await _started(broker, topic, "first")
+    second = None
+    try:
+        await asyncio.sleep(0.5)  # caught up on the empty log
+        first._consumer.pause(first._tp)
+        stop = asyncio.Event()
+        claiming = asyncio.create_task(first.acquire(stop))
+        await asyncio.sleep(LEASE_S * RENEW_SHARE + 2.0)  # its wait on a new log, the claim
+        stop.set()
+        assert await asyncio.wait_for(claiming, 2.0) is False
+        second = await _started(broker, topic, "second")
+        took = await _acquired_within(second, LEASE_S)
+        assert took < LEASE_S * RENEW_SHARE + 1.5
+        assert (second.view.holder, second.view.term) == ("second", 2)
+    finally:
+        for keeper in (first, second):
+            if keeper is not None:
+                await keeper.close()

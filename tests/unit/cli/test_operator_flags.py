@@ -207,3 +207,25 @@ def test_a_service_takes_a_repository_folder(
     monkeypatch.setattr(services.cli.main, "run_service", started)
     result = CliRunner().invoke(app, ["ingest", "--models", str(tmp_path), "-b", "localhost:1"])
     assert isinstance(result.exception, Started), result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        pytest.param("{", "--json is not valid JSON: Expecting", id="not-json"),
+        pytest.param(
+            "[" * 100_000 + "]" * 100_000,
+            "--json is not valid JSON: nested deeper than it reads",
+            id="nested-past-the-stack",
+        ),
+    ],
+)
+def test_infer_refuses_inputs_that_are_no_json_before_it_connects(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    inputs = tmp_path / "in.json"
+    inputs.write_text(text)
+    result = CliRunner().invoke(app, ["infer", "m", "--json", f"@{inputs}", "-b", "127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert said in " ".join(result.output.split())
+    assert "Traceback" not in result.output

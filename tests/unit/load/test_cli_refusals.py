@@ -49,6 +49,7 @@ def trace(tmp_path: Path) -> Path:
         (["--rate", "5", "--reply-to", "inferbus.ingest.interactive"], "is not a topic results"),
         (["--rate", "5", "--tiers", "batch,batch"], "--tiers names batch more than once"),
         (["--rate", "5", "--tiers", "gold"], "--tiers names 'gold', not a tier"),
+        (["--rate", "5", "--tiers", ""], "--tiers names no tier"),
     ],
     ids=[
         "nan-rate", "inf-rate", "nan-rate-scale", "inf-scenario-scale", "scenario-over-cap",
@@ -56,7 +57,7 @@ def trace(tmp_path: Path) -> Path:
         "negative-grace", "nan-grace", "tokens-over-model-max", "zero-tokens",
         "tokens-without-sequence", "tokens-with-trace", "trace-start-with-rate",
         "token-scale-with-rate", "tiers-with-scenario", "tokens-with-scenario",
-        "reply-to-an-ingest-topic", "tier-twice", "no-such-tier",
+        "reply-to-an-ingest-topic", "tier-twice", "no-such-tier", "no-tier",
     ],
 )  # fmt: skip
 def test_refused_with_one_error_line(

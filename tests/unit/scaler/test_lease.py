@@ -208,9 +208,14 @@ def test_the_holder_stops_before_any_reader_may_claim(read_after_s: float) -> No
     assert claimable(
         _live(read_after_s), now=claim_at, wall_now=0.0, caught_up_at=0.0, lease_s=LEASE_S
     )
-    stopped_at = FENCE_SHARE * LEASE_S
-    assert fenced(0.0, now=stopped_at, lease_s=LEASE_S)
-    assert claim_at - stopped_at >= (1 - FENCE_SHARE) * LEASE_S
+    assert fenced(0.0, now=FENCE_SHARE * LEASE_S, lease_s=LEASE_S)
+
+
+def test_one_renewal_lost_does_not_stop_the_holder() -> None:
+    """Renewals at 0, 1/4 and 1/2 of the lease: the one at 1/4 lost, the holder still acts
+    when the one at 1/2 is read back, with time to spare for reading it."""
+    next_read_back = 2 * RENEW_SHARE * LEASE_S
+    assert not fenced(0.0, now=next_read_back + 0.1 * LEASE_S, lease_s=LEASE_S)
 
 
 def test_a_log_begun_again_keeps_the_holder_known_for_a_whole_lease() -> None:

@@ -338,6 +338,7 @@ def _app() -> typer.Typer:
         pytest.param(
             ["sim", "--interval-s", "0.0001"], "the simulator runs at most", id="ticks-past-bound"
         ),
+        pytest.param(["sim", "--tiers", ""], "--tiers names no tier", id="tiers-empty"),
         pytest.param(
             ["sim", "--min-replicas", "-1"],
             "error: min_replicas (--min-replicas) must be >= 0, got -1\n",
