@@ -19,7 +19,7 @@ from scaler.lease_keeper import LeaseKeeper
 from scaler.service import ScalerService
 from scaler.settings import ScalerSettings
 from tracing.health import HEALTH
-from tracing.metrics import start_metrics_server
+from tracing.metrics import set_acting, start_metrics_server
 from tracing.setup import init_tracing, shutdown_tracing
 
 log = logging.getLogger(__name__)
@@ -142,9 +142,11 @@ async def run_scaler(
             if lease is not None and (not await lease.acquire(stop) or stop.is_set()):
                 break
             acting.append(new_service())
+            set_acting(not settings.dry_run)
             try:
                 await _act(acting[0], stop, lease, kind, settings.policy)
             finally:
+                set_acting(False)
                 await acting.pop().actuator.close()
             if not stop.is_set():
                 log.warning("event=scaler_stood_down (it lost the lease; it waits to take it)")

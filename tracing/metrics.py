@@ -154,6 +154,12 @@ SCALE_DECISION_TIME = Gauge(
     ("group", "direction", "diagnosis"),
     registry=REGISTRY,
 )
+SCALER_ACTING = Gauge(
+    "inferbus_scaler_acting",
+    "1 while this scaler holds the lease and acts, 0 while it waits as a standby (or runs "
+    "as a dry run, which holds none).",
+    registry=REGISTRY,
+)
 WORKER_VERSION = Gauge(
     "inferbus_worker_version_info",
     "1 for the model version this worker serves now (join on `instance` to label its "
@@ -243,6 +249,11 @@ def set_group_p99(group: str, part: str, ms: float | None) -> None:
 def set_slo(group: str, p99_e2e_ms: float) -> None:
     """The group's p99 end-to-end objective, in ms."""
     SLO_P99_E2E.labels(group).set(p99_e2e_ms / 1000.0)
+
+
+def set_acting(acting: bool) -> None:
+    """Whether this scaler acts now (it holds the lease, or runs with none)."""
+    SCALER_ACTING.set(1 if acting else 0)
 
 
 def mark_scale_decision(

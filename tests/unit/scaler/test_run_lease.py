@@ -94,3 +94,78 @@ async def test_a_lease_lost_while_a_stop_waits_on_the_tick_cuts_it(
     assert 0.3 <= time.monotonic() - started < 1.0
     assert service.cancelled and service.closed
     assert "event=tick_cut" in caplog.text
+
+
+class FakeLease:
+    """Held at the first `acquire` and lost soon after; the second waits until the stop."""
+
+    def __init__(self, stop: asyncio.Event, acting: list[float | None]) -> None:
+        self.lost = asyncio.Event()
+        self.view = SimpleNamespace(holder=None)
+        self.acquired = 0
+        self.released = False
+        self._stop, self._acting = stop, acting
+
+    async def start(self) -> None:
+        return None
+
+    async def acquire(self, stop: asyncio.Event) -> bool:
+        self.acquired += 1
+        if self.acquired == 1:
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.2, lambda: self._acting.append(_acting_now()))
+            loop.call_later(0.3, self.lost.set)
+            return True
+        self._acting.append(_acting_now())
+        self._stop.set()
+        return False
+
+    async def release(self) -> None:
+        self.released = True
+
+    async def close(self) -> None:
+        return None
+
+
+def _acting_now() -> float | None:
+    from tracing.metrics import REGISTRY
+
+    return REGISTRY.get_sample_value("inferbus_scaler_acting")
+
+
+async def test_a_scaler_that_loses_the_lease_stands_down_and_waits_to_take_it_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from scaler.settings import ScalerSettings
+
+    stop = asyncio.Event()
+    acting: list[float | None] = []
+    lease = FakeLease(stop, acting)
+    services: list[SlowTicks] = []
+    closed: list[bool] = []
+
+    def new_service(*args: Any, **kwargs: Any) -> SlowTicks:
+        service = SlowTicks()
+        service.actuator = SimpleNamespace(close=lambda: _closed(closed))  # type: ignore[attr-defined]
+        services.append(service)
+        return service
+
+    monkeypatch.setattr(scaler_run, "LeaseKeeper", lambda *a, **k: lease)
+    monkeypatch.setattr(scaler_run, "ScalerService", new_service)
+    monkeypatch.setattr(scaler_run, "make_actuator", lambda *a, **k: None)
+    monkeypatch.setattr(scaler_run, "init_tracing", lambda *a, **k: None)
+    monkeypatch.setattr(scaler_run, "start_metrics_server", lambda *a, **k: None)
+    monkeypatch.setattr(scaler_run, "shutdown_tracing", lambda *a, **k: None)
+    settings = ScalerSettings(actuator="local", lease_s=4.0)
+    with caplog.at_level(logging.INFO):
+        await asyncio.wait_for(scaler_run.run_scaler("127.0.0.1:1", tmp_path, settings), 5.0)
+    assert lease.acquired == 2  # stood down, then waited to take it again
+    assert acting == [1.0, 0.0]  # acting while it held the lease, not while it waited
+    assert len(services) == 1 and services[0].cancelled and services[0].closed
+    assert closed == [True]  # the term's actuator closed (a local one stops its workers)
+    assert "event=scaler_stood_down" in caplog.text
+    assert lease.released
+
+
+async def _closed(closed: list[bool]) -> None:
+    closed.append(True)
