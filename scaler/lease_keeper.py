@@ -168,6 +168,8 @@ class LeaseKeeper:
                 log.warning("event=lease_record_unreadable why=%r (left out)", record)
             return
         self.view = fold(self.view, record, heard_at=self._clock() if live else None)
+        if record.holder != self.holder:
+            return
         sent_at = self._sent.pop(record.written_at, None)
         if sent_at is not None and self._holds(record.term):
             # Its own claim or renewal read back, still naming it: the fence counts from
@@ -230,8 +232,8 @@ class LeaseKeeper:
         return True
 
     async def _claim(self, term: int, stop: asyncio.Event) -> bool:
-        """Claim `term`; True where the log's order gave it to this keeper. A stop before
-        the claim is read back releases it, in case it won."""
+        """Claim `term`; True where the log's order gave it to this keeper. A claim not read
+        back (a stop came first, or the reader is behind) is released, in case it won."""
         sent_at = self._clock()
         written_at = self._wall()
         self._forget_sent_before(sent_at - self.lease_s)
@@ -243,10 +245,12 @@ class LeaseKeeper:
         while self.view.term < term and self._clock() < deadline and not stop.is_set():
             self._read.clear()
             await wait_event(self._read, READ_WAIT_MS / 1000)
-        if stop.is_set() and self.view.term < term:
-            # Not read back yet: it may win. A release of it frees the lease at once then
-            # (and changes nothing where another claim came first).
-            log.info("event=lease_claim_abandoned term=%d (stopping)", term)
+        if self.view.term < term:
+            # Not read back (a stop, or a reader behind for a whole lease): it may have won.
+            # A release of it frees the lease at once then, and changes nothing where
+            # another claim came first.
+            why = "stopping" if stop.is_set() else "not read back within the lease"
+            log.info("event=lease_claim_abandoned term=%d why=%r", term, why)
             await self._send("release", term, self._wall())
             return False
         if self.view.holder != self.holder or self.view.term != term:
