@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.broker import EmbeddedBroker
+from infra.tasks import within
 from scaler.lease import LeaseKind
 from scaler.lease_keeper import LeaseKeeper
 
@@ -54,11 +55,11 @@ async def _trial(bootstrap: str, way: str, lease_s: float) -> dict[str, float | 
         else:
             _cut_off(holder)
             holder_stops = asyncio.create_task(_when_set(holder.lost))
-        await asyncio.wait_for(waiting, 3 * lease_s)
+        await within(waiting, 3 * lease_s)
         took = time.monotonic() - ended
         stopped = None
         if holder_stops is not None:
-            stopped = await asyncio.wait_for(holder_stops, lease_s) - ended
+            stopped = await within(holder_stops, lease_s) - ended
         return {
             "takeover_s": round(took, 3),
             "holder_stopped_s": None if stopped is None else round(stopped, 3),
