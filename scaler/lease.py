@@ -40,10 +40,12 @@ Pure: records in, a view out; `lease_keeper.py` reads and writes the log.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from scaler.signals import is_finite, is_json_number
 
 LeaseKind = Literal["claim", "renew", "release"]
 KINDS: tuple[LeaseKind, ...] = ("claim", "renew", "release")
@@ -126,7 +128,7 @@ def claimable(
     if view.holder is None:
         # Released: at once. A log that never named a holder (a new one, or one a broker
         # began again before the holder's next renewal): one renewal's time first.
-        return view.term > 0 or waited >= lease_s * RENEW_SHARE + 1.0
+        return view.term > 0 or waited >= _renewal_wait_s(lease_s)
     if view.heard_at is not None:
         return now - view.heard_at >= view.lease_s
     if waited >= view.lease_s:
@@ -136,7 +138,12 @@ def claimable(
     old = view.written_at is not None and wall_now - view.written_at >= view.lease_s + (
         CLOCK_SKEW_S
     )
-    return old and waited >= view.lease_s * RENEW_SHARE + 1.0
+    return old and waited >= _renewal_wait_s(view.lease_s)
+
+
+def _renewal_wait_s(lease_s: float) -> float:
+    """Long enough for a live holder's next renewal to be written and read."""
+    return lease_s * RENEW_SHARE + 1.0
 
 
 def began_again(view: LeaseView, *, now: float) -> LeaseView:
@@ -144,7 +151,7 @@ def began_again(view: LeaseView, *, now: float) -> LeaseView:
     the holder it knew is kept, heard now, so that none claims before a whole lease with
     no renewal on the new log; the new log's first records fold on top."""
     heard_at = now if view.holder is not None else view.heard_at
-    return LeaseView(view.holder, view.term, view.lease_s, heard_at, view.written_at, True)
+    return dataclasses.replace(view, heard_at=heard_at, from_start=True)
 
 
 def fenced(acked_sent_at: float | None, *, now: float, lease_s: float) -> bool:
@@ -191,10 +198,6 @@ def record_from_json(value: bytes | None) -> LeaseRecord | str:
     if not isinstance(term, int) or isinstance(term, bool) or term < 1:
         return "a term that is not a count from 1"
     numbers = (raw["lease_s"], raw["written_at"])
-    if not all(_finite(n) for n in numbers) or raw["lease_s"] <= 0:
+    if not all(is_json_number(n) and is_finite(n) for n in numbers) or raw["lease_s"] <= 0:
         return "a lease or a time that is not a finite number (a lease above 0)"
     return LeaseRecord(kind, holder, term, float(raw["lease_s"]), float(raw["written_at"]))
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

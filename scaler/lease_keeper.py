@@ -18,6 +18,7 @@ from collections.abc import Callable
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry, stop_producer_within
 from infra.log_end import LogEndProbe, rewind_restarted_logs
 from infra.tasks import cancel_and_wait, say_failure, wait_event
@@ -97,6 +98,7 @@ class LeaseKeeper:
         )
         self._producer = make_producer(bootstrap, client_id="inferbus-scaler-lease")
         self._log_ends = LogEndProbe(bootstrap, client_id="inferbus-scaler-lease")
+        self._gaps = GapGuard()
         self._caught_up_at: float | None = None
         self._read = asyncio.Event()
         """Set after each read that changed the view (waiters clear it)."""
@@ -140,7 +142,9 @@ class LeaseKeeper:
             self._caught_up_at = self._clock()
         checked_at = self._clock()
         while True:
-            batches = await self._consumer.getmany(self._tp, timeout_ms=READ_WAIT_MS)
+            # In offset order: on Tansu a batch can become readable only after a later one
+            # was returned, and a claim read past would leave this reader's view its own.
+            batches = await getmany_in_order(self._consumer, self._gaps, timeout_ms=READ_WAIT_MS)
             for message in batches.get(self._tp, []):
                 self._fold(message.value, live=caught_up)
                 self._next_offset = message.offset + 1
@@ -159,6 +163,7 @@ class LeaseKeeper:
                     # The broker began the log again: the holder known is kept, heard now.
                     self.view = began_again(self.view, now=self._clock())
                     self._next_offset = 0
+                    self._gaps.forget(self._tp)
 
     def _fold(self, value: bytes | None, *, live: bool) -> None:
         record = record_from_json(value)

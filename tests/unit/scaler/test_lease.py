@@ -262,6 +262,13 @@ GOOD: dict[str, Any] = {
         pytest.param({**GOOD, "term": 1.5}, "a term that is not a count", id="term-float"),
         pytest.param({**GOOD, "lease_s": 0}, "a lease above 0", id="lease-0"),
         pytest.param({**GOOD, "written_at": "x"}, "not a finite number", id="time-string"),
+        pytest.param(
+            b'{"schema_version":1,"kind":"claim","holder":"a","term":1,"lease_s":1'
+            + b"0" * 400
+            + b',"written_at":1}',
+            "not a finite number",
+            id="an-int-past-a-float",
+        ),
         pytest.param(b'{"lease_s": NaN}', "not a lease record", id="nan"),
         pytest.param(b"[" * 100_000 + b"]" * 100_000, "not JSON", id="nested-past-the-stack"),
     ],
