@@ -3,11 +3,11 @@
     python scripts/cells_frontier.py OUT.png LABEL=CELLS.json [LABEL=CELLS.json ...]
                                      [--json OUT.json]
 
-One panel per group of cells (tuning, held out, new shapes, stop 49's shapes); each run is
-a point at its cells' mean replica-seconds over the oracle's (x) and mean SLO attainment
-(y), labelled with how many cells met every target. Two configurations on one line through
-a third are the same trade, not a better one (docs/benchmarks.md, "Stop 52"). The means and
-counts also go to `--json`.
+One panel per group of cells (tuning, held out, new shapes, stop 49's shapes, the Azure code
+trace); each run is a point at its cells' mean replica-seconds over the oracle's (x) and
+mean SLO attainment (y), labelled with how many cells met every target. Two configurations
+on one line through a third are the same trade, not a better one (docs/benchmarks.md,
+"Stop 52"). The means and counts also go to `--json`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-GROUPS = ("tuning", "held-out", "new-shapes", "stop49")
+GROUPS = ("tuning", "held-out", "new-shapes", "stop49", "real-held-out")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 
 

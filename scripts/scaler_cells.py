@@ -1,13 +1,15 @@
 """Run `inferbus sim --policy slo` on the scaler's benchmark cells and judge each one.
 
-    python scripts/scaler_cells.py OUT [--set all|stop42|stop49] [--only on-off,periodic-s1]
+    python scripts/scaler_cells.py OUT [--set all|stop42|stop49|azure-code]
+                                       [--only on-off,periodic-s1]
                                        [--config C.json] [--jobs 2] [--compare OLD.json]
                                        [--reuse-reports]
 
 The cells are the ones docs/benchmarks.md counts (stops 42-49): the five families
 (`inferbus scaler traffic`, seeds 1-8 tuning, 9-10 held out), the Azure conversation trace
-(seeds 1-8) and played backwards (`scripts/reverse_trace.py`), and the shapes of
-`scripts/unseen_traffic.py` (stop 42's set and stop 49's, seeds 1-3), each at x20 and x30.
+(seeds 1-8) and played backwards (`scripts/reverse_trace.py`), the shapes of
+`scripts/unseen_traffic.py` (stop 42's set and stop 49's, seeds 1-3), and the Azure code
+trace, a real one never tuned on (`docs/bench/traces/`, seeds 1-3), each at x20 and x30.
 Traces are written once under OUT/traces. Each cell's report goes to OUT/runs/CELL.json
 and the table to OUT/cells.json; a cell that fails is named in it and the exit status is 1.
 
@@ -15,11 +17,12 @@ Each cell is judged as `inferbus scaler table` judges a report (`scaler.sim.summ
 attainment at least the best baseline's, at least 99 % where the oracle of the cell's own
 report reaches 99.5 %, replica-seconds at most 1.2x that oracle's, on the unrounded
 figures. The best baseline's attainment is the recorded one, to its 3 decimals of a percent
-(docs/bench/scaler-bursty/stop42/cells.json and stop49/shapes.json: `inferbus sim --policy
-all` on the same cells): a change to `slo` does not move the baselines, but a change to
-the simulator does, and then those tables need running again. `--compare` names the cells
-whose numbers moved against an older OUT/cells.json; `--reuse-reports` judges the reports
-already in OUT/runs (an interrupted run, a new judgement) instead of simulating again.
+(docs/bench/scaler-bursty/stop42/cells.json, stop49/shapes.json and azure-code/policies.json:
+`inferbus sim --policy all` on the same cells): a change to `slo` does not move the
+baselines, but a change to the simulator does, and then those tables need running again.
+`--compare` names the cells whose numbers moved against an older OUT/cells.json;
+`--reuse-reports` judges the reports already in OUT/runs (an interrupted run, a new
+judgement) instead of simulating again.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from scaler.sim.summary import Cell, Row, rows
 
 ROOT = Path(__file__).resolve().parent.parent
 CONV = ROOT.parent / "shared" / "traces" / "azure_llm_conv_2023.csv"
+CODE = ROOT / "docs" / "bench" / "traces" / "azure_llm_code_2023.csv"
 RECORDED = ROOT / "docs" / "bench" / "scaler-bursty"
 FAMILIES = ("on-off", "flash-crowd", "diurnal", "sawtooth", "long-context")
 STOP42_SHAPES = ("spikes", "mmpp", "randwalk", "staircase")
@@ -59,6 +63,7 @@ STOP49_SHAPES = (
     "rare",
 )
 SCALES = (20, 30)
+SETS = ("all", "stop42", "stop49", "azure-code")
 RUN_TIMEOUT_S = 1800
 """One simulation or trace; a 1-hour cell takes ~5-20 s on 2 cores."""
 MOVED_POINTS = 0.005
@@ -87,7 +92,7 @@ class BenchCell:
 
 
 def bench_cells(which: str) -> list[BenchCell]:
-    """The cells of `which` (stop42: 142, stop49: 54, all: both)."""
+    """The cells of `which` (stop42: 142, stop49: 54, azure-code: 6, all: every one)."""
     out: list[BenchCell] = []
     if which in ("all", "stop42"):
         for seed in range(1, 9):
@@ -104,6 +109,9 @@ def bench_cells(which: str) -> list[BenchCell]:
         for shape in STOP49_SHAPES:
             for seed in range(1, 4):
                 out += [BenchCell(shape, seed, x, "stop49") for x in SCALES]
+    if which in ("all", "azure-code"):
+        for seed in range(1, 4):
+            out += [BenchCell("azure-code", seed, x, "real-held-out") for x in SCALES]
     return out
 
 
@@ -133,9 +141,9 @@ def best_baselines() -> dict[str, float]:
     stop42 = json.loads((RECORDED / "stop42" / "cells.json").read_text())["cells"]
     for name, cell in stop42.items():
         out[name] = cell["best_baseline_attainment_pct"] / 100
-    stop49 = json.loads((RECORDED / "stop49" / "shapes.json").read_text())["cells"]
-    for name, cell in stop49.items():
-        out[name] = max(cell[p]["attainment_pct"] for p in ("hpa-util", "keda-lag")) / 100
+    for table in ("stop49/shapes.json", "azure-code/policies.json"):
+        for name, cell in json.loads((RECORDED / table).read_text())["cells"].items():
+            out[name] = max(cell[p]["attainment_pct"] for p in ("hpa-util", "keda-lag")) / 100
     return out
 
 
@@ -185,6 +193,8 @@ def trace(cell: BenchCell, folder: Path) -> Path:
     leaves no half-written trace for the next to take as whole."""
     if cell.shape == "conv":
         return CONV
+    if cell.shape == "azure-code":
+        return CODE
     path = folder / f"{cell.shape}-s{cell.seed}.csv"
     if path.exists():
         return path
@@ -320,7 +330,7 @@ def options(argv: list[str] | None = None) -> Options:
     """Parse and check the arguments (exit 2 with a message where they are wrong)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--set", choices=("all", "stop42", "stop49"), default="all")
+    parser.add_argument("--set", choices=SETS, default="all")
     parser.add_argument("--only", help="comma list of name pieces: on-off, s1, x30, on-off-s1")
     parser.add_argument("--config", type=Path, help="PolicyConfig JSON for `inferbus sim`")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
