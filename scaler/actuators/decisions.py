@@ -129,6 +129,17 @@ def decision_record(
     }
 
 
+def unapplied_note(*, applied: bool, error: str | None, acting: bool) -> str:
+    """What the readable line adds when the actuator did not set this count: its error, or
+    that the scaler does not act. An acting scaler's hold (the count already the one
+    wanted) is not applied either, and there is nothing to add."""
+    if error is not None:
+        return f" (not applied: {error})"
+    if applied or acting:
+        return ""
+    return " (not applied: dry run)"
+
+
 async def publish_decision(
     producer: Producer,
     decision: GroupDecision,
@@ -155,8 +166,7 @@ async def publish_decision(
         acting=acting,
         checkpoint=checkpoint,
     )
-    suffix = "" if applied else f" (not applied: {error or 'dry run'})"
-    log.info("%s%s", decision.line(), suffix)
+    log.info("%s%s", decision.line(), unapplied_note(applied=applied, error=error, acting=acting))
     await producer.send_and_wait(
         topic, json.dumps(record, separators=(",", ":")).encode(), key=decision.group.encode()
     )

@@ -249,6 +249,38 @@ async def test_publish_decision(caplog: pytest.LogCaptureFixture) -> None:
 
 
 @pytest.mark.parametrize(
+    ("applied", "error", "acting", "note"),
+    [
+        pytest.param(True, None, True, "", id="applied"),
+        # An acting scaler's hold: the count was already the one wanted (stop 59: its log
+        # said "not applied: dry run" on every hold).
+        pytest.param(False, None, True, "", id="acting-hold"),
+        pytest.param(False, None, False, " (not applied: dry run)", id="dry-run"),
+        pytest.param(
+            False,
+            "ActuatorError('quota')",
+            True,
+            " (not applied: ActuatorError('quota'))",
+            id="failed",
+        ),
+    ],
+)
+async def test_the_line_says_why_a_decision_was_not_applied(
+    applied: bool, error: str | None, acting: bool, note: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    decision = GroupDecision(
+        group=GROUP, model="demo_mlp", tier="interactive", current=2, desired=2,
+        diagnosis="steady",
+    )  # fmt: skip
+    caplog.set_level("INFO", logger="inferbus.scaler.decisions")
+    await publish_decision(
+        FakeProducer(), decision, policy="slo", at=2.0, applied=applied, error=error,
+        acting=acting,
+    )  # fmt: skip
+    assert caplog.messages == [decision.line() + note]
+
+
+@pytest.mark.parametrize(
     ("requested", "env", "kind"),
     [
         pytest.param("auto", {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "kubernetes", id="auto-pod"),
