@@ -331,19 +331,33 @@ class LeaseKeeper:
             await asyncio.sleep(WATCH_EVERY_S)
             self._check_holding()
 
-    async def release(self) -> None:
+    async def release(self) -> int | None:
         """Give the lease up (a clean stop): a standby takes it at once. Said if the broker
-        does not acknowledge it; the lease then runs out instead."""
+        does not acknowledge it; the lease then runs out instead. Returns the term given up
+        (None where it held none, or the release was not written)."""
         term = self._term
         self._let_go()
         if term is None:
-            return
+            return None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(RELEASE_WAIT_S):
                 if await self._send("release", term, self._wall()):
                     log.info("event=lease_released term=%d", term)
-                    return
+                    return term
         log.warning("event=lease_release_unsent term=%d (it runs out instead)", term)
+        return None
+
+    async def taken_after(self, term: int, within_s: float) -> str | None:
+        """The scaler that took a term after `term` (a standby taking the lease this one
+        released), waited for up to `within_s`; None where none had by then."""
+        until = self._clock() + within_s
+        while self.view.term <= term or self.view.holder in (None, self.holder):
+            left = until - self._clock()
+            if left <= 0:
+                return None
+            self._read.clear()
+            await wait_event(self._read, min(left, READ_WAIT_MS / 1000))
+        return self.view.holder
 
     async def close(self) -> None:
         """Stop reading and writing (`release` first for a clean stop)."""

@@ -12,9 +12,12 @@ from pathlib import Path
 
 from infra.processes import StopDeadline
 from infra.tasks import cancel_and_wait
+from scaler.actuators.base import Actuator
 from scaler.actuators.factory import choose_kind, make_actuator
+from scaler.actuators.local import LocalActuator
 from scaler.collector.collector import CollectorConfig
 from scaler.config import PolicyConfig
+from scaler.handover import hand_over
 from scaler.lease_keeper import LeaseKeeper
 from scaler.service import ScalerService
 from scaler.settings import ScalerSettings
@@ -172,7 +175,9 @@ async def _act(
     service: ScalerService, stop: asyncio.Event, lease: LeaseKeeper | None, kind: str, policy: str
 ) -> None:
     """Run `service` until `stop`, or until the lease is lost: then the tick in progress is
-    cut at once (another scaler may act soon), not given the stop's time to finish."""
+    cut at once (another scaler may act soon), not given the stop's time to finish. A
+    clean stop of a holder whose workers stop with it hands its groups over first
+    (`scaler/handover.py`)."""
     ticking: asyncio.Task[None] | None = None
     deadline: StopDeadline | None = None
     try:
@@ -191,6 +196,11 @@ async def _act(
             await deadline.step("tick_cut", cancel_and_wait(ticking), "the cut tick's end")
         else:
             deadline = await tick_until(stop, ticking, cut=lost)
+            ours = own_workers(service.actuator)
+            if lease is not None and stop.is_set() and not lease.lost.is_set() and ours:
+                # A clean stop: the next holder's workers get ready before these stop.
+                await hand_over(lease, ours, lambda: service.registry.table)
+                deadline = StopDeadline("scaler", STOP_LIMIT_S)  # the disconnects' own
     finally:
         if ticking is not None:
             ticking.cancel()
@@ -214,3 +224,11 @@ async def _lost_first(
         for wait in waits:
             wait.cancel()
     return lost.is_set() and not stop.is_set() and not ticking.done()
+
+
+def own_workers(actuator: Actuator) -> dict[str, frozenset[str]]:
+    """Group -> instance ids of the workers that are this process's children (the local
+    actuator's), which stop with it; none for an actuator whose workers outlive it."""
+    if not isinstance(actuator, LocalActuator):
+        return {}
+    return {g: frozenset(actuator.instance_ids(g).values()) for g in actuator.groups()}

@@ -60,7 +60,9 @@ async def test_a_standby_takes_over_when_the_holder_dies_and_at_once_when_it_rel
         await asyncio.sleep(LEASE_S)
         assert not waiting.done()
         released_at = time.monotonic()
-        await second.release()
+        assert await second.release() == 2
+        # The released holder reads who took it (a clean stop hands its workers over).
+        assert await second.taken_after(2, LEASE_S) == "third"
         await asyncio.wait_for(waiting, LEASE_S)
         assert time.monotonic() - released_at < LEASE_S
         assert (third.view.holder, third.view.term) == ("third", 3)
@@ -68,6 +70,20 @@ async def test_a_standby_takes_over_when_the_holder_dies_and_at_once_when_it_rel
         for keeper in (first, second, third):
             if keeper is not None:
                 await keeper.close()
+
+
+async def test_a_release_nobody_takes_names_no_next_holder(broker: str) -> None:
+    topic = f"lease-{uuid.uuid4().hex[:8]}"
+    alone = await _started(broker, topic, "alone")
+    try:
+        await _acquired_within(alone, 10.0)
+        assert await alone.release() == 1
+        started = time.monotonic()
+        assert await alone.taken_after(1, 0.5) is None
+        assert time.monotonic() - started >= 0.5
+        assert await alone.release() is None  # it holds nothing now
+    finally:
+        await alone.close()
 
 
 async def test_the_holder_stops_acting_when_the_log_names_another(broker: str) -> None:

@@ -19,6 +19,8 @@ class SlowTicks:
 
     def __init__(self) -> None:
         self.collector = SimpleNamespace(groups=["inferbus.workers.m.interactive"])
+        self.actuator = SimpleNamespace()  # not the local one: nothing to hand over
+        self.registry = SimpleNamespace(table=None)
         self.closed = False
         self.cancelled = False
 
@@ -94,6 +96,38 @@ async def test_a_lease_lost_while_a_stop_waits_on_the_tick_cuts_it(
     assert 0.3 <= time.monotonic() - started < 1.0
     assert service.cancelled and service.closed
     assert "event=tick_cut" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("cause", "workers", "hands_over"),
+    [
+        pytest.param("stop", {"g": frozenset({"w1"})}, True, id="clean-stop-own-workers"),
+        pytest.param("stop", {}, False, id="clean-stop-workers-that-outlive-it"),
+        pytest.param("lost", {"g": frozenset({"w1"})}, False, id="lease-lost"),
+    ],
+)
+async def test_a_clean_stop_hands_its_own_workers_over_before_it_closes(
+    cause: str,
+    workers: dict[str, frozenset[str]],
+    hands_over: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service, stop = SlowTicks(), asyncio.Event()
+    lease = SimpleNamespace(lost=asyncio.Event())
+    calls: list[tuple[object, object, bool]] = []
+
+    async def handing(lease_: object, ours: object, table: Any) -> None:
+        table()  # the registry as it is then
+        calls.append((lease_, ours, service.closed))
+
+    monkeypatch.setattr(scaler_run, "own_workers", lambda actuator: workers)
+    monkeypatch.setattr(scaler_run, "hand_over", handing)
+    monkeypatch.setattr(scaler_run, "STOP_LIMIT_S", 0.2)
+    asyncio.get_running_loop().call_later(0.05, (lease.lost if cause == "lost" else stop).set)
+    act: Any = scaler_run._act
+    await asyncio.wait_for(act(service, stop, lease, "local", "slo"), 5.0)
+    assert calls == ([(lease, workers, False)] if hands_over else [])
+    assert service.closed
 
 
 class FakeLease:
