@@ -340,6 +340,17 @@ class StopDeadline:
         whose first part (a worker's drain) ended early keeps its time for the rest."""
         self._at = min(self._at, self._loop.time() + limit_s)
 
+    def restart(self, limit_s: float, after: str) -> None:
+        """The steps from now on share `limit_s` afresh: `after`, a wait with a limit of its
+        own (a scaler's handover), took what time it took. What was given up is kept."""
+        self._at = self._loop.time() + limit_s
+        log.info(
+            "event=stop_limit_restarted service=%s after=%s limit_s=%.0f",
+            self.service,
+            after,
+            limit_s,
+        )
+
     async def step(
         self, name: str, work: Awaitable[object], gives_up: str, *, most_s: float | None = None
     ) -> bool:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from infra.registry import RegistryTable, is_live
+from scaler.lease import LeaseView
 
 log = logging.getLogger(__name__)
 
@@ -35,26 +36,28 @@ def waiting_groups(
     table: RegistryTable, ours: Mapping[str, frozenset[str]], now: datetime
 ) -> dict[str, tuple[int, int]]:
     """The groups where fewer live, ready workers that are not `ours` (consuming or
-    standing by) serve than ours do: group -> (theirs ready, ours)."""
+    standing by) serve than ours that are ready: group -> (theirs ready, ours ready). Ours
+    still starting serve nobody yet, and nobody needs to replace them."""
     waiting = {}
     for group, mine in ours.items():
-        if not mine:
-            continue
-        theirs = sum(
-            1
+        ready = [
+            record
             for record in table.instances.values()
             if (record.group == group or group in record.groups)
-            and record.instance_id not in mine
             and record.state == "ready"
             and is_live(record, now)
-        )
-        if theirs < len(mine):
-            waiting[group] = (theirs, len(mine))
+        ]
+        ours_ready = sum(1 for record in ready if record.instance_id in mine)
+        theirs = len(ready) - ours_ready
+        if theirs < ours_ready:
+            waiting[group] = (theirs, ours_ready)
     return waiting
 
 
 class Releasing(Protocol):
     """The lease, as a handover uses it (`scaler.lease_keeper.LeaseKeeper`)."""
+
+    view: LeaseView
 
     async def release(self) -> int | None: ...
 
@@ -87,13 +90,15 @@ async def hand_over(
     log.info("event=handing_over to=%s groups=%d limit_s=%.0f", holder, len(ours), limit_s)
     started = clock()
     while waiting := waiting_groups(table(), ours, datetime.now(UTC)):
-        if clock() - started >= limit_s:
+        gone = lease.view.holder != holder
+        if gone or clock() - started >= limit_s:
             shown = " ".join(f"{g}={t}/{o}" for g, (t, o) in sorted(waiting.items()))
             log.warning(
-                "event=handover_cut to=%s after_s=%.1f waiting=%s (its workers ready / "
-                "ours: these stop now)",
+                "event=handover_cut to=%s after_s=%.1f why=%r waiting=%s (its workers ready "
+                "/ ours: these stop now)",
                 holder,
                 clock() - started,
+                "it no longer holds the lease" if gone else f"the {limit_s:.0f} s limit",
                 shown,
             )
             return

@@ -199,8 +199,12 @@ async def _act(
             ours = own_workers(service.actuator)
             if lease is not None and stop.is_set() and not lease.lost.is_set() and ours:
                 # A clean stop: the next holder's workers get ready before these stop.
+                set_acting(False)  # it releases the lease first
                 await hand_over(lease, ours, lambda: service.registry.table)
-                deadline = StopDeadline("scaler", STOP_LIMIT_S)  # the disconnects' own
+                if deadline is None:
+                    deadline = StopDeadline("scaler", STOP_LIMIT_S)
+                else:
+                    deadline.restart(STOP_LIMIT_S, "handover")  # the disconnects' own time
     finally:
         if ticking is not None:
             ticking.cancel()

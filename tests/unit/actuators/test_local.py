@@ -327,3 +327,27 @@ async def test_a_worker_that_cannot_start_says_why_in_the_scalers_log(
 )
 def test_error_line(text: str, why: str | None) -> None:
     assert error_line(text) == why
+
+
+def _instance_id_in_environment(pid: int) -> str:
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    (line,) = [v for v in environ if v.startswith(b"INFERBUS_WORKER_INSTANCE_ID=")]
+    return line.split(b"=", 1)[1].decode()
+
+
+async def test_own_workers_are_the_ids_the_workers_register_as(tmp_path: Path) -> None:
+    """A clean stop hands over the workers by the instance ids they register with
+    (`scaler.run.own_workers`): the ids in each child's environment."""
+    from scaler.run import own_workers
+
+    local = actuator(tmp_path)
+    try:
+        await local.scale(GROUP, 2, "test up")
+        pids = local.pids(GROUP)
+        await wait_ready(tmp_path, pids)
+        told = {_instance_id_in_environment(pid) for pid in pids}
+        assert own_workers(local) == {GROUP: frozenset(told)}
+        assert len(told) == 2
+    finally:
+        await local.close()
+    assert not any(own_workers(local).values())  # closed: none running

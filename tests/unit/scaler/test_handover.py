@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -79,6 +80,14 @@ MINE = frozenset({"w1"})
             id="as-many-as-ours",
         ),
         pytest.param([rec("n1")], {GROUP: frozenset()}, {}, id="none-of-ours"),
+        # Ours still starting serve nobody yet: nobody needs to replace them.
+        pytest.param([rec("w1", "warming")], {GROUP: MINE}, {}, id="ours-still-starting"),
+        pytest.param(
+            [rec("w1"), rec("w2", "warming"), rec("n1")],
+            {GROUP: frozenset({"w1", "w2"})},
+            {},
+            id="as-many-as-ours-ready",
+        ),
     ],
 )
 def test_waiting_groups(
@@ -94,6 +103,7 @@ class Lease:
 
     def __init__(self, term: int | None, taker: str | None, takes_s: float = 0.0) -> None:
         self.term, self.taker, self.takes_s = term, taker, takes_s
+        self.view = SimpleNamespace(holder=taker)
         self.released = False
         self.asked: tuple[int, float] | None = None
 
@@ -110,11 +120,13 @@ class Lease:
 class Registry:
     """Only ours, until `ready_after` calls to `table`; then the next holder's too."""
 
-    def __init__(self, ready_after: int | None) -> None:
-        self.calls, self.ready_after = 0, ready_after
+    def __init__(self, ready_after: int | None, lease: Lease) -> None:
+        self.calls, self.ready_after, self.lease = 0, ready_after, lease
+        self.read_before_release = False
 
     def table(self) -> RegistryTable:
         self.calls += 1
+        self.read_before_release |= not self.lease.released
         now = datetime.now(UTC)
         records = [rec("w1").model_copy(update={"updated_at": now})]
         if self.ready_after is not None and self.calls > self.ready_after:
@@ -130,11 +142,12 @@ async def _hand_over(lease: Lease, registry: Registry, **kw: Any) -> float:
 
 
 async def test_it_waits_for_the_next_holders_workers(caplog: pytest.LogCaptureFixture) -> None:
-    lease, registry = Lease(3, "next"), Registry(ready_after=2)
+    lease = Lease(3, "next")
+    registry = Registry(2, lease)
     with caplog.at_level(logging.INFO):
         took = await _hand_over(lease, registry)
     assert lease.released and lease.asked == (3, 2.0)
-    assert registry.calls == 3
+    assert registry.calls == 3 and not registry.read_before_release
     assert took >= 0.4  # two polls with only ours ready
     assert "event=handed_over to=next" in caplog.text
 
@@ -142,12 +155,25 @@ async def test_it_waits_for_the_next_holders_workers(caplog: pytest.LogCaptureFi
 async def test_it_stops_waiting_at_its_limit_and_says_what_was_left(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    lease, registry = Lease(3, "next"), Registry(ready_after=None)
+    lease = Lease(3, "next")
+    registry = Registry(None, lease)
     with caplog.at_level(logging.INFO):
         took = await _hand_over(lease, registry, limit_s=0.6)
     assert 0.6 <= took < 2.0
     assert "event=handover_cut to=next" in caplog.text
     assert f"waiting={GROUP}=0/1" in caplog.text
+
+
+async def test_it_stops_waiting_when_the_next_holder_no_longer_holds_the_lease(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lease = Lease(3, "next")
+    registry = Registry(None, lease)
+    asyncio.get_running_loop().call_later(0.3, setattr, lease.view, "holder", None)
+    with caplog.at_level(logging.INFO):
+        took = await _hand_over(lease, registry, limit_s=5.0)
+    assert 0.3 <= took < 1.5
+    assert "it no longer holds the lease" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -160,7 +186,7 @@ async def test_it_stops_waiting_at_its_limit_and_says_what_was_left(
 async def test_with_nobody_to_hand_over_to_it_returns_at_once(
     lease: Lease, why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    registry = Registry(ready_after=None)
+    registry = Registry(None, lease)
     with caplog.at_level(logging.INFO):
         took = await _hand_over(lease, registry, claim_wait_s=0.3)
     assert took < 1.0

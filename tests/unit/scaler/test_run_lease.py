@@ -111,6 +111,7 @@ async def test_a_clean_stop_hands_its_own_workers_over_before_it_closes(
     workers: dict[str, frozenset[str]],
     hands_over: bool,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     service, stop = SlowTicks(), asyncio.Event()
     lease = SimpleNamespace(lost=asyncio.Event())
@@ -119,15 +120,21 @@ async def test_a_clean_stop_hands_its_own_workers_over_before_it_closes(
     async def handing(lease_: object, ours: object, table: Any) -> None:
         table()  # the registry as it is then
         calls.append((lease_, ours, service.closed))
+        await asyncio.sleep(0.4)  # longer than the stop's limit: the handover has its own
 
     monkeypatch.setattr(scaler_run, "own_workers", lambda actuator: workers)
     monkeypatch.setattr(scaler_run, "hand_over", handing)
     monkeypatch.setattr(scaler_run, "STOP_LIMIT_S", 0.2)
     asyncio.get_running_loop().call_later(0.05, (lease.lost if cause == "lost" else stop).set)
     act: Any = scaler_run._act
-    await asyncio.wait_for(act(service, stop, lease, "local", "slo"), 5.0)
+    with caplog.at_level(logging.INFO):
+        await asyncio.wait_for(act(service, stop, lease, "local", "slo"), 5.0)
     assert calls == ([(lease, workers, False)] if hands_over else [])
     assert service.closed
+    if hands_over:
+        # The tick's cut is kept, and the disconnect still had its own time after the wait.
+        assert "step=disconnect" not in caplog.text
+        assert 'gave_up=["the rest of this tick' in caplog.text
 
 
 class FakeLease:
