@@ -30,7 +30,7 @@ from scaler.sim.summary import markdown, rows
 from scaler.sim.traffic import FAMILIES, generate, write_csv
 from scaler.sim.workload import Workload, WorkloadError, from_trace
 from scaler.snapshot import load_snapshot
-from schemas.topics import Tier, parse_tiers
+from services.cli.common import tiers_option
 
 scaler_app = typer.Typer(
     help="The scaler: run it, decide on a signals snapshot, write traffic traces.",
@@ -140,13 +140,6 @@ def table_command(
     typer.echo(markdown(found))
 
 
-def _tiers(value: str) -> list[Tier]:
-    try:
-        return parse_tiers(value)
-    except ValueError as exc:
-        raise typer.BadParameter(f"--tiers {exc}") from exc
-
-
 def _workload(
     trace: Path | None,
     scenario_name: str | None,
@@ -160,7 +153,7 @@ def _workload(
         return from_trace(
             trace,
             rate_scale=1.0 if rate_scale is None else rate_scale,
-            tiers=_tiers("interactive" if tiers is None else tiers),
+            tiers=tiers_option("interactive" if tiers is None else tiers, "--tiers"),
             max_input_tokens=512,
             seed=seed,
         )

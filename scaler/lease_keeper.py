@@ -18,6 +18,7 @@ from collections.abc import Callable
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from infra.feed import LOG_END_CHECK_S
 from infra.gaps import GapGuard, getmany_in_order
 from infra.kafka import make_consumer, make_producer, start_with_retry, stop_producer_within
 from infra.log_end import LogEndProbe, rewind_restarted_logs
@@ -51,9 +52,6 @@ READ_WAIT_MS = 200
 
 WATCH_EVERY_S = 0.2
 """How often the holder checks whether it must stop acting."""
-
-LOG_END_CHECK_S = 5.0
-"""How often the keeper checks that the broker did not begin the log again."""
 
 RELEASE_WAIT_S = 2.0
 """How long a clean stop waits for its release to be acknowledged."""
@@ -246,10 +244,7 @@ class LeaseKeeper:
         if not await self._send("claim", term, written_at):
             await asyncio.sleep(min(1.0, self.lease_s * RENEW_SHARE))
             return False
-        deadline = self._clock() + self.lease_s
-        while self.view.term < term and self._clock() < deadline and not stop.is_set():
-            self._read.clear()
-            await wait_event(self._read, READ_WAIT_MS / 1000)
+        await self._read_until(lambda: self.view.term >= term, self.lease_s, stop)
         if self.view.term < term:
             # Not read back (a stop, or a reader behind for a whole lease): it may have won.
             # A release of it frees the lease at once then, and changes nothing where
@@ -350,14 +345,26 @@ class LeaseKeeper:
     async def taken_after(self, term: int, within_s: float) -> str | None:
         """The scaler that took a term after `term` (a standby taking the lease this one
         released), waited for up to `within_s`; None where none had by then."""
+        if await self._read_until(
+            lambda: self.view.term > term and self.view.holder not in (None, self.holder),
+            within_s,
+        ):
+            return self.view.holder
+        return None
+
+    async def _read_until(
+        self, done: Callable[[], bool], within_s: float, stop: asyncio.Event | None = None
+    ) -> bool:
+        """Wait, read by read, until `done()` (True), or `within_s` passed or `stop` was
+        set first (False)."""
         until = self._clock() + within_s
-        while self.view.term <= term or self.view.holder in (None, self.holder):
+        while not done():
             left = until - self._clock()
-            if left <= 0:
-                return None
+            if left <= 0 or (stop is not None and stop.is_set()):
+                return False
             self._read.clear()
             await wait_event(self._read, min(left, READ_WAIT_MS / 1000))
-        return self.view.holder
+        return True
 
     async def close(self) -> None:
         """Stop reading and writing (`release` first for a clean stop)."""

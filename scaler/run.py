@@ -39,11 +39,7 @@ async def tick_until(
     """Wait for `stop` (or `ticking` to end, its error raised); then give the tick in progress
     until the stop's deadline, which is returned for the rest of the stop. `cut` (the lease
     lost meanwhile) ends that tick at once: another scaler may act soon."""
-    stopping = asyncio.create_task(stop.wait(), name="stop-requested")
-    try:
-        await asyncio.wait({ticking, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
+    await _ends_or(ticking, stop)
     if ticking.done():
         ticking.result()
         return None
@@ -56,13 +52,19 @@ async def tick_until(
     return deadline
 
 
+async def _ends_or(ticking: asyncio.Task[None], *events: asyncio.Event) -> None:
+    """Wait until `ticking` ends or one of `events` is set."""
+    waits = [asyncio.create_task(event.wait()) for event in events]
+    try:
+        await asyncio.wait({ticking, *waits}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+
+
 async def _unless_cut(ticking: asyncio.Task[None], cut: asyncio.Event) -> None:
     """`ticking` to its end, or cancelled when `cut` is set first."""
-    cutting = asyncio.create_task(cut.wait(), name="lease-lost")
-    try:
-        await asyncio.wait({ticking, cutting}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        cutting.cancel()
+    await _ends_or(ticking, cut)
     if ticking.done():
         ticking.result()
         return
@@ -221,12 +223,7 @@ async def _lost_first(
 ) -> bool:
     """Wait until the ticks end, a stop is asked for or the lease is lost; True where the
     lease was lost first."""
-    waits = [asyncio.create_task(stop.wait()), asyncio.create_task(lost.wait())]
-    try:
-        await asyncio.wait({ticking, *waits}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
+    await _ends_or(ticking, stop, lost)
     return lost.is_set() and not stop.is_set() and not ticking.done()
 
 

@@ -1,7 +1,7 @@
 """The acting scaler killed, frozen or stopped under load, with a standby beside it: what
 the requests saw (docs/reliability.md, "Stop 59").
 
-Each way starts its own stack on the embedded broker: `inferbus broker`, `topics create`,
+Each way starts its own stack on a fresh embedded broker: `topics create`,
 `ingest`, two `inferbus scaler run` (the local actuator, a short lease) and `inferbus load`
 on demo-mlp's interactive tier; `--at` seconds into the load the holder is
 
@@ -12,7 +12,7 @@ on demo-mlp's interactive tier; `--at` seconds into the load the holder is
     python scripts/scaler_failover.py OUT [--ways kill,freeze,term] [--lease-s 4]
                                           [--rate 20] [--duration 80] [--at 30]
 
-Writes OUT/WAY/ (every process's log, the load's report), OUT/failover.json and
+Writes OUT/WAY/ (every process's log but the broker's, the load's report), OUT/failover.json and
 OUT/failover.png (e2e latency by send time, the fault marked).
 """
 
@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
+
+from infra.broker import EmbeddedBroker
+from infra.processes import inferbus_command
 
 ROOT = Path(__file__).resolve().parent.parent
 WAYS = ("kill", "freeze", "term")
@@ -84,13 +86,6 @@ def summary(
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @dataclass
 class Stack:
     """The processes of one way, each in its own session, logs under `folder`."""
@@ -104,7 +99,7 @@ class Stack:
         out = (self.folder / f"{name}.log").open("wb")
         self.files.append(out)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", *args],
+            inferbus_command(*args),
             cwd=ROOT,
             env=self.env,
             stdout=out,
@@ -148,14 +143,11 @@ def run_way(way: str, out: Path, models: Path, args: argparse.Namespace) -> dict
     folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "INFERBUS_SCALER_LEASE_S": str(args.lease_s), "PYTHONUNBUFFERED": "1"}
     stack = Stack(folder, env)
-    broker = f"127.0.0.1:{free_port()}"
-    port = broker.rsplit(":", 1)[1]
+    embedded = EmbeddedBroker(port=0)  # a fresh one per way: no lease or offsets carried over
+    broker = embedded.start()
     try:
-        stack.start("broker", "broker", "--port", port)
-        stack.until_logged("broker", "broker ready")
         topics = subprocess.run(
-            [sys.executable, "-m", "services.cli.main", "topics", "create", "-b", broker,
-             "--models", str(models)],
+            inferbus_command("topics", "create", "-b", broker, "--models", str(models)),
             cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=120,
         )  # fmt: skip
         if topics.returncode != 0:
@@ -191,6 +183,7 @@ def run_way(way: str, out: Path, models: Path, args: argparse.Namespace) -> dict
         return row
     finally:
         stack.stop()
+        embedded.stop()
 
 
 def plot(results: dict[str, dict[str, Any]], at_s: float, path: Path) -> None:
@@ -236,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     models = args.out / "models"
     if not models.exists():
         subprocess.run(
-            [sys.executable, "-m", "services.cli.main", "models", "init", "--models", str(models)],
+            inferbus_command("models", "init", "--models", str(models)),
             cwd=ROOT, check=True, capture_output=True, timeout=300,
         )  # fmt: skip
     results: dict[str, dict[str, Any]] = {}

@@ -23,6 +23,7 @@ from infra.files import output_problem
 from infra.gc_tuning import tune_for_service
 from infra.lograte import limit_log_rate
 from schemas.errors import InferbusError, describe_validation_error
+from schemas.topics import Tier, parse_tiers
 
 T = TypeVar("T")
 _ADDRESS = re.compile(r"\('([^']+)', (\d+)")
@@ -59,6 +60,15 @@ def check_output(path: Path | None, flag: str) -> None:
             problem = f"cannot make its folder ({exc.strerror or exc})"
     if problem is not None:
         raise typer.BadParameter(f"{path} {problem}", param_hint=f"'{flag}'")
+
+
+def tiers_option(value: str, flag: str) -> list[Tier]:
+    """`flag`'s comma list of distinct tiers (`schemas.topics.parse_tiers`): a usage error
+    naming the flag."""
+    try:
+        return parse_tiers(value)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{flag} {exc}") from exc
 
 
 def bootstrap_option(value: str | None) -> str | None:

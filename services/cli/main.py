@@ -12,7 +12,6 @@ import typer
 from infra import eventloop
 from infra.files import AlreadyRunning, hold_lock
 from infra.gc_tuning import tune_for_service
-from schemas.topics import Tier, parse_tiers
 from services.cli.common import (
     BootstrapOption,
     OneLineErrors,
@@ -23,6 +22,7 @@ from services.cli.common import (
     run,
     run_service,
     setup_logging,
+    tiers_option,
 )
 
 if TYPE_CHECKING:
@@ -61,14 +61,6 @@ def _duration(value: float | None) -> float | None:
     if value is not None:
         check_range(value, "--duration", low=0, above=True)
     return value
-
-
-def _tiers(value: str, flag: str) -> list[Tier]:
-    """`flag`'s comma list of distinct tiers (`schemas.topics.parse_tiers`)."""
-    try:
-        return parse_tiers(value)
-    except ValueError as exc:
-        raise typer.BadParameter(f"{flag} {exc}") from exc
 
 
 @app.command()
@@ -171,7 +163,7 @@ def worker_settings(
 
     flags = given(
         model=model,
-        tiers=_tiers(tier, "--tier") if tier is not None else None,
+        tiers=tiers_option(tier, "--tier") if tier is not None else None,
         models_dir=models,
         model_version=version,
         lane=lane,
@@ -254,7 +246,7 @@ def infer(
     """Send one request and print its result JSON (exit 1 unless status is ok)."""
     from services.cli.infer import infer_once, printable, read_inputs
 
-    tiers = _tiers(tier, "--tier")
+    tiers = tiers_option(tier, "--tier")
     if len(tiers) != 1:
         raise typer.BadParameter(f"--tier takes one tier; got {tier!r}")
     setup_logging("WARNING", kafka_level="CRITICAL")
@@ -322,7 +314,7 @@ def up(
         headless=headless or not sys.stdout.isatty(),
         duration_s=duration,
         with_scaler=scaler,
-        tiers=_tiers(tiers, "--tiers") if tiers is not None else None,
+        tiers=tiers_option(tiers, "--tiers") if tiers is not None else None,
         broker_port=port,
         log_dir=log_dir,
         ingest_instances=ingest,
